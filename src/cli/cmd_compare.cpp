@@ -1,0 +1,11 @@
+// PLACEHOLDER while the owning module is written; replaced by the real command.
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace specdec::cli {
+int cmd_compare(const Args&) {
+  std::cerr << "specdec compare: not built yet\n";
+  return 1;
+}
+}  // namespace specdec::cli

@@ -1,0 +1,20 @@
+#pragma once
+// One function per `specdec` subcommand; each lives in its own cmd_<name>.cpp.
+// args excludes the program and command names. Return value is the exit code:
+// 0 ok, 1 bad input (message names file/key/value), 2 a failed check.
+#include <string>
+#include <vector>
+
+namespace specdec::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_tokenize(const Args& args);    // cmd_tokenize.cpp
+int cmd_generate(const Args& args);    // cmd_generate.cpp
+int cmd_strategies(const Args& args);  // cmd_strategies.cpp
+int cmd_models(const Args& args);      // cmd_models.cpp
+int cmd_run(const Args& args);         // cmd_run.cpp
+int cmd_validate(const Args& args);    // cmd_validate.cpp
+int cmd_compare(const Args& args);     // cmd_compare.cpp
+
+}  // namespace specdec::cli

@@ -1,0 +1,55 @@
+// The `specdec` command: dispatches to one function per subcommand.
+#include <cstring>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* help;
+  int (*fn)(const specdec::cli::Args&);
+};
+
+const Command kCommands[] = {
+    {"run", "run an experiment YAML and write results/<experiment>/<run-id>/", specdec::cli::cmd_run},
+    {"validate", "check an experiment YAML without running it and print the plan", specdec::cli::cmd_validate},
+    {"generate", "generate text from a model with a strategy, streaming tokens", specdec::cli::cmd_generate},
+    {"tokenize", "print the token ids of a text", specdec::cli::cmd_tokenize},
+    {"strategies", "list the registered decoding strategies and their parameters", specdec::cli::cmd_strategies},
+    {"models", "list the models of configs/models.yaml and whether their files are present", specdec::cli::cmd_models},
+    {"compare", "print a side-by-side table of two runs", specdec::cli::cmd_compare},
+};
+
+void usage(std::ostream& os) {
+  os << "usage: specdec <command> [options]   (specdec <command> --help for details)\n\ncommands:\n";
+  for (const auto& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.help << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 1 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    specdec::cli::Args args(argv + 2, argv + argc);
+    try {
+      return c.fn(args);
+    } catch (const specdec::CheckFailed& e) {
+      std::cerr << "specdec " << c.name << ": check failed: " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "specdec " << c.name << ": error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "specdec: unknown command '" << argv[1] << "'\n";
+  usage(std::cerr);
+  return 1;
+}

@@ -1,0 +1,103 @@
+#pragma once
+// The decoding-strategy interface. A strategy turns a Request into a Result and streams
+// tokens to a callback as soon as they are final.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "sampling/processors.h"
+
+namespace specdec::model { class CausalLM; }
+namespace specdec::tokenizer { class Tokenizer; }
+
+namespace specdec::strategies {
+
+struct StopCriteria {
+  std::vector<TokenId> eos_ids;            // any of these ends generation (kept in output)
+  int64_t max_new_tokens = 128;
+  std::vector<std::string> stop_strings;   // matched on decoded text; cut from the output
+  double timeout_s = 0;                    // wall clock; 0 = none
+};
+
+struct Request {
+  Tokens prompt;
+  std::shared_ptr<model::CausalLM> target;
+  std::shared_ptr<model::CausalLM> draft;            // may be null
+  std::shared_ptr<tokenizer::Tokenizer> tokenizer;   // the target's
+  sampling::ProcessorConfig processors;
+  StopCriteria stop;
+  uint64_t seed = 0;
+};
+
+enum class FinishReason { eos, length, stop_string, timeout };
+const char* to_string(FinishReason r);
+
+struct Stats {
+  int64_t n_prompt = 0;
+  int64_t n_generated = 0;
+  int64_t n_target_forwards = 0;   // including prefill
+  int64_t n_draft_forwards = 0;
+  // speculative decoding
+  int64_t n_drafted = 0;
+  int64_t n_accepted = 0;
+  int64_t n_rounds = 0;                        // verification rounds
+  std::vector<int64_t> accepted_per_position;  // [gamma_max]: rounds accepting position i
+  std::vector<int64_t> drafted_per_position;   // [gamma_max]: rounds drafting position i
+  double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }
+  // mean tokens produced per target forward after prefill
+  double tau() const;
+  // time per phase (ms)
+  double ms_prefill = 0, ms_draft = 0, ms_verify = 0, ms_sample = 0, ms_rollback = 0;
+  double ms_total = 0;
+  double ms_first_token = 0;                   // time to first token (from start)
+};
+
+struct Result {
+  Tokens tokens;          // generated tokens (after stop handling)
+  std::string text;       // decoded generated text (stop string cut)
+  FinishReason finish = FinishReason::length;
+  Stats stats;
+  // Beam search: all returned sequences, best first (tokens/text/score); empty otherwise.
+  struct Sequence { Tokens tokens; std::string text; double score = 0; };
+  std::vector<Sequence> sequences;
+};
+
+// Called with each chunk of newly final tokens and the text they complete.
+using TokenCallback = std::function<void(const Tokens& tokens, const std::string& text)>;
+
+// Strategy parameters: name -> value as text, typed and validated against the schema.
+struct ParamSpec {
+  std::string name;
+  std::string type;           // "int" | "float" | "bool" | "string"
+  std::string default_value;
+  std::string help;
+};
+
+class Params {
+ public:
+  Params() = default;
+  explicit Params(std::map<std::string, std::string> values) : values_(std::move(values)) {}
+  void set(const std::string& key, const std::string& value) { values_[key] = value; }
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+  const std::map<std::string, std::string>& values() const { return values_; }
+  // Typed getters; throw specdec::Error naming key and value when it does not parse.
+  std::string get_string(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  double get_float(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual Result generate(const Request& req, const TokenCallback& on_token) = 0;
+};
+
+}  // namespace specdec::strategies
