@@ -11,7 +11,7 @@ PKGS=(
   libyaml-cpp-dev libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libpcre2-dev                       # Unicode-aware regex for BPE pre-tokenisation
-  python3-matplotlib python3-numpy   # plots written by the harness
+  python3-matplotlib python3-numpy python3-yaml python3-pip  # plots; fetch script
   clang libclang-rt-14-dev           # libFuzzer targets
 )
 

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's main job: install, build, fetch SmolLM2-135M-Instruct and run the quickstart
+# experiment (greedy, sampling, beam, speculative with n-gram and self-draft, all checks).
+# Results land in results/quickstart/<run-id>/ (report.md, metrics.json, plots).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+bash scripts/fetch_models.sh smollm2-135m
+exec build/specdec run experiments/quickstart.yaml "$@"
