@@ -5,17 +5,20 @@
 // CPU tests exercise the code the GPU runs.
 //
 // Notation (Leviathan et al. 2023; Chen et al. 2023): p = target, q = draft.
+// Shapes are row-major and contiguous; "in" marks inputs, "out" outputs.
+// Row logic: kernels/verify_math.h, kernels/kv_math.h. Overview: kernels/README.md.
 #include <cstdint>
 
 namespace specdec::kernels {
 
 enum class VerifyMode {
   greedy,       // accept while draft token == argmax p; emit argmax p at the first mismatch
+                // (ties -> lowest token id, like torch.argmax; NaN ranks as -inf)
   sampling,     // lossless speculative sampling: accept x_i with prob min(1, p/q); at the first
                 // rejection emit a sample of norm(max(0, p - q)); after full acceptance a bonus
-                // sample of p[gamma]
+                // sample of p[n_draft] (= p[gamma] for a full draft)
   tokens_only,  // draft without q (n-gram / prompt lookup): y_i ~ p_i; accept while y_i == x_i;
-                // the first differing y_i is emitted; bonus sample of p[gamma] after all accepted
+                // the first differing y_i is emitted; bonus sample of p[n_draft] after all accepted
 };
 
 struct VerifyArgs {
@@ -27,43 +30,57 @@ struct VerifyArgs {
   const int32_t* n_draft = nullptr;       // [B]          ragged draft lengths, 0..gamma
   const float* q = nullptr;               // [B, gamma, V] draft probs (sampling mode only)
   const float* p = nullptr;               // [B, gamma+1, V] target probs (rows sum to 1)
-  const float* uniforms = nullptr;        // [B, gamma+1] in [0,1): u[i] (i < gamma) decides
+  const float* uniforms = nullptr;        // [B, gamma+1] in [0,1] (1 is tolerated: a float
+                                          // uniform may round up): u[i] (i < gamma) decides
                                           // position i; u[gamma] drives the final sample
-                                          // (sampling mode); tokens_only uses u[i] to sample y_i
+                                          // (residual or bonus, sampling and tokens_only);
+                                          // tokens_only uses u[i] to sample y_i. Not read in
+                                          // greedy mode (may be null there).
+  // The bonus token comes from row p[b][n_draft[b]] (the row after the last draft token),
+  // so ragged drafts need no padding of p. Sampling is an inverse CDF over a fixed token
+  // order, computed in double from the float inputs, identical on CPU and GPU.
   // outputs
-  int32_t* n_accepted = nullptr;   // [B] accepted draft tokens a (0..n_draft[b])
-  int32_t* out_tokens = nullptr;   // [B, gamma+1] x_0..x_{a-1}, then the resampled/bonus
+  int32_t* n_accepted = nullptr;   // [B] out: accepted draft tokens a (0..n_draft[b]); a
+                                   // row with bad input gets a negative status instead and
+                                   // the call throws specdec::Error naming the entry
+  int32_t* out_tokens = nullptr;   // [B, gamma+1] out: x_0..x_{a-1}, then the resampled/bonus
                                    // token at index a; entries after a are set to -1
 };
 
-// CPU: parallel over the batch. Pointers are host memory.
+// CPU: parallel over the batch (OpenMP, when the batch is large enough to pay for it).
+// Pointers are host memory. Throws specdec::Error for bad sizes/pointers, n_draft outside
+// [0, gamma], a draft token outside [0, V), a uniform outside [0, 1] or NaN, or a p row
+// (or all-zero residual fallback) without positive mass.
 void verify_cpu(const VerifyArgs& args);
 // CUDA: all pointers are device memory; one block per sequence. Throws specdec::Error
 // when built without CUDA or when no device is present.
 void verify_cuda(const VerifyArgs& args);
 
-// KV-cache compaction for one layer tensor laid out [B, H, S, D] (float32).
-// For each sequence b, positions src_pos[b][0..n_keep[b]) (ascending, each >= dst_start[b])
-// are copied to dst_start[b] + i, for all heads. Used by tree acceptance; rollback itself is
-// just a length change (kv_rollback).
+// KV-cache compaction for one layer tensor laid out [B, H, S, D] (float32), in place.
+// For each sequence b, positions src_pos[b][0..n_keep[b]) (strictly ascending, each in
+// [dst_start[b], S)) are copied to dst_start[b] + i, for all heads. Used by tree acceptance;
+// rollback itself is just a length change (kv_rollback). Bad input throws specdec::Error
+// naming the entry, before anything is moved (CPU). CUDA: all pointers device memory.
 struct CompactArgs {
-  float* kv = nullptr;                // [B, H, S, D]
+  float* kv = nullptr;                // [B, H, S, D] in/out
   int64_t batch = 1, heads = 0, max_seq = 0, head_dim = 0;
-  const int64_t* src_pos = nullptr;   // [B, max_keep]
-  const int32_t* n_keep = nullptr;    // [B]
-  const int64_t* dst_start = nullptr; // [B]
+  const int64_t* src_pos = nullptr;   // [B, max_keep] in (entries >= n_keep[b] ignored)
+  const int32_t* n_keep = nullptr;    // [B] in, 0..max_keep
+  const int64_t* dst_start = nullptr; // [B] in, first destination slot
   int64_t max_keep = 0;
-  int64_t* lengths = nullptr;         // [B] optional: set to dst_start[b] + n_keep[b]
+  int64_t* lengths = nullptr;         // [B] out, optional: set to dst_start[b] + n_keep[b]
 };
 void kv_compact_cpu(const CompactArgs& args);
 void kv_compact_cuda(const CompactArgs& args);
 
 // Beam reorder: dst[b] = src[indices[b]] for rows of row_elems floats (one layer's
-// [B, H, S, D] tensor has row_elems = H * S * D). dst and src must not alias.
+// [B, H, S, D] tensor has row_elems = H * S * D). dst [B, row_elems] out, src
+// [B, row_elems] in, indices [B] in (each in [0, B)); dst and src must not overlap.
 void kv_reorder_cpu(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems);
 void kv_reorder_cuda(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems);
 
-// O(1) rollback: lengths[b] = min(lengths[b], new_lengths[b]).
+// O(1) rollback: lengths[b] = min(lengths[b], new_lengths[b]). lengths [B] in/out,
+// new_lengths [B] in (>= 0). Host memory; no KV data moves.
 void kv_rollback(int64_t* lengths, const int64_t* new_lengths, int64_t batch);
 
 // True when this build has CUDA and a device is present.

@@ -1,0 +1,17 @@
+// Builds without nvcc still provide every *_cuda launcher, so callers link unchanged and
+// get a clear error at run time instead.
+#ifndef SPECDEC_WITH_CUDA
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace specdec::kernels {
+
+void verify_cuda(const VerifyArgs&) { fail("verify_cuda: built without CUDA"); }
+void kv_compact_cuda(const CompactArgs&) { fail("kv_compact_cuda: built without CUDA"); }
+void kv_reorder_cuda(float*, const float*, const int64_t*, int64_t, int64_t) {
+  fail("kv_reorder_cuda: built without CUDA");
+}
+bool cuda_available() { return false; }
+
+}  // namespace specdec::kernels
+#endif

@@ -1,0 +1,69 @@
+// CPU verification: one thread per sequence, parallel over the batch with OpenMP. The row
+// logic is math::verify_row, the same code the CUDA kernel runs.
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/kernels_internal.h"
+#include "kernels/cpu/row_ops_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/verify_math.h"
+
+namespace specdec::kernels {
+
+namespace detail {
+
+void check_verify_args(const VerifyArgs& a, const char* who) {
+  SD_CHECK(a.batch >= 0, who, ": batch = ", a.batch, " must be >= 0");
+  SD_CHECK(a.gamma >= 0, who, ": gamma = ", a.gamma, " must be >= 0");
+  SD_CHECK(a.vocab > 0 && a.vocab <= INT32_MAX, who, ": vocab = ", a.vocab, " must be in [1, 2^31)");
+  SD_CHECK(a.p, who, ": p (target probs [B, gamma+1, V]) is null");
+  SD_CHECK(a.n_accepted && a.out_tokens, who, ": outputs n_accepted [B] / out_tokens [B, gamma+1] are null");
+  SD_CHECK(a.gamma == 0 || (a.draft_tokens && a.n_draft), who,
+           ": draft_tokens [B, gamma] and n_draft [B] are required when gamma = ", a.gamma, " > 0");
+  if (a.mode == VerifyMode::sampling && a.gamma > 0)
+    SD_CHECK(a.q, who, ": sampling mode needs q (draft probs [B, gamma, V])");
+  if (a.mode != VerifyMode::greedy)
+    SD_CHECK(a.uniforms, who, ": ", a.mode == VerifyMode::sampling ? "sampling" : "tokens_only",
+             " mode needs uniforms [B, gamma+1]");
+}
+
+void throw_row_error(const char* who, int64_t b, int32_t status, int32_t i) {
+  switch (status) {
+    case math::kBadNDraft:
+      fail(who, ": n_draft[", b, "] = ", i, " is outside [0, gamma]");
+    case math::kBadToken:
+      fail(who, ": draft_tokens[", b, "][", i, "] is outside [0, vocab)");
+    case math::kBadUniform:
+      fail(who, ": uniforms[", b, "][", i, "] is not in [0, 1]");
+    case math::kNoMass:
+      fail(who, ": p[", b, "][", i, "] has no positive probability to sample from (or holds NaN)");
+    default:
+      fail(who, ": row ", b, " failed with status ", status);
+  }
+}
+
+}  // namespace detail
+
+void verify_cpu(const VerifyArgs& args) {
+  detail::check_verify_args(args, "verify_cpu");
+  std::vector<math::RowResult> results(static_cast<size_t>(args.batch));
+  // Errors are collected per row and thrown after the parallel region (an exception must
+  // not leave an OpenMP region).
+  // Each row reads at least one full [V] row; small problems stay on the calling thread.
+  const bool parallel = args.batch > 1 && args.batch * args.vocab >= (int64_t{1} << 16);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t b = 0; b < args.batch; ++b) {
+    const math::RowView row = math::row_view(args, b);
+    cpu::CpuRowOps ops;
+    math::RowResult res = math::verify_row(row, ops);
+    args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
+    math::write_row_output(row, res, args.out_tokens + b * (args.gamma + 1));
+    results[static_cast<size_t>(b)] = res;
+  }
+  for (int64_t b = 0; b < args.batch; ++b) {
+    const math::RowResult& r = results[static_cast<size_t>(b)];
+    if (r.status != math::kRowOk) detail::throw_row_error("verify_cpu", b, r.status, r.bad_index);
+  }
+}
+
+}  // namespace specdec::kernels

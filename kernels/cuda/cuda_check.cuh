@@ -1,0 +1,21 @@
+#pragma once
+// Error handling for the CUDA launchers: every CUDA failure becomes a specdec::Error.
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+
+namespace specdec::kernels::detail {
+
+inline void cuda_check(cudaError_t err, const char* who, const char* what) {
+  if (err != cudaSuccess) fail(who, ": ", what, " failed: ", cudaGetErrorString(err));
+}
+
+// Launchers need a device; without one they fail with the reason instead of crashing.
+inline void require_device(const char* who) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0)
+    fail(who, ": no CUDA device available (", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", ")");
+}
+
+}  // namespace specdec::kernels::detail

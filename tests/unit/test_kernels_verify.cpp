@@ -1,0 +1,450 @@
+// Verification kernel (CPU path, which runs the same math::verify_row as the CUDA kernel):
+// hand-computed cases on 4-8-token vocabularies, corners, determinism, input errors, and
+// bit-identity of the CPU sweep with the per-lane (GPU-thread) functions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/cpu/row_ops_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/verify_math.h"
+
+namespace sk = specdec::kernels;
+namespace math = specdec::kernels::math;
+
+namespace {
+
+// Owns the buffers of one verify call.
+struct Case {
+  int64_t batch = 1, gamma = 0, vocab = 0;
+  sk::VerifyMode mode = sk::VerifyMode::sampling;
+  std::vector<int32_t> draft, n_draft;  // [B, gamma], [B]
+  std::vector<float> q, p, u;           // [B, gamma, V], [B, gamma+1, V], [B, gamma+1]
+  std::vector<int32_t> n_acc, out;      // [B], [B, gamma+1]
+
+  void run() {
+    n_acc.assign(batch, -7);
+    out.assign(batch * (gamma + 1), -7);
+    sk::VerifyArgs a;
+    a.batch = batch, a.gamma = gamma, a.vocab = vocab, a.mode = mode;
+    a.draft_tokens = draft.empty() ? nullptr : draft.data();
+    a.n_draft = n_draft.empty() ? nullptr : n_draft.data();
+    a.q = q.empty() ? nullptr : q.data();
+    a.p = p.data();
+    a.uniforms = u.empty() ? nullptr : u.data();
+    a.n_accepted = n_acc.data();
+    a.out_tokens = out.data();
+    sk::verify_cpu(a);
+  }
+};
+
+Case one_row(sk::VerifyMode mode, int64_t gamma, int64_t vocab, std::vector<int32_t> draft,
+             std::vector<float> q, std::vector<float> p, std::vector<float> u) {
+  Case c;
+  c.gamma = gamma, c.vocab = vocab, c.mode = mode;
+  c.n_draft = {static_cast<int32_t>(draft.size())};
+  draft.resize(gamma, 0);
+  c.draft = draft, c.q = q, c.p = p, c.u = u;
+  return c;
+}
+
+using V = std::vector<float>;
+using T = std::vector<int32_t>;
+
+}  // namespace
+
+// ---- sampling mode, hand-computed ---------------------------------------------------------
+
+TEST(KernelsVerify, SamplingAllAcceptedThenBonus) {
+  // x0 = 1: p/q = 0.25/0.2 > 1, always accepted. x1 = 0: p/q = 0.4/0.5 = 0.8 > u1 = 0.5.
+  // Bonus from p2 = [.1 .2 .3 .4] at u = 0.65: CDF .1 .3 .6 1.0 -> token 3.
+  Case c = one_row(sk::VerifyMode::sampling, 2, 4, {1, 0},
+                   {0.1f, 0.2f, 0.3f, 0.4f, /**/ 0.5f, 0.5f, 0.0f, 0.0f},
+                   {0.25f, 0.25f, 0.25f, 0.25f, /**/ 0.4f, 0.1f, 0.3f, 0.2f, /**/ 0.1f, 0.2f, 0.3f, 0.4f},
+                   {0.99f, 0.5f, 0.65f});
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 2);
+  EXPECT_EQ(c.out, (T{1, 0, 3}));
+}
+
+TEST(KernelsVerify, SamplingFirstRejectedResamplesResidual) {
+  // x0 = 1: p/q = 0.2/0.6 = 1/3 < u0 = 0.5 -> rejected. Residual max(0, p - q) =
+  // [.2 0 0 .2] -> norm [.5 0 0 .5]: u = 0.3 -> token 0, u = 0.7 -> token 3.
+  const V q = {0.1f, 0.6f, 0.2f, 0.1f, /**/ 0.25f, 0.25f, 0.25f, 0.25f};
+  const V p = {0.3f, 0.2f, 0.2f, 0.3f, /**/ 1, 0, 0, 0, /**/ 1, 0, 0, 0};
+  Case c = one_row(sk::VerifyMode::sampling, 2, 4, {1, 2}, q, p, {0.5f, 0.0f, 0.3f});
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 0);
+  EXPECT_EQ(c.out, (T{0, -1, -1}));
+  c.u = {0.5f, 0.0f, 0.7f};
+  c.run();
+  EXPECT_EQ(c.out, (T{3, -1, -1}));
+  // The same draft is accepted when u0 < 1/3.
+  c.u = {0.3f, 0.0f, 0.7f};
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 1);
+}
+
+TEST(KernelsVerify, SamplingRejectionMidDraft) {
+  // V = 5, gamma = 3. x0 = 4 accepted (p = q). x1 = 2: p/q = 0.1/0.5 = 0.2 < u1 = 0.6 ->
+  // rejected; residual = [0, .3, 0, .1, 0] -> norm [0, .75, 0, .25, 0]; u = 0.8 -> token 3.
+  const V q = {0.2f, 0.2f, 0.2f, 0.2f, 0.2f, /**/ 0.1f, 0.0f, 0.5f, 0.1f, 0.3f, /**/ 0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
+  const V p = {0.2f, 0.2f, 0.2f, 0.2f, 0.2f, /**/ 0.1f, 0.3f, 0.1f, 0.2f, 0.3f, /**/ 0.2f, 0.2f, 0.2f, 0.2f, 0.2f,
+               /**/ 0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
+  Case c = one_row(sk::VerifyMode::sampling, 3, 5, {4, 2, 0}, q, p, {0.9f, 0.6f, 0.0f, 0.8f});
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 1);
+  EXPECT_EQ(c.out, (T{4, 3, -1, -1}));
+  c.u[3] = 0.7f;  // 0.7 < 0.75 -> token 1
+  c.run();
+  EXPECT_EQ(c.out, (T{4, 1, -1, -1}));
+}
+
+TEST(KernelsVerify, RaggedDraftsBonusComesFromRowNDraft) {
+  // Row i of p (for every sequence) puts all mass on token i + 1, and q = p, so every draft
+  // token i + 1 is accepted and the bonus reveals which p row was used: p[n_draft].
+  // Draft entries past n_draft hold out-of-range garbage that must be ignored.
+  const int64_t B = 3, G = 3, Vn = 6;
+  Case c;
+  c.batch = B, c.gamma = G, c.vocab = Vn, c.mode = sk::VerifyMode::sampling;
+  c.n_draft = {0, 2, 3};
+  c.draft = {99, 99, 99, /**/ 1, 2, 99, /**/ 1, 2, 3};
+  c.q.assign(B * G * Vn, 0.0f);
+  c.p.assign(B * (G + 1) * Vn, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < G; ++i) c.q[(b * G + i) * Vn + i + 1] = 1.0f;
+    for (int64_t i = 0; i <= G; ++i) c.p[(b * (G + 1) + i) * Vn + i + 1] = 1.0f;
+  }
+  c.u.assign(B * (G + 1), 0.999f);
+  c.run();
+  EXPECT_EQ(c.n_acc, (T{0, 2, 3}));
+  EXPECT_EQ(c.out, (T{1, -1, -1, -1, /**/ 1, 2, 3, -1, /**/ 1, 2, 3, 4}));
+  for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::tokens_only}) {
+    c.mode = mode;
+    c.run();
+    EXPECT_EQ(c.n_acc, (T{0, 2, 3}));
+    EXPECT_EQ(c.out, (T{1, -1, -1, -1, /**/ 1, 2, 3, -1, /**/ 1, 2, 3, 4}));
+  }
+}
+
+TEST(KernelsVerify, PEqualsQIsAlwaysAcceptedAndZeroResidualFallsBackToP) {
+  // p == q: the acceptance ratio is 1, so even u = 0.999 accepts.
+  const V pq = {0.5f, 0.5f, 0.0f, 0.0f};
+  Case c = one_row(sk::VerifyMode::sampling, 1, 4, {1}, pq, {0.5f, 0.5f, 0, 0, /**/ 0, 0, 0, 1}, {0.999f, 0.2f});
+  c.run();
+  EXPECT_EQ(c.out, (T{1, 3}));
+  // A drafted token with p = q = 0 is rejected; the residual max(0, p - q) is all zero,
+  // so the next token is sampled from p itself: u = 0.75 -> token 1, u = 0.25 -> token 0.
+  c.draft = {2};
+  c.u = {0.0f, 0.75f};
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 0);
+  EXPECT_EQ(c.out, (T{1, -1}));
+  c.u = {0.0f, 0.25f};
+  c.run();
+  EXPECT_EQ(c.out, (T{0, -1}));
+}
+
+TEST(KernelsVerify, QZeroWherePPositive) {
+  // q(x) = 0 < p(x): accepted for any u (u*q = 0 < p).
+  const V q = {0.5f, 0.5f, 0.0f, 0.0f};
+  const V p = {0.2f, 0.2f, 0.6f, 0.0f, /**/ 0, 1, 0, 0};
+  Case c = one_row(sk::VerifyMode::sampling, 1, 4, {2}, q, p, {0.999f, 0.5f});
+  c.run();
+  EXPECT_EQ(c.out, (T{2, 1}));
+  // Rejecting x = 0 (p/q = 0.4 < 0.9): the residual [0 0 .6 0] has one token; every u,
+  // including the extremes 0 and 1 (a float uniform may round up), must give token 2.
+  c.draft = {0};
+  for (float ug : {0.0f, 0.5f, 0.999999f, 1.0f}) {
+    c.u = {0.9f, ug};
+    c.run();
+    EXPECT_EQ(c.out, (T{2, -1})) << "u = " << ug;
+  }
+  // p(x) = 0 is never accepted, not even with u = 0.
+  c.draft = {3};
+  c.q = {0.0f, 0.0f, 0.0f, 1.0f};
+  c.u = {0.0f, 0.5f};
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 0);
+  EXPECT_EQ(c.out[1], -1);
+}
+
+TEST(KernelsVerify, SampleWithUOneTakesLastPositiveToken) {
+  // Bonus at u = 1: the inverse CDF never reaches a zero-probability tail token.
+  Case c = one_row(sk::VerifyMode::sampling, 0, 5, {}, {}, {0.25f, 0.5f, 0.25f, 0.0f, 0.0f}, {1.0f});
+  c.run();
+  EXPECT_EQ(c.out, (T{2}));
+}
+
+// ---- greedy ----------------------------------------------------------------------------
+
+TEST(KernelsVerify, GreedyAcceptsArgmaxAndEmitsArgmaxAtMismatch) {
+  const V p = {0.1f, 0.6f, 0.2f, 0.1f, /**/ 0.3f, 0.1f, 0.1f, 0.5f, /**/ 0.7f, 0.1f, 0.1f, 0.1f};
+  Case c = one_row(sk::VerifyMode::greedy, 2, 4, {1, 3}, {}, p, {});
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 2);
+  EXPECT_EQ(c.out, (T{1, 3, 0}));
+  c.draft = {1, 2};
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 1);
+  EXPECT_EQ(c.out, (T{1, 3, -1}));
+  c.draft = {0, 3};
+  c.run();
+  EXPECT_EQ(c.out, (T{1, -1, -1}));
+}
+
+TEST(KernelsVerify, GreedyTiesGoToLowestTokenId) {
+  // Tokens 1 and 2 tie; greedy decoding (torch.argmax) picks 1, so a draft of 2 is rejected.
+  const V p = {0.1f, 0.4f, 0.4f, 0.1f, /**/ 0.3f, 0.3f, 0.3f, 0.1f};
+  Case c = one_row(sk::VerifyMode::greedy, 1, 4, {2}, {}, p, {});
+  c.run();
+  EXPECT_EQ(c.out, (T{1, -1}));
+  c.draft = {1};
+  c.run();
+  EXPECT_EQ(c.out, (T{1, 0}));  // three-way tie in the bonus row -> token 0
+}
+
+TEST(KernelsVerify, ArgmaxRowMatchesLaneReductionOnLargeRows) {
+  // argmax_row (CPU, block maxima) and lane_argmax + argmax_merge (one CUDA thread per lane,
+  // tree-reduced) must agree, including ties across argmax blocks and lanes, and NaN.
+  specdec::Rng rng(7);
+  for (int64_t n : {1, 5, 255, 256, 257, 4095, 4096, 4097, 10000, 151936}) {
+    std::vector<float> row(n);
+    for (auto& v : row) v = rng.uniformf() * 0.5f;
+    std::vector<std::vector<int64_t>> tie_sets = {{n - 1}, {0, n - 1}, {n / 2, n - 1}, {n / 3, n / 2}};
+    for (const auto& ties : tie_sets) {
+      std::vector<float> r = row;
+      if (n > 3) r[1] = std::nanf("");  // NaN ranks as -inf (a tie may overwrite it)
+      for (int64_t t : ties) r[t] = 0.75f;
+      math::ArgMax lanes[math::kLanes];
+      for (int l = 0; l < math::kLanes; ++l) lanes[l] = math::lane_argmax(r.data(), n, l);
+      for (int s = math::kLanes / 2; s > 0; s >>= 1)
+        for (int l = 0; l < s; ++l) lanes[l] = math::argmax_merge(lanes[l], lanes[l + s]);
+      const int64_t expected = *std::min_element(ties.begin(), ties.end());
+      EXPECT_EQ(math::argmax_row(r.data(), n), expected) << "n = " << n;
+      EXPECT_EQ(lanes[0].index, expected) << "n = " << n;
+    }
+  }
+}
+
+// ---- tokens_only (n-gram / prompt lookup drafts) ---------------------------------------
+
+TEST(KernelsVerify, TokensOnlyAcceptsWhileSampleEqualsDraft) {
+  // y0 ~ p0 = uniform at u0 = 0.6 -> token 2 == x0: accepted. y1 ~ [.7 .1 .1 .1] at
+  // u1 = 0.5 -> token 0 != x1 = 3: emitted.
+  const V p = {0.25f, 0.25f, 0.25f, 0.25f, /**/ 0.7f, 0.1f, 0.1f, 0.1f, /**/ 0, 0, 0, 1};
+  Case c = one_row(sk::VerifyMode::tokens_only, 2, 4, {2, 3}, {}, p, {0.6f, 0.5f, 0.1f});
+  c.run();
+  EXPECT_EQ(c.n_acc[0], 1);
+  EXPECT_EQ(c.out, (T{2, 0, -1}));
+  c.u = {0.6f, 0.95f, 0.1f};  // y1 = 3 == x1 -> bonus from p2 = token 3
+  c.run();
+  EXPECT_EQ(c.out, (T{2, 3, 3}));
+}
+
+// ---- sampler: exact inverse CDF over the lane-major order --------------------------------
+
+TEST(KernelsVerify, SamplerIsExactInverseCdfOverLaneOrder) {
+  // For V = 700 (several elements per lane plus a partial tail) the token for u must be the
+  // inverse CDF of the residual in lane-major order (lane 0's tokens, then lane 1's, ...),
+  // computed here naively. On a grid of 20000 u values each token's share of the grid must
+  // equal its probability to within 1/20000 + 1e-9.
+  const int64_t n = 700;
+  specdec::Rng rng(11);
+  std::vector<float> p(n), q(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = rng.uniformf() / 350.0f, q[i] = rng.uniformf() / 350.0f;
+  std::vector<int64_t> order;
+  for (int l = 0; l < math::kLanes; ++l)
+    for (int64_t i = l; i < n; i += math::kLanes) order.push_back(i);
+  std::vector<double> w(n);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += (w[i] = std::max(0.0, double(p[i]) - double(q[i])));
+  const int n_grid = 20000;
+  std::vector<int> hits(n, 0);
+  specdec::kernels::cpu::CpuRowOps ops;
+  for (int g = 0; g < n_grid; ++g) {
+    const float u = (g + 0.5f) / n_grid;
+    const int64_t tok = ops.sample(p.data(), q.data(), n, u);
+    ASSERT_GE(tok, 0);
+    ASSERT_GT(w[tok], 0.0);
+    hits[tok]++;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(hits[i] / double(n_grid), w[i] / total, 1.0 / n_grid + 1e-9) << "token " << i;
+  // Spot-check the order against the naive walk.
+  for (float u : {0.01f, 0.37f, 0.5f, 0.93f}) {
+    double target = double(u) * total, cum = 0;
+    int64_t expect = -1;
+    for (int64_t i : order) {
+      if (w[i] > 0 && target < cum + w[i]) { expect = i; break; }
+      cum += w[i];
+    }
+    EXPECT_EQ(ops.sample(p.data(), q.data(), n, u), expect) << "u = " << u;
+  }
+}
+
+// ---- the CPU code is the GPU code ----------------------------------------------------------
+
+namespace {
+// Emulates GpuRowOps on the host: one lane_mass / lane_argmax per "thread", then the same
+// serial pick and tree merge the kernel does.
+struct LaneOps {
+  int64_t argmax(const float* row, int64_t n) const {
+    math::ArgMax a[math::kLanes];
+    for (int l = 0; l < math::kLanes; ++l) a[l] = math::lane_argmax(row, n, l);
+    for (int s = math::kLanes / 2; s > 0; s >>= 1)
+      for (int l = 0; l < s; ++l) a[l] = math::argmax_merge(a[l], a[l + s]);
+    return a[0].index;
+  }
+  int64_t sample(const float* p, const float* q, int64_t n, float u) const {
+    double mass[math::kLanes];
+    for (int l = 0; l < math::kLanes; ++l) mass[l] = math::lane_mass(p, q, n, l);
+    const math::LanePick pick = math::pick_lane(mass, u);
+    return pick.lane < 0 ? -1 : math::scan_lane(p, q, n, pick.lane, pick.remaining);
+  }
+};
+}  // namespace
+
+TEST(KernelsVerify, CpuSweepIsBitIdenticalToPerLaneSums) {
+  specdec::Rng rng(3);
+  for (int64_t n : {7, 256, 1000, 49152, 151936}) {
+    std::vector<float> p(n), q(n);
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.uniformf(), q[i] = rng.uniformf();
+    double sweep[math::kLanes];
+    for (const float* qq : {static_cast<const float*>(nullptr), static_cast<const float*>(q.data())}) {
+      math::lane_masses_sweep(p.data(), qq, n, sweep);
+      for (int l = 0; l < math::kLanes; ++l)
+        ASSERT_EQ(sweep[l], math::lane_mass(p.data(), qq, n, l)) << "n = " << n << " lane " << l;
+    }
+  }
+}
+
+TEST(KernelsVerify, CpuOpsAndLaneOpsGiveIdenticalDecisions) {
+  // verify_row with the CPU ops and with the per-lane (GPU-style) ops on the same random
+  // inputs, all three modes, V = 49152: identical counts and tokens.
+  const int64_t G = 4, n = 49152;
+  specdec::Rng rng(5);
+  std::vector<float> q(G * n), p((G + 1) * n);
+  auto fill = [&](float* row, bool peaked) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += (row[i] = std::pow(rng.uniformf(), peaked ? 40.0f : 1.0f));
+    for (int64_t i = 0; i < n; ++i) row[i] = static_cast<float>(row[i] / s);
+  };
+  int n_rejects = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    for (int64_t i = 0; i < G; ++i) fill(q.data() + i * n, true);
+    for (int64_t i = 0; i <= G; ++i) fill(p.data() + i * n, true);
+    std::vector<int32_t> draft(G);
+    std::vector<float> u(G + 1);
+    for (auto& x : draft) x = static_cast<int32_t>(rng.next() % n);
+    for (auto& v : u) v = rng.uniformf();
+    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only}) {
+      math::RowView r;
+      r.gamma = G, r.n_vocab = n, r.mode = mode, r.draft = draft.data(), r.n_draft = static_cast<int32_t>(G);
+      r.q = mode == sk::VerifyMode::sampling ? q.data() : nullptr;
+      r.p = p.data(), r.u = u.data();
+      specdec::kernels::cpu::CpuRowOps cpu;
+      LaneOps lane;
+      const math::RowResult a = math::verify_row(r, cpu), b = math::verify_row(r, lane);
+      ASSERT_EQ(a.status, math::kRowOk);
+      EXPECT_EQ(a.n_accepted, b.n_accepted);
+      EXPECT_EQ(a.next_token, b.next_token);
+      n_rejects += a.n_accepted < G;
+    }
+  }
+  EXPECT_GT(n_rejects, 10);  // the comparison exercised the residual/resample paths
+}
+
+// ---- determinism ---------------------------------------------------------------------------
+
+TEST(KernelsVerify, SameUniformsSameOutputBatchParallel) {
+  const int64_t B = 8, G = 5, n = 1000;
+  specdec::Rng rng(21);
+  Case c;
+  c.batch = B, c.gamma = G, c.vocab = n, c.mode = sk::VerifyMode::sampling;
+  c.q.resize(B * G * n), c.p.resize(B * (G + 1) * n), c.u.resize(B * (G + 1));
+  for (auto* buf : {&c.q, &c.p}) {
+    for (size_t r = 0; r < buf->size() / n; ++r) {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += ((*buf)[r * n + i] = rng.uniformf());
+      for (int64_t i = 0; i < n; ++i) (*buf)[r * n + i] = static_cast<float>((*buf)[r * n + i] / s);
+    }
+  }
+  for (auto& x : c.u) x = rng.uniformf();
+  c.draft.resize(B * G);
+  for (auto& x : c.draft) x = static_cast<int32_t>(rng.next() % n);
+  c.n_draft = {5, 4, 3, 2, 1, 0, 5, 5};
+  c.run();
+  const auto out1 = c.out, acc1 = c.n_acc;
+  for (int rep = 0; rep < 3; ++rep) {
+    c.run();
+    EXPECT_EQ(c.out, out1);
+    EXPECT_EQ(c.n_acc, acc1);
+  }
+  // Each row alone (no batch parallelism) gives the same answer.
+  for (int64_t b = 0; b < B; ++b) {
+    Case s;
+    s.gamma = G, s.vocab = n, s.mode = c.mode;
+    s.draft.assign(c.draft.begin() + b * G, c.draft.begin() + (b + 1) * G);
+    s.n_draft = {c.n_draft[b]};
+    s.q.assign(c.q.begin() + b * G * n, c.q.begin() + (b + 1) * G * n);
+    s.p.assign(c.p.begin() + b * (G + 1) * n, c.p.begin() + (b + 1) * (G + 1) * n);
+    s.u.assign(c.u.begin() + b * (G + 1), c.u.begin() + (b + 1) * (G + 1));
+    s.run();
+    EXPECT_EQ(s.n_acc[0], acc1[b]);
+    EXPECT_EQ(std::vector<int32_t>(out1.begin() + b * (G + 1), out1.begin() + (b + 1) * (G + 1)), s.out);
+  }
+  // Other uniforms change the outcome somewhere (the test would notice ignored uniforms).
+  for (auto& x : c.u) x = rng.uniformf();
+  c.run();
+  EXPECT_NE(c.out, out1);
+}
+
+// ---- bad input -----------------------------------------------------------------------------
+
+namespace {
+std::string error_of(Case& c) {
+  try {
+    c.run();
+  } catch (const specdec::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(KernelsVerify, BadInputNamesTheEntry) {
+  const V p = {0.5f, 0.5f, 0, 0, /**/ 0.5f, 0.5f, 0, 0};
+  Case c = one_row(sk::VerifyMode::sampling, 1, 4, {1}, {0.5f, 0.5f, 0, 0}, p, {0.5f, 0.5f});
+  c.draft = {4};
+  EXPECT_NE(error_of(c).find("draft_tokens[0][0]"), std::string::npos) << error_of(c);
+  c.draft = {1};
+  c.n_draft = {2};
+  EXPECT_NE(error_of(c).find("n_draft[0] = 2"), std::string::npos) << error_of(c);
+  c.n_draft = {1};
+  c.u = {0.5f, std::nanf("")};
+  EXPECT_NE(error_of(c).find("uniforms[0][1]"), std::string::npos) << error_of(c);
+  c.u = {-0.1f, 0.5f};
+  EXPECT_NE(error_of(c).find("uniforms[0][0]"), std::string::npos) << error_of(c);
+  c.u = {0.5f, 0.5f};
+  c.p = {0.5f, 0.5f, 0, 0, /**/ 0, 0, 0, 0};  // bonus row has no mass
+  EXPECT_NE(error_of(c).find("p[0][1] has no positive probability"), std::string::npos) << error_of(c);
+  c.p = {0.5f, 0.5f, 0, 0, /**/ 0.5f, std::nanf(""), 0, 0};  // NaN is never sampled
+  EXPECT_NE(error_of(c).find("p[0][1] has no positive probability to sample from (or holds NaN)"), std::string::npos)
+      << error_of(c);
+  c.p = p;
+  c.q.clear();
+  EXPECT_NE(error_of(c).find("needs q"), std::string::npos) << error_of(c);
+  c.mode = sk::VerifyMode::tokens_only;
+  c.u.clear();
+  EXPECT_NE(error_of(c).find("needs uniforms"), std::string::npos) << error_of(c);
+  c.mode = sk::VerifyMode::greedy;  // greedy needs neither q nor uniforms
+  EXPECT_EQ(error_of(c), "(no error)");
+  c.vocab = 0;
+  EXPECT_NE(error_of(c).find("vocab = 0"), std::string::npos) << error_of(c);
+}
