@@ -1,0 +1,197 @@
+// Engine step costs against the memory-bandwidth floor (issue "Engine", results/engine.md).
+//   BM_Bandwidth: read a 1 GiB buffer with 2 threads (vectorised sum) -> GB/s.
+//   BM_Step/bf16:<0|1>/lib:<0|1>/T:<T>/ctx:<ctx>: one forward of T tokens (1 = decode, 5/8 =
+//     verification) of SmolLM2-135M-Instruct (models/smollm2-135m-instruct.gguf, dequantised
+//     to fp32; linear weights fp32 or bf16) after a prefill of ctx tokens, with Linear's
+//     default dispatch (lib:0, our skinny kernel for 1-8 rows) or library kernels only (lib:1,
+//     LinearPolicy::kLibrary). The cache is rolled back after each step, so every iteration
+//     sees the same context.
+// Run: build/bench/bench_model_decode --benchmark_repetitions=7 \
+//        --benchmark_report_aggregates_only=true
+// Counters: floor_ms = weight bytes / the bandwidth measured by BM_Bandwidth in the same run
+// (run BM_Bandwidth first: it is registered first); x_floor = step time / floor_ms.
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/causal_lm.h"
+#include "model/linear.h"
+
+namespace sm = specdec::model;
+
+namespace {
+
+double g_bandwidth_gbs = 0;  // measured by BM_Bandwidth, used for the floor counters
+
+// Sum of n floats with four independent AVX2 accumulators (the loop is load-bound, not
+// add-latency-bound). n must be a multiple of 32.
+__attribute__((target("avx2"))) float sum_avx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i < n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+void BM_Bandwidth(benchmark::State& st) {
+  const int64_t n = (int64_t(1) << 30) / sizeof(float);  // 1 GiB
+  std::vector<float> buf(n, 1.0f);                       // touched: pages are resident
+  const int n_threads = at::get_num_threads();
+  for (auto _ : st) {
+    float total = 0;
+#pragma omp parallel for num_threads(n_threads) reduction(+ : total) schedule(static)
+    for (int t = 0; t < n_threads; ++t)
+      total += sum_avx2(buf.data() + t * (n / n_threads), n / n_threads);
+    benchmark::DoNotOptimize(total);
+  }
+  st.counters["GB/s"] = benchmark::Counter(double(n * sizeof(float)) / 1e9,
+                                           benchmark::Counter::kIsIterationInvariantRate);
+}
+
+struct Loaded {
+  std::shared_ptr<sm::CausalLM> model;
+  sm::KVCache cache;
+  int64_t ctx = 0;
+};
+
+// SmolLM2 per dtype and context, prefilled once with a fixed pseudo-random prompt.
+Loaded& loaded(int dtype, int64_t ctx) {
+  static std::map<std::pair<int, int64_t>, Loaded> cache;
+  static std::map<int, std::shared_ptr<sm::CausalLM>> models;
+  auto key = std::make_pair(dtype, ctx);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (!models.count(dtype)) {
+    sm::ModelSpec spec;
+    spec.name = "smollm2-135m";
+    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.dtype = dtype == 0 ? "float32" : "bfloat16";
+    spec.threads = at::get_num_threads();  // keep the count main() chose
+    models[dtype] = sm::load(spec).model;
+  }
+  Loaded l;
+  l.model = models[dtype];
+  l.ctx = ctx;
+  l.cache = l.model->make_cache(1, ctx + 16);
+  std::vector<int64_t> prompt(ctx);
+  for (int64_t i = 0; i < ctx; ++i) prompt[i] = (i * 7919 + 13) % l.model->config().n_vocab;
+  l.model->forward(at::tensor(prompt, at::kLong).view({1, ctx}), {0}, l.cache);
+  return cache.emplace(key, std::move(l)).first->second;
+}
+
+void BM_Step(benchmark::State& st) {
+  const int dtype = static_cast<int>(st.range(0));
+  const bool library = st.range(1) != 0;
+  const int64_t T = st.range(2), ctx = st.range(3);
+  Loaded& l = loaded(dtype, ctx);
+  sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
+  std::vector<int64_t> ids(T);
+  for (int64_t i = 0; i < T; ++i) ids[i] = 100 + 37 * i;
+  at::Tensor tokens = at::tensor(ids, at::kLong).view({1, T});
+  for (auto _ : st) {
+    at::Tensor logits = l.model->forward(tokens, {ctx}, l.cache);
+    benchmark::DoNotOptimize(logits.data_ptr<float>());
+    l.cache.truncate(0, ctx);  // O(1) rollback: the next iteration sees the same context
+  }
+  const double bytes = double(l.model->weight_bytes());
+  st.counters["weight_MB"] = bytes / 1e6;
+  if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = bytes / (g_bandwidth_gbs * 1e9) * 1e3;
+  st.counters["threads"] = at::get_num_threads();
+  st.SetLabel(std::string(dtype == 0 ? "fp32" : "bf16") + (library ? " library" : " skinny"));
+  sm::set_linear_policy(sm::LinearPolicy::kSkinny);
+}
+
+// Only the projections of a SmolLM2-135M step: the 30 x 7 linear layers and the LM head with
+// random weights of the model's shapes (538 MB in fp32, read from DRAM like the real step),
+// called in model order on T rows. BM_Step minus this is everything else (attention, norms,
+// RoPE, embedding, framework overhead).
+void BM_LinearsOnly(benchmark::State& st) {
+  const int dtype = static_cast<int>(st.range(0));
+  const bool library = st.range(1) != 0;
+  const int64_t T = st.range(2);
+  static std::map<int, std::vector<sm::Linear>> layers;
+  if (!layers.count(dtype)) {
+    const int64_t d = 576, kv = 192, ff = 1536;
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{d, d}, {kv, d}, {kv, d}, {d, d},
+                                                             {ff, d}, {ff, d}, {d, ff}};
+    at::manual_seed(0);
+    auto& v = layers[dtype];
+    for (int l = 0; l < 30; ++l)
+      for (auto [o, i] : shapes)
+        v.emplace_back(at::randn({o, i}) * 0.05, at::Tensor(), dtype ? at::kBFloat16 : at::kFloat);
+    v.emplace_back(at::randn({49152, d}) * 0.05, at::Tensor(), dtype ? at::kBFloat16 : at::kFloat);
+  }
+  const auto& v = layers[dtype];
+  sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
+  at::Tensor x576 = at::randn({T, 576}), x1536 = at::randn({T, 1536});
+  int64_t bytes = 0;
+  for (const auto& lin : v) bytes += lin.weight_bytes();
+  for (auto _ : st) {
+    for (const auto& lin : v) {
+      at::Tensor y = lin(lin.in_features() == 576 ? x576 : x1536);
+      benchmark::DoNotOptimize(y.data_ptr<float>());
+    }
+  }
+  st.counters["weight_MB"] = double(bytes) / 1e6;
+  if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = double(bytes) / (g_bandwidth_gbs * 1e9) * 1e3;
+  st.SetLabel(std::string(dtype == 0 ? "fp32" : "bf16") + (library ? " library" : " skinny"));
+  sm::set_linear_policy(sm::LinearPolicy::kSkinny);
+}
+
+// Records the bandwidth of the BM_Bandwidth runs for the floor counters of later runs.
+class BandwidthCapture : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.benchmark_name().rfind("BM_Bandwidth", 0) != 0) continue;
+      auto it = r.counters.find("GB/s");
+      if (it == r.counters.end()) continue;
+      // With --benchmark_report_aggregates_only only aggregates arrive: use their median.
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
+      const double gbs = it->second.value;  // already a rate: reporters get finished counters
+      g_bandwidth_gbs = std::max(g_bandwidth_gbs, gbs);  // best repetition: the machine's rate
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+BENCHMARK(BM_Bandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_LinearsOnly)
+    ->ArgsProduct({{0, 1}, {0, 1}, {1, 5, 8}})
+    ->ArgNames({"bf16", "lib", "T"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK(BM_Step)
+    ->ArgsProduct({{0, 1}, {0, 1}, {1, 5, 8}, {128, 512}})
+    ->ArgNames({"bf16", "lib", "T", "ctx"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The machine's 2 cores, as the engine runs; SPECDEC_BENCH_THREADS overrides it (a
+  // diagnostic for a loaded machine, where a 2-thread team waits on a descheduled member).
+  const char* env = std::getenv("SPECDEC_BENCH_THREADS");
+  at::set_num_threads(env ? std::atoi(env) : 2);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  BandwidthCapture reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,81 @@
+// Linear kernels on SmolLM2-135M shapes, to choose Linear's dispatch table (linear.cpp).
+// Run: build/bench/bench_model_linear --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// Arguments: /shape/rows/path with shape 0: 576->1536 (MLP up), 1: 1536->576 (MLP down),
+// 2: 576->49152 (LM head); path as LinearPath (1 mv, 2 dnnl, 3 gemm, 4 bf16 (at::linear),
+// 5 skinny fp32 weights, 105 skinny bf16 weights).
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "model/linear.h"
+
+namespace sm = specdec::model;
+
+namespace {
+
+struct Shape { int64_t in, out; };
+const Shape kShapes[] = {{576, 1536}, {1536, 576}, {576, 49152}};
+
+// One Linear per (shape, dtype), built once: the LM head alone is 113 MB in fp32.
+const sm::Linear& layer(int shape, bool bf16) {
+  static std::map<std::pair<int, bool>, sm::Linear> cache;
+  auto key = std::make_pair(shape, bf16);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    const Shape s = kShapes[shape];
+    at::manual_seed(shape);
+    at::Tensor w = at::randn({s.out, s.in}) * 0.05;
+    it = cache.emplace(key, sm::Linear(w, at::Tensor(), bf16 ? at::kBFloat16 : at::kFloat)).first;
+  }
+  return it->second;
+}
+
+void BM_Linear(benchmark::State& st) {
+  const int shape = static_cast<int>(st.range(0));
+  const int64_t n = st.range(1);
+  const auto path = static_cast<sm::LinearPath>(st.range(2) % 100);
+  const bool bf16 = path == sm::LinearPath::kBf16 || st.range(2) >= 100;
+  const sm::Linear& lin = layer(shape, bf16);
+  at::Tensor x = at::randn({n, kShapes[shape].in});
+  for (auto _ : st) {
+    at::Tensor y = lin.forward_path(x, path);
+    benchmark::DoNotOptimize(y.data_ptr<float>());
+  }
+  // Weight bytes streamed per call / time: how close a call gets to memory bandwidth.
+  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(lin.weight_bytes()),
+                                           benchmark::Counter::kIsIterationInvariantRate,
+                                           benchmark::Counter::kIs1000);
+  st.counters["threads"] = at::get_num_threads();
+  st.SetLabel(std::string(sm::linear_path_name(path)) + (bf16 ? "-bf16w" : "-fp32w"));
+}
+
+void args(benchmark::internal::Benchmark* b) {
+  for (int shape : {0, 1, 2})
+    for (int64_t n : {1, 2, 5, 8, 16, 128}) {
+      if (n == 1) b->Args({shape, n, static_cast<int64_t>(sm::LinearPath::kMv)});
+      for (auto p : {sm::LinearPath::kDnnl, sm::LinearPath::kGemm, sm::LinearPath::kBf16})
+        b->Args({shape, n, static_cast<int64_t>(p)});
+      if (n <= 16) {
+        b->Args({shape, n, static_cast<int64_t>(sm::LinearPath::kSkinny)});
+        b->Args({shape, n, 100 + static_cast<int64_t>(sm::LinearPath::kSkinny)});
+      }
+    }
+}
+BENCHMARK(BM_Linear)->Apply(args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The machine's 2 cores, as the engine runs; SPECDEC_BENCH_THREADS overrides it (a
+  // diagnostic for a loaded machine, where a 2-thread team waits on a descheduled member).
+  const char* env = std::getenv("SPECDEC_BENCH_THREADS");
+  at::set_num_threads(env ? std::atoi(env) : 2);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
