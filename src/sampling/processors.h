@@ -26,3 +26,23 @@ at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg,
                          const Tokens& context, const Tokens& extra = {});
 
 }  // namespace specdec::sampling
+
+// ---- additions (owner: sampling) ------------------------------------------------------
+namespace specdec::sampling {
+
+// The chain before softmax: repetition penalty, then (unless greedy) temperature, top-k,
+// top-p, min-p; filtered entries are -inf. Same context/extra convention as probabilities().
+// logits: [N, V] float32 -> returns [N, V] float32 (a new tensor; the input is unchanged).
+at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg,
+                          const Tokens& context, const Tokens& extra = {});
+
+// Greedy choice for one position: argmax after the repetition penalty (HF greedy search
+// applies processors but no warpers). Avoids materialising a one-hot row.
+// logits_row: [V] float32 (contiguous)
+TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context);
+
+// Inverse-CDF sample from one probability row with a uniform u in [0, 1).
+// probs: [n_vocab] (sums to 1 up to rounding; rounding slack goes to the last non-zero entry)
+TokenId sample_from(const float* probs, int64_t n_vocab, double u);
+
+}  // namespace specdec::sampling

@@ -31,6 +31,9 @@ struct Request {
   sampling::ProcessorConfig processors;
   StopCriteria stop;
   uint64_t seed = 0;
+  // Addition (owner: strat): the draft model's tokenizer; when set, speculative decoding
+  // checks it against `tokenizer` (vocab size, special tokens, sampled token strings).
+  std::shared_ptr<tokenizer::Tokenizer> draft_tokenizer;
 };
 
 enum class FinishReason { eos, length, stop_string, timeout };

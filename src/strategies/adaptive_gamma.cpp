@@ -1,0 +1,96 @@
+// Draft-length control and draft/target tokenizer compatibility (see speculative.h).
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "strategies/speculative.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specdec::strategies {
+
+void check_tokenizers_compatible(const tokenizer::Tokenizer& tgt, const tokenizer::Tokenizer& dft) {
+  const int64_t n_vocab = tgt.vocab_size();
+  SD_CHECK(dft.vocab_size() == n_vocab, "draft tokenizer has ", dft.vocab_size(),
+           " tokens, the target's has ", n_vocab, ": incompatible draft model");
+  SD_CHECK(dft.bos_id() == tgt.bos_id(), "draft tokenizer BOS id ", dft.bos_id(), " differs from the target's ",
+           tgt.bos_id());
+  SD_CHECK(dft.eos_ids() == tgt.eos_ids(), "draft tokenizer EOS ids differ from the target's");
+  // A spread sample plus the last ids (where added/special tokens live).
+  const int64_t stride = std::max<int64_t>(1, n_vocab / 509);
+  auto check_id = [&](int64_t id) {
+    const TokenId t = static_cast<TokenId>(id);
+    SD_CHECK(tgt.token_string(t) == dft.token_string(t) && tgt.is_special(t) == dft.is_special(t),
+             "draft tokenizer differs from the target's at token ", id, ": '", dft.token_string(t), "' vs '",
+             tgt.token_string(t), "'");
+  };
+  for (int64_t id = 0; id < n_vocab; id += stride) check_id(id);
+  for (int64_t id = std::max<int64_t>(0, n_vocab - 64); id < n_vocab; ++id) check_id(id);
+}
+
+GammaController::GammaController(const std::string& mode, int64_t gamma, int64_t gamma_max)
+    : mode_(mode), gamma_(gamma), gamma_max_(gamma_max), ms_verify_by_rows_(gamma_max + 2, -1.0) {
+  SD_CHECK(mode == "off" || mode == "hf" || mode == "cost", "adaptive_gamma must be off, hf or cost, got '",
+           mode, "'");
+  SD_CHECK(gamma >= 0 && gamma <= gamma_max, "gamma (", gamma, ") must be in [0, gamma_max = ", gamma_max, "]");
+  if (mode_ == "hf") gamma_ = std::max<int64_t>(gamma_, 1);
+}
+
+double GammaController::alpha_estimate() const {
+  return (accepted_ + 1.0) / (drafted_ + 2.0);  // Laplace prior: 1/2 before any evidence
+}
+
+void GammaController::update(int64_t k, int64_t a, double ms_draft, double ms_verify) {
+  ++n_rounds_;
+  constexpr double decay = 0.95, ema = 0.2;
+  drafted_ = drafted_ * decay + double(k);
+  accepted_ = accepted_ * decay + double(a);
+  if (k > 0) {
+    const double per_token = ms_draft / double(k);
+    ms_draft_per_token_ = ms_draft_per_token_ < 0 ? per_token : (1 - ema) * ms_draft_per_token_ + ema * per_token;
+  }
+  if (k + 1 < static_cast<int64_t>(ms_verify_by_rows_.size())) {
+    double& slot = ms_verify_by_rows_[k + 1];
+    slot = slot < 0 ? ms_verify : (1 - ema) * slot + ema * ms_verify;
+  }
+  if (mode_ == "hf") {
+    gamma_ = (k > 0 && a == k) ? std::min(gamma_ + 2, gamma_max_) : std::max<int64_t>(gamma_ - 1, 1);
+  } else if (mode_ == "cost") {
+    choose_by_cost();
+  }
+}
+
+// Linear model t(rows) = t1 + slope * (rows - 1) fitted to the measured buckets; before two
+// buckets exist, assume each extra row costs 10% of a 1-row step (CPU notes: 5 rows ~ 1.5x).
+double GammaController::verify_ms(int64_t rows) const {
+  std::vector<std::pair<double, double>> pts;
+  for (size_t r = 1; r < ms_verify_by_rows_.size(); ++r)
+    if (ms_verify_by_rows_[r] >= 0) pts.emplace_back(double(r), ms_verify_by_rows_[r]);
+  if (pts.empty()) return 1.0 + 0.1 * double(rows - 1);
+  if (pts.size() == 1) return pts[0].second * (1.0 + 0.1 * double(rows - 1)) / (1.0 + 0.1 * (pts[0].first - 1));
+  double mx = 0, my = 0;
+  for (auto& [x, y] : pts) { mx += x; my += y; }
+  mx /= double(pts.size());
+  my /= double(pts.size());
+  double sxy = 0, sxx = 0;
+  for (auto& [x, y] : pts) { sxy += (x - mx) * (y - my); sxx += (x - mx) * (x - mx); }
+  const double slope = std::max(0.0, sxy / sxx);
+  return std::max(1e-6, my + slope * (double(rows) - mx));
+}
+
+void GammaController::choose_by_cost() {
+  if (n_rounds_ < 2) return;  // keep the start value until both costs have been measured once
+  const double a = std::min(alpha_estimate(), 0.999);
+  const double t_draft = std::max(0.0, ms_draft_per_token_);
+  int64_t best = 0;
+  double best_rate = 1.0 / verify_ms(1);
+  for (int64_t g = 1; g <= gamma_max_; ++g) {
+    const double expected = (1.0 - std::pow(a, double(g + 1))) / (1.0 - a);
+    const double rate = expected / (double(g) * t_draft + verify_ms(g + 1));
+    if (rate > best_rate) { best_rate = rate; best = g; }
+  }
+  n_zero_rounds_ = best == 0 ? n_zero_rounds_ + 1 : 0;
+  // At gamma 0 nothing is drafted, so acceptance is never re-measured: probe now and then.
+  gamma_ = (best == 0 && n_zero_rounds_ % probe_every == 0) ? 1 : best;
+}
+
+}  // namespace specdec::strategies

@@ -1,0 +1,39 @@
+#pragma once
+// Helpers shared by the strategies: one-sequence forwards, request checks, result assembly.
+#include <ATen/ATen.h>
+
+#include <functional>
+
+#include "model/causal_lm.h"
+#include "strategies/stop.h"
+#include "strategies/strategy.h"
+
+namespace specdec::strategies {
+
+// Checks the parts every strategy needs (target model, prompt, token ids inside the vocab).
+void check_request(const Request& req);
+
+// Runs `n` tokens of sequence 0 starting at cache position `start_pos`.
+// returns: [n, V] float32 logits, contiguous.
+at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
+                          int64_t start_pos);
+
+// Cache capacity for a request: prompt + max_new_tokens + `slack` speculative positions.
+int64_t cache_capacity(const Request& req, int64_t slack);
+
+// Moves the tracker's tokens/text/finish into a Result and stamps the total time.
+Result make_result(const StopTracker& tracker, Stats stats, const Stopwatch& clock);
+
+}  // namespace specdec::strategies
+
+namespace specdec::strategies {
+
+// Chooses the next token from one position's logits. row: [V] float32; context: prompt +
+// tokens generated so far (for the repetition penalty).
+using PickToken = std::function<TokenId(const at::Tensor& row, const Tokens& context)>;
+
+// Plain autoregressive decoding (prefill, then one target forward per token) shared by the
+// greedy and sampling strategies; the speculative baseline.
+Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick);
+
+}  // namespace specdec::strategies

@@ -1,0 +1,29 @@
+// greedy: argmax of the (repetition-penalised) target logits at every step.
+#include "sampling/processors.h"
+#include "strategies/common.h"
+#include "strategies/registry.h"
+
+namespace specdec::strategies {
+namespace {
+
+class Greedy : public Strategy {
+ public:
+  explicit Greedy(const Params& p) : cfg_(processor_config(p)) {}
+  Result generate(const Request& req, const TokenCallback& on_token) override {
+    return autoregressive_decode(req, on_token, [&](const at::Tensor& row, const Tokens& context) {
+      return sampling::greedy_token(row, cfg_, context);  // [V] -> arg-max id
+    });
+  }
+
+ private:
+  sampling::ProcessorConfig cfg_;
+};
+
+}  // namespace
+
+StrategyInfo greedy_info() {
+  return {"greedy", "argmax decoding of the target model (the speculative baseline)", {}, false,
+          [](const Params& p) { return std::make_unique<Greedy>(p); }};
+}
+
+}  // namespace specdec::strategies

@@ -1,0 +1,115 @@
+// The strategy registry: a name table and one factory (DESIGN principle 3).
+// Each strategy file defines `StrategyInfo <name>_info()`; adding one is one line below.
+#include "strategies/registry.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+#define SPECDEC_STRATEGY_LIST(X) \
+  X(greedy)                      \
+  X(sampling)                    \
+  X(beam)                        \
+  X(speculative)
+
+namespace specdec::strategies {
+
+#define SPECDEC_DECLARE_INFO(name) StrategyInfo name##_info();
+SPECDEC_STRATEGY_LIST(SPECDEC_DECLARE_INFO)
+#undef SPECDEC_DECLARE_INFO
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::ostringstream os;
+  for (size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << names[i];
+  return os.str();
+}
+
+const ParamSpec* find_spec(const std::vector<ParamSpec>& specs, const std::string& key) {
+  for (const auto& s : specs)
+    if (s.name == key) return &s;
+  return nullptr;
+}
+
+void check_type(const std::string& strategy, const ParamSpec& spec, const Params& p) {
+  try {
+    if (spec.type == "int") p.get_int(spec.name);
+    else if (spec.type == "float") p.get_float(spec.name);
+    else if (spec.type == "bool") p.get_bool(spec.name);
+  } catch (const Error& e) {
+    fail("strategy '", strategy, "': ", e.what());
+  }
+}
+
+}  // namespace
+
+const std::vector<ParamSpec>& processor_params() {
+  static const std::vector<ParamSpec> specs = {
+      {"temperature", "float", "1.0", "softmax temperature; 0 = greedy (argmax)"},
+      {"top_k", "int", "0", "keep the k most likely tokens (ties kept); 0 = off"},
+      {"top_p", "float", "1.0", "nucleus: keep the smallest set with mass >= top_p; 1 = off"},
+      {"min_p", "float", "0.0", "drop tokens below min_p * max probability; 0 = off"},
+      {"repetition_penalty", "float", "1.0", "HF: divide positive / multiply negative logits of seen tokens"},
+  };
+  return specs;
+}
+
+sampling::ProcessorConfig processor_config(const Params& resolved) {
+  sampling::ProcessorConfig c;
+  c.temperature = resolved.get_float("temperature");
+  c.top_k = resolved.get_int("top_k");
+  c.top_p = resolved.get_float("top_p");
+  c.min_p = resolved.get_float("min_p");
+  c.repetition_penalty = resolved.get_float("repetition_penalty");
+  SD_CHECK(c.temperature >= 0, "strategy parameter 'temperature' must be >= 0, got ", c.temperature);
+  SD_CHECK(c.top_k >= 0, "strategy parameter 'top_k' must be >= 0, got ", c.top_k);
+  SD_CHECK(c.top_p > 0 && c.top_p <= 1, "strategy parameter 'top_p' must be in (0, 1], got ", c.top_p);
+  SD_CHECK(c.min_p >= 0 && c.min_p <= 1, "strategy parameter 'min_p' must be in [0, 1], got ", c.min_p);
+  SD_CHECK(c.repetition_penalty > 0, "strategy parameter 'repetition_penalty' must be > 0, got ",
+           c.repetition_penalty);
+  return c;
+}
+
+const std::vector<StrategyInfo>& all() {
+#define SPECDEC_INFO_ENTRY(name) name##_info(),
+  static const std::vector<StrategyInfo> infos = {SPECDEC_STRATEGY_LIST(SPECDEC_INFO_ENTRY)};
+#undef SPECDEC_INFO_ENTRY
+  return infos;
+}
+
+const StrategyInfo& find(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& info : all()) {
+    if (info.name == name) return info;
+    names.push_back(info.name);
+  }
+  fail("unknown strategy '", name, "'; valid strategies: ", join_names(names));
+}
+
+Params resolve(const std::string& name, const Params& given) {
+  const StrategyInfo& info = find(name);
+  // Strategy-specific specs come first so a strategy may override a processor default.
+  std::vector<ParamSpec> specs = info.params;
+  for (const auto& s : processor_params())
+    if (!find_spec(specs, s.name)) specs.push_back(s);
+  for (const auto& [key, value] : given.values()) {
+    if (find_spec(specs, key)) continue;
+    std::vector<std::string> names;
+    for (const auto& s : specs) names.push_back(s.name);
+    fail("strategy '", name, "': unknown parameter '", key, "' (= '", value, "'); valid parameters: ",
+         join_names(names));
+  }
+  Params out = given;
+  for (const auto& s : specs)
+    if (!out.has(s.name)) out.set(s.name, s.default_value);
+  for (const auto& s : specs) check_type(name, s, out);
+  processor_config(out);  // range checks
+  return out;
+}
+
+std::unique_ptr<Strategy> create(const std::string& name, const Params& given) {
+  return find(name).factory(resolve(name, given));
+}
+
+}  // namespace specdec::strategies

@@ -1,0 +1,34 @@
+// sampling: ancestral sampling from the processed target distribution, seeded by
+// Request::seed so a run is reproducible.
+#include "core/rng.h"
+#include "sampling/processors.h"
+#include "strategies/common.h"
+#include "strategies/registry.h"
+
+namespace specdec::strategies {
+namespace {
+
+class Sampling : public Strategy {
+ public:
+  explicit Sampling(const Params& p) : cfg_(processor_config(p)) {}
+  Result generate(const Request& req, const TokenCallback& on_token) override {
+    Rng rng(req.seed);
+    return autoregressive_decode(req, on_token, [&](const at::Tensor& row, const Tokens& context) {
+      if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);
+      at::Tensor probs = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
+      return sampling::sample_from(probs.data_ptr<float>(), probs.size(1), rng.uniform());
+    });
+  }
+
+ private:
+  sampling::ProcessorConfig cfg_;
+};
+
+}  // namespace
+
+StrategyInfo sampling_info() {
+  return {"sampling", "seeded ancestral sampling from the processed target distribution", {}, false,
+          [](const Params& p) { return std::make_unique<Sampling>(p); }};
+}
+
+}  // namespace specdec::strategies

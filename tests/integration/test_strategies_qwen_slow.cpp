@@ -1,0 +1,55 @@
+// Greedy speculative decoding with Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B equals
+// greedy decoding of the 1.5B, token for token (label slow: ~1.5 GB of fp32 weights).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/causal_lm.h"
+#include "strategies/registry.h"
+#include "strategies/speculative.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+
+namespace {
+
+model::LoadedModel load(const std::string& file, const std::string& name) {
+  const std::string path = SPECDEC_SOURCE_DIR "/models/" + file;
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << path << " is missing: run `scripts/fetch_models.sh " << name << "`";
+    return {};
+  }
+  model::ModelSpec spec;
+  spec.name = name;
+  spec.path = path;
+  spec.threads = 2;
+  return model::load(spec);
+}
+
+TEST(QwenPair, GreedySpeculativeEqualsGreedyTarget) {
+  model::set_threads(2);
+  const model::LoadedModel tgt = load("qwen2.5-coder-1.5b-instruct.gguf", "qwen2.5-coder-1.5b");
+  const model::LoadedModel dft = load("qwen2.5-coder-0.5b-instruct.gguf", "qwen2.5-coder-0.5b");
+  ASSERT_TRUE(tgt.model && dft.model);
+  ASSERT_NO_THROW(check_tokenizers_compatible(*tgt.tokenizer, *dft.tokenizer));
+  for (const char* text : {"Write a C function that returns the maximum of an int array.",
+                           "Rename `x` to `width` in: int area(int x, int h) { return x * h; }"}) {
+    Request req;
+    req.target = tgt.model;
+    req.tokenizer = tgt.tokenizer;
+    req.draft = dft.model;
+    req.draft_tokenizer = dft.tokenizer;
+    req.prompt = tgt.tokenizer->encode(tgt.tokenizer->apply_chat_template({{"user", text}}, true), true);
+    req.stop.eos_ids = tgt.tokenizer->eos_ids();
+    req.stop.max_new_tokens = 48;
+    const Result base = create("greedy", {})->generate(req, {});
+    const Result spec = create("speculative", Params({{"temperature", "0"}, {"gamma", "4"}}))->generate(req, {});
+    EXPECT_EQ(spec.tokens, base.tokens) << text << "\n-- greedy: " << base.text << "\n-- spec: " << spec.text;
+    std::printf("  alpha %.3f tau %.2f\n", spec.stats.alpha(), spec.stats.tau());
+    const Result ngram = create("speculative", Params({{"temperature", "0"}, {"drafter", "ngram"}}))->generate(req, {});
+    EXPECT_EQ(ngram.tokens, base.tokens) << text;
+  }
+}
+
+}  // namespace

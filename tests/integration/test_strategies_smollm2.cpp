@@ -1,0 +1,172 @@
+// Strategies on SmolLM2-135M-Instruct (real weights):
+//  - greedy speculative decoding (n-gram drafter; draft = target) equals greedy, token for token;
+//  - beam search equals Hugging Face beam search (fixture from scripts/reference/make_beam_fixtures.py);
+//  - stop strings spanning two tokens; seeded sampling is reproducible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/causal_lm.h"
+#include "strategies/registry.h"
+#include "strategies/speculative.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+
+namespace {
+
+const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+
+const model::LoadedModel& smollm2() {
+  static const model::LoadedModel m = [] {
+    model::set_threads(2);
+    model::ModelSpec spec;
+    spec.name = "smollm2-135m";
+    spec.path = kModel;
+    spec.threads = 2;
+    return model::load(spec);
+  }();
+  return m;
+}
+
+class SmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kModel))
+        << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+  }
+  Request request(const std::string& user_text, int64_t max_new) const {
+    const auto& m = smollm2();
+    Request r;
+    r.target = m.model;
+    r.tokenizer = m.tokenizer;
+    r.prompt = m.tokenizer->encode(m.tokenizer->apply_chat_template({{"user", user_text}}, true), true);
+    r.stop.eos_ids = m.tokenizer->eos_ids();
+    r.stop.max_new_tokens = max_new;
+    return r;
+  }
+};
+
+const char* kCopyPrompts[] = {
+    "Rename the variable `count` to `total` in this code and return the full code:\n"
+    "def add(values):\n    count = 0\n    for v in values:\n        count += v\n    return count\n",
+    "Repeat this sentence exactly: \"The quick brown fox jumps over the lazy dog near the river bank.\"",
+    "Summarise with a quote: The committee said \"the budget will grow by ten percent next year\" and "
+    "added that \"hiring will resume in spring\".",
+};
+
+Params greedy(std::map<std::string, std::string> extra = {}) {
+  extra["temperature"] = "0";
+  return Params(extra);
+}
+
+TEST_F(SmolLM2, GreedySpeculativeEqualsGreedyWithNgramDrafter) {
+  for (const char* prompt : kCopyPrompts) {
+    const Request req = request(prompt, 48);
+    const Result base = create("greedy", {})->generate(req, {});
+    const Result spec = create("speculative", greedy({{"drafter", "ngram"}}))->generate(req, {});
+    EXPECT_EQ(spec.tokens, base.tokens) << prompt << "\n-- greedy: " << base.text << "\n-- spec: " << spec.text;
+    EXPECT_EQ(spec.text, base.text);
+    EXPECT_EQ(spec.finish, base.finish);
+    std::printf("  ngram: alpha %.3f tau %.2f (%lld drafted)\n", spec.stats.alpha(), spec.stats.tau(),
+                (long long)spec.stats.n_drafted);
+  }
+}
+
+TEST_F(SmolLM2, GreedySpeculativeWithDraftEqualToTargetAcceptsEverything) {
+  Request req = request(kCopyPrompts[0], 40);
+  const Result base = create("greedy", {})->generate(req, {});
+  req.draft = req.target;
+  req.draft_tokenizer = req.tokenizer;
+  const Result spec = create("speculative", greedy({{"gamma", "4"}}))->generate(req, {});
+  EXPECT_EQ(spec.tokens, base.tokens) << base.text << "\n-- spec: " << spec.text;
+  EXPECT_DOUBLE_EQ(spec.stats.alpha(), 1.0);
+  EXPECT_GT(spec.stats.n_drafted, 0);
+}
+
+TEST_F(SmolLM2, BeamSearchMatchesHuggingFace) {
+  std::ifstream in(SPECDEC_SOURCE_DIR "/tests/fixtures/strategies/beam_smollm2.json");
+  ASSERT_TRUE(in) << "missing fixture: run scripts/reference/make_beam_fixtures.py";
+  const auto fx = nlohmann::json::parse(in);
+  int n_checked = 0;
+  for (const auto& c : fx["cases"]) {
+    Request req;
+    req.target = smollm2().model;
+    req.tokenizer = smollm2().tokenizer;
+    req.prompt = c["prompt_ids"].get<Tokens>();
+    req.stop.eos_ids = fx["eos_ids"].get<Tokens>();
+    req.stop.max_new_tokens = fx["max_new_tokens"];
+    EXPECT_EQ(create("greedy", {})->generate(req, {}).tokens, c["greedy"].get<Tokens>()) << c["prompt"];
+    for (const auto& b : c["beams"]) {
+      const Params p({{"num_beams", "4"}, {"num_return_sequences", "2"},
+                      {"length_penalty", std::to_string(b["length_penalty"].get<double>())},
+                      {"early_stopping", b["early_stopping"].get<std::string>()}});
+      const Result r = create("beam", p)->generate(req, {});
+      ASSERT_EQ(r.sequences.size(), 2u);
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(r.sequences[i].tokens, b["sequences"][i].get<Tokens>())
+            << c["prompt"] << " lp=" << b["length_penalty"] << " es=" << b["early_stopping"] << " seq " << i;
+        // Our logits differ from HF's by ~1e-4 (fp32 summation order); summed over 32 tokens
+        // (and multiplied by n for length_penalty -1) scores agree to ~1e-5 relative.
+        const double ref = b["scores"][i].get<double>();
+        EXPECT_NEAR(r.sequences[i].score, ref, 1e-3 + 2e-5 * std::abs(ref));
+      }
+      ++n_checked;
+    }
+  }
+  EXPECT_EQ(n_checked, 20);
+}
+
+TEST_F(SmolLM2, StopStringSpanningTwoTokensIsCutAndSpeculativeStopsThereToo) {
+  Request req = request(kCopyPrompts[1], 40);
+  const Result base = create("greedy", {})->generate(req, {});
+  const auto& tok = *req.tokenizer;
+  // A stop string made of the end of token i and the start of token i+1, new at that point.
+  std::string stop, prefix;
+  size_t i_end = 0;
+  for (size_t i = 2; i + 1 < base.tokens.size() && stop.empty(); ++i) {
+    const std::string a = tok.token_bytes(base.tokens[i]), b = tok.token_bytes(base.tokens[i + 1]);
+    std::string before;
+    for (size_t j = 0; j < i; ++j) before += tok.token_bytes(base.tokens[j]);
+    if (a.size() < 2 || b.size() < 2 || tok.is_special(base.tokens[i + 1])) continue;
+    const std::string cand = a.substr(a.size() - 2) + b.substr(0, 2);
+    if ((before + a + b).find(cand) != before.size() + a.size() - 2) continue;
+    stop = cand;
+    prefix = before + a.substr(0, a.size() - 2);
+    i_end = i + 1;
+  }
+  ASSERT_FALSE(stop.empty()) << "no suitable token pair in: " << base.text;
+  req.stop.stop_strings = {"never appears \x01", stop};
+  const Tokens expected(base.tokens.begin(), base.tokens.begin() + i_end + 1);
+  for (const char* name : {"greedy", "speculative"}) {
+    std::string streamed;
+    const Result r = create(name, greedy({}))->generate(req, [&](const Tokens&, const std::string& t) { streamed += t; });
+    EXPECT_EQ(r.finish, FinishReason::stop_string) << name;
+    EXPECT_EQ(r.text, prefix) << name << " stop='" << stop << "'";
+    EXPECT_EQ(streamed, prefix) << name;
+    EXPECT_EQ(r.tokens, expected) << name;
+  }
+}
+
+TEST_F(SmolLM2, SeededSamplingIsReproducible) {
+  Request req = request("Write a haiku about the sea.", 24);
+  req.seed = 1234;
+  const Params p({{"temperature", "0.8"}, {"top_p", "0.9"}});
+  const Result a = create("sampling", p)->generate(req, {});
+  const Result b = create("sampling", p)->generate(req, {});
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.text, b.text);
+  const Result s1 = create("speculative", Params({{"temperature", "0.8"}, {"drafter", "ngram"}}))->generate(req, {});
+  const Result s2 = create("speculative", Params({{"temperature", "0.8"}, {"drafter", "ngram"}}))->generate(req, {});
+  EXPECT_EQ(s1.tokens, s2.tokens);
+}
+
+TEST_F(SmolLM2, TokenizerCompatibilityCheck) {
+  EXPECT_NO_THROW(check_tokenizers_compatible(*smollm2().tokenizer, *smollm2().tokenizer));
+}
+
+}  // namespace

@@ -1,0 +1,267 @@
+// Strategies on tiny random models (no weights): registry and parameters, stop handling,
+// drafters, gamma control, greedy speculative == greedy, EOS inside an accepted block,
+// seeded reproducibility, streaming.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/tiny.h"
+#include "strategies/drafters.h"
+#include "strategies/registry.h"
+#include "strategies/speculative.h"
+#include "strategies/stop.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+
+namespace {
+
+std::shared_ptr<model::CausalLM> tiny(uint64_t seed) {
+  static std::map<uint64_t, std::shared_ptr<model::CausalLM>> cache;
+  auto& m = cache[seed];
+  if (!m) m = model::make_tiny_llama(model::tiny_llama_config(), seed);
+  return m;
+}
+
+Request tiny_request(uint64_t target_seed, int64_t max_new) {
+  Request r;
+  r.prompt = {1, 5, 9, 5, 9, 3};
+  r.target = tiny(target_seed);
+  r.stop.max_new_tokens = max_new;
+  return r;
+}
+
+Params P(std::map<std::string, std::string> values) { return Params(std::move(values)); }
+
+Result run(const std::string& name, const Params& p, const Request& req, const TokenCallback& cb = {}) {
+  return create(name, p)->generate(req, cb);
+}
+
+Params greedy_params(std::map<std::string, std::string> extra = {}) {
+  extra["temperature"] = "0";
+  return P(extra);
+}
+
+// ---- registry ------------------------------------------------------------------------------
+TEST(Registry, ListsStrategiesAndRejectsUnknownNamesWithTheValidOnes) {
+  for (const char* n : {"greedy", "sampling", "beam", "speculative"}) EXPECT_EQ(find(n).name, n);
+  try {
+    find("nucleus");
+    FAIL() << "unknown strategy accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("greedy, sampling, beam, speculative"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Registry, ResolveFillsDefaultsAndRejectsUnknownOrBadParameters) {
+  const Params p = resolve("speculative", P({{"gamma", "6"}}));
+  EXPECT_EQ(p.get_int("gamma"), 6);
+  EXPECT_EQ(p.get_string("drafter"), "auto");
+  EXPECT_DOUBLE_EQ(p.get_float("temperature"), 1.0);
+  try {
+    resolve("beam", P({{"gama", "3"}}));
+    FAIL() << "unknown parameter accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'gama'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("num_beams"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("temperature"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(resolve("greedy", P({{"top_k", "many"}})), Error);
+  EXPECT_THROW(resolve("greedy", P({{"top_p", "1.5"}})), Error);
+  EXPECT_THROW(create("beam", P({{"early_stopping", "maybe"}})), Error);
+  EXPECT_THROW(create("speculative", P({{"drafter", "oracle"}})), Error);
+}
+
+TEST(Params, TypedGettersNameKeyAndValue) {
+  Params p = P({{"a", "12"}, {"b", "0.5"}, {"c", "true"}, {"d", "x"}});
+  EXPECT_EQ(p.get_int("a"), 12);
+  EXPECT_DOUBLE_EQ(p.get_float("b"), 0.5);
+  EXPECT_TRUE(p.get_bool("c"));
+  try {
+    p.get_int("d");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'d'"), std::string::npos);
+  }
+  EXPECT_THROW(p.get_float("missing"), Error);
+}
+
+// ---- stop handling -----------------------------------------------------------------------------
+TEST(StopTracker, EosAndMaxNewTokens) {
+  StopCriteria sc;
+  sc.eos_ids = {7, 8};
+  sc.max_new_tokens = 3;
+  StopTracker a(sc, nullptr, nullptr);
+  EXPECT_FALSE(a.push(1));
+  EXPECT_TRUE(a.push(8));
+  EXPECT_EQ(a.finish(), FinishReason::eos);
+  EXPECT_THROW(a.push(2), Error);
+  StopTracker b(sc, nullptr, nullptr);
+  b.push(1);
+  b.push(2);
+  EXPECT_TRUE(b.push(3));
+  EXPECT_EQ(b.finish(), FinishReason::length);
+  sc.stop_strings = {"x"};
+  EXPECT_THROW(StopTracker(sc, nullptr, nullptr), Error);  // stop strings need a tokenizer
+}
+
+TEST(StopTracker, Utf8PrefixHoldsBackIncompleteCharacters) {
+  const std::string s = "a\xC3\xA9\xE2\x82";  // "aé" + 2 of the 3 bytes of "€"
+  EXPECT_EQ(utf8_complete_prefix(s, s.size()), 3u);
+  EXPECT_EQ(utf8_complete_prefix(s, 2), 1u);
+  EXPECT_EQ(utf8_complete_prefix(s, 3), 3u);
+}
+
+// ---- drafters and gamma control ------------------------------------------------------------------
+TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentMatch) {
+  NgramDrafter d(1, 3);
+  // suffix [4, 5] occurs at 1 (followed by 6, 7) and at 5 (followed by 9, 4)
+  const Tokens seq = {3, 4, 5, 6, 7, 4, 5, 9, 4, 5};
+  EXPECT_EQ(d.propose(seq, 2).tokens, (Tokens{9, 4}));
+  EXPECT_EQ(d.propose(seq, 8).tokens, (Tokens{9, 4, 5}));  // stops at the end of the sequence
+  EXPECT_TRUE(d.propose({1, 2, 3}, 4).tokens.empty());
+  EXPECT_TRUE(d.propose(seq, 0).tokens.empty());
+  EXPECT_THROW(NgramDrafter(0, 2), Error);
+}
+
+TEST(GammaController, HuggingFaceHeuristicIsBounded) {
+  GammaController c("hf", 4, 7);
+  c.update(4, 4, 1, 1);
+  EXPECT_EQ(c.next(), 6);
+  c.update(6, 6, 1, 1);
+  EXPECT_EQ(c.next(), 7);
+  for (int i = 0; i < 10; ++i) c.update(c.next(), 0, 1, 1);
+  EXPECT_EQ(c.next(), 1);
+  EXPECT_THROW(GammaController("fast", 4, 8), Error);
+}
+
+TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
+  GammaController good("cost", 2, 8);  // cheap draft, high acceptance -> long drafts
+  for (int i = 0; i < 20; ++i) good.update(good.next(), good.next(), 0.05 * good.next(), 10 + good.next());
+  EXPECT_GE(good.next(), 4);
+  GammaController bad("cost", 4, 8);  // draft costs as much as the target, never accepted -> 0
+  int n_zero = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t g = bad.next();
+    n_zero += g == 0;
+    bad.update(g, 0, 10.0 * g, 10 + g);
+  }
+  EXPECT_GE(n_zero, 30);  // mostly plain decoding, with occasional 1-token probes
+}
+
+// ---- greedy speculative == greedy ---------------------------------------------------------------
+TEST(Speculative, GreedyEqualsGreedyTargetWithEveryDrafter) {
+  Request req = tiny_request(11, 40);
+  const Result base = run("greedy", {}, req);
+  ASSERT_EQ(base.tokens.size(), 40u);
+  req.draft = tiny(11);  // draft = target: every draft token must be accepted
+  Result same = run("speculative", greedy_params({{"gamma", "4"}}), req);
+  EXPECT_EQ(same.tokens, base.tokens);
+  EXPECT_DOUBLE_EQ(same.stats.alpha(), 1.0);
+  EXPECT_GT(same.stats.tau(), 4.0);  // 5 tokens per forward except near max_new_tokens
+  req.draft = tiny(12);              // a different random model: many rejections
+  Result other = run("speculative", greedy_params({{"gamma", "3"}}), req);
+  EXPECT_EQ(other.tokens, base.tokens);
+  EXPECT_LT(other.stats.alpha(), 1.0);
+  req.draft = nullptr;
+  for (const char* mode : {"off", "hf", "cost"}) {
+    Result ngram = run("speculative", greedy_params({{"adaptive_gamma", mode}}), req);
+    EXPECT_EQ(ngram.tokens, base.tokens) << mode;
+    EXPECT_EQ(ngram.stats.n_generated, 40);
+  }
+}
+
+TEST(Speculative, StatsAreConsistent) {
+  Request req = tiny_request(11, 30);
+  req.draft = tiny(12);
+  const Result r = run("speculative", greedy_params({{"gamma", "3"}}), req);
+  const Stats& s = r.stats;
+  EXPECT_EQ(s.n_target_forwards, s.n_rounds + 1);
+  int64_t acc = 0, dr = 0;
+  for (size_t i = 0; i < s.accepted_per_position.size(); ++i) {
+    acc += s.accepted_per_position[i];
+    dr += s.drafted_per_position[i];
+    if (i > 0) EXPECT_LE(s.accepted_per_position[i], s.accepted_per_position[i - 1]);
+  }
+  EXPECT_EQ(acc, s.n_accepted);
+  EXPECT_EQ(dr, s.n_drafted);
+  EXPECT_GE(s.n_accepted + s.n_rounds, s.n_generated);  // each round emits a + 1 (last may be cut)
+  EXPECT_GT(s.ms_verify, 0);
+  EXPECT_GT(s.ms_draft, 0);
+}
+
+TEST(Speculative, EosInsideAnAcceptedBlockEndsExactlyThere) {
+  Request req = tiny_request(11, 40);
+  const Result base = run("greedy", {}, req);
+  // An EOS id that first occurs at index >= 5 of the greedy output.
+  size_t cut = 0;
+  for (size_t i = 5; i < base.tokens.size() && !cut; ++i)
+    if (std::find(base.tokens.begin(), base.tokens.begin() + i, base.tokens[i]) == base.tokens.begin() + i) cut = i;
+  ASSERT_GT(cut, 0u);
+  req.stop.eos_ids = {base.tokens[cut]};
+  const Tokens expected(base.tokens.begin(), base.tokens.begin() + cut + 1);
+  EXPECT_EQ(run("greedy", {}, req).tokens, expected);
+  req.draft = tiny(11);  // whole blocks accepted: the EOS lies inside one
+  Tokens streamed;
+  const Result spec = run("speculative", greedy_params({{"gamma", "6"}}), req,
+                          [&](const Tokens& t, const std::string&) { streamed.insert(streamed.end(), t.begin(), t.end()); });
+  EXPECT_EQ(spec.tokens, expected);
+  EXPECT_EQ(spec.finish, FinishReason::eos);
+  EXPECT_EQ(streamed, expected);  // nothing after the EOS was streamed
+}
+
+// ---- sampling ------------------------------------------------------------------------------------
+TEST(Sampling, SeededRunsAreReproducible) {
+  Request req = tiny_request(11, 24);
+  const Params p = P({{"temperature", "0.9"}, {"top_k", "20"}});
+  req.seed = 42;
+  const Result a = run("sampling", p, req), b = run("sampling", p, req);
+  EXPECT_EQ(a.tokens, b.tokens);
+  req.seed = 43;
+  EXPECT_NE(run("sampling", p, req).tokens, a.tokens);
+  req.seed = 42;
+  req.draft = tiny(12);
+  const Result s1 = run("speculative", p, req), s2 = run("speculative", p, req);
+  EXPECT_EQ(s1.tokens, s2.tokens);
+  EXPECT_EQ(s1.stats.n_accepted, s2.stats.n_accepted);
+}
+
+TEST(Sampling, TemperatureZeroIsGreedy) {
+  Request req = tiny_request(11, 16);
+  EXPECT_EQ(run("sampling", greedy_params(), req).tokens, run("greedy", {}, req).tokens);
+}
+
+// ---- beam ----------------------------------------------------------------------------------------
+TEST(Beam, OneBeamIsGreedyAndSequencesAreSortedByScore) {
+  Request req = tiny_request(11, 12);
+  const Result g = run("greedy", {}, req);
+  const Result b1 = run("beam", P({{"num_beams", "1"}}), req);
+  EXPECT_EQ(b1.tokens, g.tokens);
+  const Result b4 = run("beam", P({{"num_beams", "4"}, {"num_return_sequences", "3"}}), req);
+  ASSERT_EQ(b4.sequences.size(), 3u);
+  EXPECT_GE(b4.sequences[0].score, b4.sequences[1].score);
+  EXPECT_GE(b4.sequences[1].score, b4.sequences[2].score);
+}
+
+TEST(Strategies, WallClockTimeoutEndsEveryStrategy) {
+  Request req = tiny_request(11, 50);
+  req.stop.timeout_s = 1e-9;  // expires before the first step completes
+  req.draft = tiny(12);
+  for (const char* name : {"greedy", "sampling", "speculative", "beam"}) {
+    const Result r = run(name, {}, req);
+    EXPECT_EQ(r.finish, FinishReason::timeout) << name;
+    EXPECT_LT(r.tokens.size(), 50u) << name;
+  }
+}
+
+TEST(Strategies, BadRequestsAreErrors) {
+  Request req = tiny_request(11, 8);
+  req.prompt = {1, 99};  // vocab is 32
+  EXPECT_THROW(run("greedy", {}, req), Error);
+  req = tiny_request(11, 8);
+  EXPECT_THROW(run("speculative", P({{"drafter", "model"}}), req), Error);  // no draft model
+  req.stop.max_new_tokens = 0;
+  EXPECT_TRUE(run("greedy", {}, req).tokens.empty());
+}
+
+}  // namespace
