@@ -27,6 +27,11 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::string rope_scaling_type;  // "", "linear", "llama3", ...
   double rope_scaling_factor = 1.0;
+  // llama3 scaling only (HF rope_scaling.low_freq_factor / high_freq_factor /
+  // original_max_position_embeddings); added by the model owner, defaults as Llama 3.1.
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_orig_ctx = 8192;
   bool tie_embeddings = false;
   bool qkv_bias = false;
 };

@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""Plots of one specdec run folder (called by `specdec run`; also runnable by hand).
+
+    /usr/bin/python3 scripts/plot_results.py results/<experiment>/<run-id>
+
+Reads metrics.json and writes next to it:
+  speedup_vs_gamma.png        measured speedup (median, min-max bars) vs gamma, one line per
+                              strategy and temperature; Leviathan et al.'s prediction dashed
+  acceptance_by_position.png  acceptance rate per draft position, one line per cell
+  tok_s_per_strategy.png      tok/s per cell (median, min-max bars) with its baseline
+Uses Debian's python3-matplotlib (run with /usr/bin/python3, not a venv python).
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def cell_name(c):
+    point = " ".join(f"{k}={v}" for k, v in sorted(c["point"].items()))
+    return c["label"] + (f" [{point}]" if point else "")
+
+
+def plot_speedup_vs_gamma(cells, out):
+    series = {}
+    for c in cells:
+        if c["gamma"] <= 0:
+            continue
+        temp = c["params"].get("temperature", "?")
+        series.setdefault((c["label"], temp), []).append(c)
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (label, temp), cs in sorted(series.items()):
+        cs.sort(key=lambda c: c["gamma"])
+        g = [c["gamma"] for c in cs]
+        med = [c["speedup"]["median"] for c in cs]
+        lo = [c["speedup"]["median"] - c["speedup"]["min"] for c in cs]
+        hi = [c["speedup"]["max"] - c["speedup"]["median"] for c in cs]
+        line = ax.errorbar(g, med, yerr=[lo, hi], marker="o", capsize=3, label=f"{label} T={temp}")
+        pred = [c["predicted_speedup"] for c in cs]
+        if any(p > 0 for p in pred):
+            ax.plot(g, pred, linestyle="--", color=line[0].get_color(), alpha=0.6)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("gamma (draft tokens per round)")
+    ax.set_ylabel("speedup vs autoregressive (measured; dashed: predicted)")
+    ax.set_title("Speedup vs gamma per temperature")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_acceptance(cells, out):
+    rows = [c for c in cells if c["acceptance_per_position"]]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for c in rows:
+        acc = c["acceptance_per_position"]
+        ax.plot(range(1, len(acc) + 1), acc, marker="o", label=cell_name(c))
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Acceptance by draft position")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_tok_s(cells, out):
+    if not cells:
+        return False
+    names = [cell_name(c) for c in cells]
+    med = [c["tok_s"]["median"] for c in cells]
+    err = [[c["tok_s"]["median"] - c["tok_s"]["min"] for c in cells],
+           [c["tok_s"]["max"] - c["tok_s"]["median"] for c in cells]]
+    base = [c["baseline_tok_s"]["median"] for c in cells]
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(cells) + 3), 4.5))
+    x = range(len(cells))
+    ax.bar(x, med, yerr=err, capsize=3, label="strategy")
+    ax.scatter(x, base, color="black", marker="_", s=300, label="its baseline", zorder=3)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("tokens / s")
+    ax.set_title("Throughput per strategy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 1
+    run = sys.argv[1]
+    with open(os.path.join(run, "metrics.json")) as f:
+        cells = json.load(f)["cells"]
+    made = []
+    for name, fn in [("speedup_vs_gamma.png", plot_speedup_vs_gamma),
+                     ("acceptance_by_position.png", plot_acceptance),
+                     ("tok_s_per_strategy.png", plot_tok_s)]:
+        if fn(cells, os.path.join(run, name)):
+            made.append(name)
+    print(" ".join(made))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

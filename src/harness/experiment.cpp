@@ -1,0 +1,416 @@
+// Experiment YAML parsing: the only place the experiment tree is a YAML node. Each section
+// has one parse function taking (node, key path); errors go through Ctx::fail so every
+// message carries the file, the key path and the offending value.
+#include "harness/experiment.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "harness/paths.h"
+
+namespace specdec::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Ctx {
+  std::string file;
+
+  [[noreturn]] void bad(const std::string& path, const std::string& what) const {
+    fail(file, ": ", path, ": ", what);
+  }
+
+  static std::string show(const YAML::Node& n) {
+    if (!n || n.IsNull()) return "null";
+    if (n.IsScalar()) return "'" + n.Scalar() + "'";
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return e.c_str();
+  }
+
+  // Every map rejects keys outside its schema, listing the valid ones.
+  void check_keys(const YAML::Node& n, const std::string& path, const std::vector<std::string>& allowed) const {
+    if (!n.IsMap()) bad(path.empty() ? "(top level)" : path, "expected a mapping, got " + show(n));
+    for (const auto& kv : n) {
+      const std::string key = kv.first.as<std::string>();
+      bool ok = false;
+      for (const auto& a : allowed) ok = ok || a == key;
+      if (ok) continue;
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      bad(join(path, key), "unknown key '" + key + "' (valid keys: " + list + ")");
+    }
+  }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  std::string str(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) bad(path, "expected a string, got " + show(n));
+    return n.Scalar();
+  }
+  int64_t integer(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) const {
+    int64_t v = 0;
+    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) bad(path, "expected an integer, got " + show(n));
+    if (v < lo || v > hi) bad(path, "value " + std::to_string(v) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return v;
+  }
+  double real(const YAML::Node& n, const std::string& path, double lo, double hi) const {
+    double v = 0;
+    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) bad(path, "expected a number, got " + show(n));
+    if (!(v >= lo && v <= hi)) bad(path, "value " + n.Scalar() + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return v;
+  }
+  bool boolean(const YAML::Node& n, const std::string& path) const {
+    bool v = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) bad(path, "expected true or false, got " + show(n));
+    return v;
+  }
+  std::vector<std::string> strings(const YAML::Node& n, const std::string& path) const {
+    std::vector<std::string> out;
+    if (n.IsScalar()) return {n.Scalar()};
+    if (!n.IsSequence()) bad(path, "expected a string or a list of strings, got " + show(n));
+    for (size_t i = 0; i < n.size(); ++i) out.push_back(str(n[i], path + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+};
+
+ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& path, const ModelChoice& defaults) {
+  ModelChoice m = defaults;
+  if (n.IsScalar()) {
+    m.name = n.Scalar();
+  } else {
+    c.check_keys(n, path, {"name", "dtype", "threads", "seed"});
+    if (!n["name"]) c.bad(path + ".name", "missing (a catalog name, a model path or tiny-llama)");
+    m.name = c.str(n["name"], path + ".name");
+    if (n["dtype"]) m.dtype = c.str(n["dtype"], path + ".dtype");
+    if (n["threads"]) m.threads = static_cast<int>(c.integer(n["threads"], path + ".threads", 0, 1024));
+    if (n["seed"]) m.seed = static_cast<uint64_t>(c.integer(n["seed"], path + ".seed", 0, INT64_MAX));
+  }
+  if (m.name.empty()) c.bad(path, "empty model name");
+  if (m.dtype != "float32" && m.dtype != "bfloat16")
+    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: float32, bfloat16)");
+  return m;
+}
+
+void parse_models(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
+  c.check_keys(n, "models", {"target", "draft", "dtype", "threads"});
+  ModelChoice defaults;
+  if (n["dtype"]) defaults.dtype = c.str(n["dtype"], "models.dtype");
+  if (n["threads"]) defaults.threads = static_cast<int>(c.integer(n["threads"], "models.threads", 0, 1024));
+  if (!n["target"]) c.bad("models.target", "missing");
+  cfg.target = parse_model(c, n["target"], "models.target", defaults);
+  if (n["draft"] && !n["draft"].IsNull()) cfg.draft = parse_model(c, n["draft"], "models.draft", defaults);
+}
+
+PromptItem parse_prompt(const Ctx& c, const YAML::Node& n, const std::string& path, bool chat_default) {
+  PromptItem p;
+  p.chat = chat_default;
+  if (n.IsScalar()) {
+    p.text = n.Scalar();
+  } else {
+    c.check_keys(n, path, {"text", "chat", "category", "id"});
+    if (!n["text"]) c.bad(path + ".text", "missing");
+    p.text = c.str(n["text"], path + ".text");
+    if (n["chat"]) p.chat = c.boolean(n["chat"], path + ".chat");
+    if (n["category"]) p.category = c.str(n["category"], path + ".category");
+    if (n["id"]) p.id = c.str(n["id"], path + ".id");
+  }
+  if (p.text.empty()) c.bad(path, "empty prompt text");
+  return p;
+}
+
+void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
+  bool chat = false;
+  int64_t limit = 0;
+  YAML::Node inline_list;
+  if (n.IsSequence()) {
+    inline_list.reset(n);
+  } else {
+    c.check_keys(n, "prompts", {"file", "inline", "chat", "limit"});
+    if (n["chat"]) chat = c.boolean(n["chat"], "prompts.chat");
+    if (n["limit"]) limit = c.integer(n["limit"], "prompts.limit", 0, 1000000);
+    if (n["inline"]) inline_list.reset(n["inline"]);
+    if (n["file"]) {
+      cfg.prompts_file = c.str(n["file"], "prompts.file");
+      const std::string path = resolve_data_path(cfg.prompts_file, c.file);
+      if (!fs::exists(path)) c.bad("prompts.file", "file '" + cfg.prompts_file + "' not found");
+      for (auto& p : load_prompts_jsonl(path, chat)) cfg.prompts.push_back(std::move(p));
+    }
+  }
+  if (inline_list && !inline_list.IsNull()) {
+    if (!inline_list.IsSequence()) c.bad("prompts.inline", "expected a list, got " + Ctx::show(inline_list));
+    for (size_t i = 0; i < inline_list.size(); ++i)
+      cfg.prompts.push_back(parse_prompt(c, inline_list[i], "prompts[" + std::to_string(i) + "]", chat));
+  }
+  if (limit > 0 && static_cast<int64_t>(cfg.prompts.size()) > limit) cfg.prompts.resize(static_cast<size_t>(limit));
+  if (cfg.prompts.empty()) c.bad("prompts", "no prompts (give a list, prompts.inline or prompts.file)");
+  for (size_t i = 0; i < cfg.prompts.size(); ++i)
+    if (cfg.prompts[i].id.empty()) cfg.prompts[i].id = "p" + std::to_string(i);
+}
+
+void parse_strategies(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
+  if (!n.IsSequence() || n.size() == 0) c.bad("strategies", "expected a non-empty list, got " + Ctx::show(n));
+  std::set<std::string> labels;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string path = "strategies[" + std::to_string(i) + "]";
+    StrategyEntry s;
+    if (n[i].IsScalar()) {
+      s.name = n[i].Scalar();
+    } else {
+      c.check_keys(n[i], path, {"name", "label", "params"});
+      if (!n[i]["name"]) c.bad(path + ".name", "missing");
+      s.name = c.str(n[i]["name"], path + ".name");
+      if (n[i]["label"]) s.label = c.str(n[i]["label"], path + ".label");
+      if (const auto p = n[i]["params"]) {
+        if (!p.IsMap()) c.bad(path + ".params", "expected a mapping, got " + Ctx::show(p));
+        for (const auto& kv : p) {
+          const std::string key = kv.first.as<std::string>();
+          s.params[key] = c.str(kv.second, path + ".params." + key);
+        }
+      }
+    }
+    if (s.label.empty()) s.label = s.name;
+    if (!labels.insert(s.label).second)
+      c.bad(path + ".label", "duplicate label '" + s.label + "' (give each entry a distinct label)");
+    cfg.strategies.push_back(std::move(s));
+  }
+}
+
+void parse_sweep(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
+  if (n.IsNull()) return;
+  if (!n.IsMap()) c.bad("sweep", "expected a mapping of parameter -> list of values, got " + Ctx::show(n));
+  for (const auto& kv : n) {
+    SweepAxis axis;
+    axis.key = kv.first.as<std::string>();
+    const std::string path = "sweep." + axis.key;
+    axis.values = c.strings(kv.second, path);
+    if (axis.values.empty()) c.bad(path, "empty list of values");
+    std::set<std::string> seen;
+    for (const auto& v : axis.values)
+      if (!seen.insert(v).second) c.bad(path, "duplicate value '" + v + "'");
+    cfg.sweep.push_back(std::move(axis));
+  }
+}
+
+void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
+  c.check_keys(n, "checks", {"greedy_equality", "first_token", "sequence", "significance", "strategies",
+                             "inject_residual_bug"});
+  if (n["greedy_equality"]) k.greedy_equality = c.boolean(n["greedy_equality"], "checks.greedy_equality");
+  if (const auto f = n["first_token"]) {
+    if (f.IsScalar()) {
+      k.first_token = c.boolean(f, "checks.first_token");
+    } else {
+      c.check_keys(f, "checks.first_token", {"enabled", "samples", "top_k"});
+      if (f["enabled"]) k.first_token = c.boolean(f["enabled"], "checks.first_token.enabled");
+      if (f["samples"]) k.first_token_samples = c.integer(f["samples"], "checks.first_token.samples", 10, 10000000);
+      if (f["top_k"]) k.first_token_top_k = c.integer(f["top_k"], "checks.first_token.top_k", 1, 1000);
+    }
+  }
+  if (const auto s = n["sequence"]) {
+    if (s.IsScalar()) {
+      k.sequence = c.boolean(s, "checks.sequence");
+    } else {
+      c.check_keys(s, "checks.sequence", {"enabled", "samples", "length"});
+      if (s["enabled"]) k.sequence = c.boolean(s["enabled"], "checks.sequence.enabled");
+      if (s["samples"]) k.sequence_samples = c.integer(s["samples"], "checks.sequence.samples", 10, 10000000);
+      if (s["length"]) k.sequence_length = c.integer(s["length"], "checks.sequence.length", 1, 4096);
+    }
+  }
+  if (n["significance"]) k.significance = c.real(n["significance"], "checks.significance", 1e-12, 0.5);
+  if (n["strategies"]) k.strategies = c.strings(n["strategies"], "checks.strategies");
+  if (n["inject_residual_bug"]) k.inject_residual_bug = c.boolean(n["inject_residual_bug"], "checks.inject_residual_bug");
+}
+
+// "a.b[2].c=value": walks (creating maps as needed) and sets the node to YAML::Load(value).
+void apply_override(const Ctx& c, YAML::Node root, const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) fail("--set '", text, "': expected key.path=value");
+  const std::string path = text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail("--set '", text, "': value is not valid YAML: ", e.msg);
+  }
+  YAML::Node cur = root;
+  std::stringstream ss(path);
+  std::string part;
+  std::vector<std::string> parts;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string key = parts[i];
+    int64_t index = -1;
+    const auto br = key.find('[');
+    if (br != std::string::npos) {
+      if (key.back() != ']') fail("--set '", text, "': bad index in '", key, "'");
+      index = std::stoll(key.substr(br + 1, key.size() - br - 2));
+      key = key.substr(0, br);
+    }
+    if (key.empty()) fail("--set '", text, "': empty key in path '", path, "'");
+    const bool last = i + 1 == parts.size();
+    YAML::Node next = cur[key];
+    if (index >= 0) {
+      if (!next.IsSequence() || index >= static_cast<int64_t>(next.size()))
+        fail("--set '", text, "': ", key, " has no element [", index, "]");
+      YAML::Node elem = next[static_cast<size_t>(index)];
+      next.reset(elem);
+    }
+    if (last) {
+      if (index >= 0) {
+        cur[key][static_cast<size_t>(index)] = value;
+      } else {
+        cur[key] = value;
+      }
+    } else {
+      cur.reset(next);
+    }
+  }
+  (void)c;
+}
+
+}  // namespace
+
+std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_default) {
+  std::ifstream in(path);
+  SD_CHECK(in, "cannot open prompts file '", path, "'");
+  std::vector<PromptItem> out;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      fail(path, ":", line_no, ": not valid JSON: ", e.what());
+    }
+    SD_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(), path, ":", line_no,
+             ": expected an object with a string field \"text\"");
+    PromptItem p;
+    p.chat = chat_default;
+    p.text = j["text"].get<std::string>();
+    SD_CHECK(!p.text.empty(), path, ":", line_no, ": empty \"text\"");
+    if (j.contains("chat")) {
+      SD_CHECK(j["chat"].is_boolean(), path, ":", line_no, ": \"chat\" must be true or false, got ", j["chat"].dump());
+      p.chat = j["chat"].get<bool>();
+    }
+    if (j.contains("category")) {
+      SD_CHECK(j["category"].is_string(), path, ":", line_no, ": \"category\" must be a string");
+      p.category = j["category"].get<std::string>();
+    }
+    if (j.contains("id")) p.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+ExperimentConfig parse_experiment(const std::string& yaml_text, const std::string& file,
+                                  const std::vector<std::string>& overrides) {
+  const Ctx c{file};
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
+  }
+  if (!root || root.IsNull()) fail(file, ": empty experiment file");
+  for (const auto& o : overrides) apply_override(c, root, o);
+  c.check_keys(root, "", {"name", "description", "models", "prompts", "strategies", "sweep", "repeats", "warmup",
+                          "seed", "max_new_tokens", "stop", "eos", "timeout_s", "plots", "checks"});
+  ExperimentConfig cfg;
+  cfg.file = file;
+  cfg.name = root["name"] ? c.str(root["name"], "name") : fs::path(file).stem().string();
+  for (char ch : cfg.name)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'))
+      c.bad("name", "'" + cfg.name + "' may only contain letters, digits, '_', '-', '.' (it names a folder)");
+  if (root["description"]) cfg.description = c.str(root["description"], "description");
+  if (!root["models"]) c.bad("models", "missing (models.target is required)");
+  parse_models(c, root["models"], cfg);
+  if (!root["prompts"]) c.bad("prompts", "missing");
+  parse_prompts(c, root["prompts"], cfg);
+  if (!root["strategies"]) c.bad("strategies", "missing");
+  parse_strategies(c, root["strategies"], cfg);
+  if (root["sweep"]) parse_sweep(c, root["sweep"], cfg);
+  if (root["repeats"]) cfg.repeats = c.integer(root["repeats"], "repeats", 1, 1000);
+  if (root["warmup"]) cfg.warmup = c.integer(root["warmup"], "warmup", 0, 1000);
+  if (root["seed"]) cfg.seed = static_cast<uint64_t>(c.integer(root["seed"], "seed", 0, INT64_MAX));
+  if (root["max_new_tokens"]) cfg.max_new_tokens = c.integer(root["max_new_tokens"], "max_new_tokens", 1, 1 << 20);
+  if (root["stop"]) cfg.stop = c.strings(root["stop"], "stop");
+  if (root["eos"]) cfg.eos = c.boolean(root["eos"], "eos");
+  if (root["timeout_s"]) cfg.timeout_s = c.real(root["timeout_s"], "timeout_s", 0, 1e9);
+  if (root["plots"]) cfg.plots = c.boolean(root["plots"], "plots");
+  if (root["checks"]) parse_checks(c, root["checks"], cfg.checks);
+  return cfg;
+}
+
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  SD_CHECK(in, "cannot open experiment file '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_experiment(ss.str(), path, overrides);
+}
+
+namespace {
+void emit_model(YAML::Emitter& e, const ModelChoice& m) {
+  e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "dtype" << YAML::Value
+    << m.dtype << YAML::Key << "threads" << YAML::Value << m.threads << YAML::Key << "seed" << YAML::Value << m.seed
+    << YAML::EndMap;
+}
+}  // namespace
+
+std::string to_yaml(const ExperimentConfig& cfg) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << cfg.name;
+  e << YAML::Key << "description" << YAML::Value << cfg.description;
+  e << YAML::Key << "models" << YAML::Value << YAML::BeginMap << YAML::Key << "target" << YAML::Value;
+  emit_model(e, cfg.target);
+  if (cfg.draft) {
+    e << YAML::Key << "draft" << YAML::Value;
+    emit_model(e, *cfg.draft);
+  }
+  e << YAML::EndMap;
+  e << YAML::Key << "prompts" << YAML::Value << YAML::BeginSeq;
+  for (const auto& p : cfg.prompts)
+    e << YAML::BeginMap << YAML::Key << "id" << YAML::Value << p.id << YAML::Key << "text" << YAML::Value << p.text
+      << YAML::Key << "chat" << YAML::Value << p.chat << YAML::Key << "category" << YAML::Value << p.category
+      << YAML::EndMap;
+  e << YAML::EndSeq;
+  e << YAML::Key << "strategies" << YAML::Value << YAML::BeginSeq;
+  for (const auto& s : cfg.strategies) {
+    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name << YAML::Key << "label" << YAML::Value
+      << s.label << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
+    for (const auto& [k, v] : s.params) e << YAML::Key << k << YAML::Value << v;
+    e << YAML::EndMap << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::Key << "sweep" << YAML::Value << YAML::BeginMap;
+  for (const auto& a : cfg.sweep) e << YAML::Key << a.key << YAML::Value << YAML::Flow << a.values;
+  e << YAML::EndMap;
+  e << YAML::Key << "repeats" << YAML::Value << cfg.repeats << YAML::Key << "warmup" << YAML::Value << cfg.warmup
+    << YAML::Key << "seed" << YAML::Value << cfg.seed << YAML::Key << "max_new_tokens" << YAML::Value
+    << cfg.max_new_tokens << YAML::Key << "stop" << YAML::Value << YAML::Flow << cfg.stop << YAML::Key << "eos"
+    << YAML::Value << cfg.eos << YAML::Key << "timeout_s" << YAML::Value << cfg.timeout_s << YAML::Key << "plots"
+    << YAML::Value << cfg.plots;
+  const auto& k = cfg.checks;
+  e << YAML::Key << "checks" << YAML::Value << YAML::BeginMap << YAML::Key << "greedy_equality" << YAML::Value
+    << k.greedy_equality << YAML::Key << "first_token" << YAML::Value << YAML::BeginMap << YAML::Key << "enabled"
+    << YAML::Value << k.first_token << YAML::Key << "samples" << YAML::Value << k.first_token_samples << YAML::Key
+    << "top_k" << YAML::Value << k.first_token_top_k << YAML::EndMap << YAML::Key << "sequence" << YAML::Value
+    << YAML::BeginMap << YAML::Key << "enabled" << YAML::Value << k.sequence << YAML::Key << "samples" << YAML::Value
+    << k.sequence_samples << YAML::Key << "length" << YAML::Value << k.sequence_length << YAML::EndMap << YAML::Key
+    << "significance" << YAML::Value << k.significance << YAML::Key << "strategies" << YAML::Value << YAML::Flow
+    << k.strategies << YAML::Key << "inject_residual_bug" << YAML::Value << k.inject_residual_bug << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace specdec::harness

@@ -1,0 +1,88 @@
+#pragma once
+// Experiment YAML -> typed, validated ExperimentConfig (DESIGN principle 4).
+// This header carries no yaml-cpp type: the YAML tree lives only in experiment.cpp.
+// Every parse error is a specdec::Error naming the file, the key path
+// (e.g. "strategies[2].params.gamma") and the bad value. The schema with every key and
+// its default is documented in configs/README.md.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace specdec::harness {
+
+struct ModelChoice {
+  std::string name;               // catalog name, .gguf path, HF dir, or "tiny-llama"
+  std::string dtype = "float32";  // "float32" | "bfloat16"
+  int threads = 2;                // LibTorch intra-op threads (0 = all cores)
+  uint64_t seed = 0;              // tiny random models only
+};
+
+struct PromptItem {
+  std::string id;                 // "p0", "p1", ... or the JSONL "id" field
+  std::string text;
+  bool chat = false;              // wrap in the tokenizer's chat template
+  std::string category = "default";
+};
+
+struct StrategyEntry {
+  std::string name;                           // registry name
+  std::string label;                          // unique display name (default: name)
+  std::map<std::string, std::string> params;  // pinned params; sweep values do not override
+};
+
+struct SweepAxis {
+  std::string key;                  // a strategy or processor parameter name
+  std::vector<std::string> values;  // as text, parsed by the strategy's schema
+};
+
+struct ChecksConfig {
+  bool greedy_equality = true;        // temperature-0 candidates vs greedy baseline, token-exact
+  bool first_token = true;            // goodness of fit of the first token vs the exact target p
+  int64_t first_token_samples = 400;  // N generations per checked cell
+  int64_t first_token_top_k = 10;     // bins: top-k tokens of p + "other"
+  bool sequence = true;               // two-sample test baseline vs candidate over L positions
+  int64_t sequence_samples = 100;     // N generations per side
+  int64_t sequence_length = 6;        // L
+  double significance = 0.01;         // alpha of every test (Bonferroni within a test family)
+  std::vector<std::string> strategies = {"speculative"};  // registry names the checks apply to
+  bool inject_residual_bug = false;   // testing only: plants a residual bug; checks must fail
+};
+
+struct ExperimentConfig {
+  std::string file;        // the YAML path, for messages
+  std::string name;        // results/<name>/...
+  std::string description;
+  ModelChoice target;
+  std::optional<ModelChoice> draft;
+  std::vector<PromptItem> prompts;
+  std::string prompts_file;  // as written (JSONL), empty for inline prompts
+  std::vector<StrategyEntry> strategies;
+  std::vector<SweepAxis> sweep;  // Cartesian grid, first axis varies slowest
+  int64_t repeats = 3;
+  int64_t warmup = 1;
+  uint64_t seed = 1234;
+  int64_t max_new_tokens = 64;
+  std::vector<std::string> stop;  // stop strings
+  bool eos = true;                // stop at the tokenizer's EOS/end-of-turn ids
+  double timeout_s = 0;           // per generation, 0 = none
+  bool plots = true;
+  ChecksConfig checks;
+};
+
+// Reads and parses `path`; `overrides` are "key.path=value" strings (value is YAML, so
+// "sweep.gamma=[1,2]" works) applied to the tree before parsing.
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from text; `file` names the source in messages and resolves relative prompt files.
+ExperimentConfig parse_experiment(const std::string& yaml_text, const std::string& file,
+                                  const std::vector<std::string>& overrides = {});
+
+// The resolved configuration (defaults filled, prompts inlined) as YAML text.
+std::string to_yaml(const ExperimentConfig& cfg);
+
+// Prompts from a JSONL file: {"text": ..., "chat": bool?, "category": str?, "id": str?} per line;
+// a line without "chat" takes chat_default.
+std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_default = false);
+
+}  // namespace specdec::harness

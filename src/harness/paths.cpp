@@ -1,0 +1,29 @@
+#include "harness/paths.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace specdec::harness {
+
+namespace fs = std::filesystem;
+
+std::string source_root() {
+  if (const char* e = std::getenv("SPECDEC_ROOT"); e && *e) return e;
+#ifdef SPECDEC_SOURCE_DIR
+  return SPECDEC_SOURCE_DIR;
+#else
+  return fs::current_path().string();
+#endif
+}
+
+std::string resolve_data_path(const std::string& path, const std::string& experiment_file) {
+  const fs::path p(path);
+  if (p.is_absolute() || fs::exists(p)) return path;
+  const fs::path beside = fs::path(experiment_file).parent_path() / p;
+  if (fs::exists(beside)) return beside.string();
+  const fs::path from_root = fs::path(source_root()) / p;
+  if (fs::exists(from_root)) return from_root.string();
+  return path;
+}
+
+}  // namespace specdec::harness

@@ -1,0 +1,181 @@
+#include "harness/plan.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "harness/model_catalog.h"
+#include "harness/report.h"
+#include "strategies/registry.h"
+
+namespace specdec::harness {
+
+namespace reg = specdec::strategies;
+
+bool strategy_accepts(const std::string& name, const std::string& key) {
+  for (const auto& s : reg::find(name).params)
+    if (s.name == key) return true;
+  for (const auto& s : reg::processor_params())
+    if (s.name == key) return true;
+  return false;
+}
+
+namespace {
+
+size_t strategy_index(const ExperimentConfig& cfg, const std::string& label) {
+  for (size_t i = 0; i < cfg.strategies.size(); ++i)
+    if (cfg.strategies[i].label == label) return i;
+  return 0;
+}
+
+void check_strategy_entries(const ExperimentConfig& cfg) {
+  for (size_t i = 0; i < cfg.strategies.size(); ++i) {
+    const auto& s = cfg.strategies[i];
+    const std::string path = "strategies[" + std::to_string(i) + "]";
+    try {
+      reg::find(s.name);
+    } catch (const Error& e) {
+      fail(cfg.file, ": ", path, ".name: ", e.what());
+    }
+    try {
+      reg::resolve(s.name, reg::Params(s.params));
+    } catch (const Error& e) {
+      fail(cfg.file, ": ", path, ".params: ", e.what());
+    }
+  }
+  for (size_t a = 0; a < cfg.sweep.size(); ++a) {
+    bool used = false;
+    for (const auto& s : cfg.strategies) used = used || strategy_accepts(s.name, cfg.sweep[a].key);
+    if (!used) fail(cfg.file, ": sweep.", cfg.sweep[a].key, ": no strategy of this experiment takes parameter '",
+                    cfg.sweep[a].key, "'");
+  }
+  std::set<std::string> names;
+  for (const auto& info : reg::all()) names.insert(info.name);
+  for (size_t i = 0; i < cfg.checks.strategies.size(); ++i)
+    if (!names.count(cfg.checks.strategies[i]))
+      fail(cfg.file, ": checks.strategies[", i, "]: unknown strategy '", cfg.checks.strategies[i], "'");
+}
+
+// Resolves a cell; a failure is pinned on the sweep value that caused it.
+reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c) {
+  try {
+    return reg::resolve(c.strategy, reg::Params(c.params));
+  } catch (const Error& e) {
+    for (const auto& [k, v] : c.point) {
+      std::map<std::string, std::string> only = cfg.strategies[strategy_index(cfg, c.label)].params;
+      only[k] = v;
+      try {
+        reg::resolve(c.strategy, reg::Params(only));
+      } catch (const Error& e2) {
+        fail(cfg.file, ": sweep.", k, ": value '", v, "' for strategy '", c.label, "': ", e2.what());
+      }
+    }
+    fail(cfg.file, ": strategies[", strategy_index(cfg, c.label), "] (", c.key, "): ", e.what());
+  }
+}
+
+void fill_baseline(PlannedCell& pc) {
+  const auto proc = reg::processor_config(pc.resolved);
+  pc.greedy = proc.greedy();
+  // Beam search is deterministic, so its autoregressive reference is greedy decoding.
+  pc.baseline = (pc.greedy || pc.cell.strategy == "beam") ? "greedy" : "sampling";
+  std::map<std::string, std::string> bp;
+  for (const auto& s : reg::processor_params()) bp[s.name] = pc.resolved.get_string(s.name);
+  if (pc.baseline == "greedy") bp["temperature"] = "0";
+  pc.baseline_params = reg::resolve(pc.baseline, reg::Params(bp));
+  // A baseline strategy measured against itself needs no interleaved twin.
+  if (pc.cell.strategy == pc.baseline) pc.baseline.clear();
+}
+
+void count_work(const ExperimentConfig& cfg, PlannedCell& pc) {
+  const int64_t n_prompts = static_cast<int64_t>(cfg.prompts.size());
+  const int64_t per_run = (pc.baseline.empty() ? 1 : 2);
+  pc.n_generations = (cfg.repeats + cfg.warmup) * n_prompts * per_run;
+  pc.max_target_forwards = pc.n_generations * (cfg.max_new_tokens + 1);
+  if (!pc.checked) return;
+  const auto& k = cfg.checks;
+  if (pc.greedy) return;  // greedy equality reuses the measured outputs
+  int64_t n_cand = 0, n_base = 0;
+  if (k.first_token) n_cand = k.first_token_samples;
+  if (k.sequence) {
+    n_cand = std::max(n_cand, k.sequence_samples);
+    n_base = k.sequence_samples;
+  }
+  const int64_t len = std::max<int64_t>(2, k.sequence_length);
+  pc.n_generations += n_cand + n_base;
+  // + one likelihood forward per sequence-test sample on each side
+  pc.max_target_forwards += (n_cand + n_base) * (len + 1) + (k.sequence ? 2 * k.sequence_samples : 0);
+}
+
+}  // namespace
+
+Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
+  if (check_models) {
+    try {
+      resolve_model(cfg.target.name);
+    } catch (const Error& e) {
+      fail(cfg.file, ": models.target: ", e.what());
+    }
+    if (cfg.draft) try {
+        resolve_model(cfg.draft->name);
+      } catch (const Error& e) {
+        fail(cfg.file, ": models.draft: ", e.what());
+      }
+  }
+  check_strategy_entries(cfg);
+  const bool tokenizerless = cfg.target.name.rfind("tiny-", 0) == 0;
+  if (tokenizerless && !cfg.stop.empty())
+    fail(cfg.file, ": stop: ", cfg.target.name, " has no tokenizer, so stop strings cannot match");
+  Plan plan;
+  for (auto& cell : expand_cells(cfg, strategy_accepts)) {
+    PlannedCell pc;
+    pc.cell = cell;
+    pc.resolved = resolve_cell(cfg, cell);
+    const auto& info = reg::find(cell.strategy);
+    const bool wants_draft = info.needs_draft_model || (pc.resolved.has("drafter") &&
+                                                        pc.resolved.get_string("drafter") == "model");
+    if (wants_draft && !cfg.draft)
+      fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "]: strategy '", cell.label,
+           "' needs a draft model: set models.draft");
+    fill_baseline(pc);
+    pc.checked = std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cell.strategy) !=
+                 cfg.checks.strategies.end();
+    count_work(cfg, pc);
+    plan.n_generations += pc.n_generations;
+    plan.max_target_forwards += pc.max_target_forwards;
+    plan.cells.push_back(std::move(pc));
+  }
+  return plan;
+}
+
+std::string format_plan(const ExperimentConfig& cfg, const Plan& plan) {
+  std::ostringstream os;
+  os << "experiment " << cfg.name << " (" << cfg.file << ")\n"
+     << "  target " << cfg.target.name << " [" << cfg.target.dtype << ", " << cfg.target.threads << " threads]";
+  if (cfg.draft) os << ", draft " << cfg.draft->name << " [" << cfg.draft->dtype << "]";
+  std::map<std::string, int> cats;
+  for (const auto& p : cfg.prompts) ++cats[p.category];
+  os << "\n  prompts " << cfg.prompts.size() << " (";
+  bool first = true;
+  for (const auto& [c, n] : cats) {
+    os << (first ? "" : ", ") << c << ": " << n;
+    first = false;
+  }
+  os << "), repeats " << cfg.repeats << ", warmup " << cfg.warmup << ", max_new_tokens " << cfg.max_new_tokens
+     << ", seed " << cfg.seed << "\n  cells " << plan.cells.size() << ":\n";
+  for (size_t i = 0; i < plan.cells.size(); ++i) {
+    const auto& c = plan.cells[i];
+    os << "    [" << i + 1 << "] " << c.cell.label << "  " << format_params(c.cell.params) << "  baseline "
+       << (c.baseline.empty() ? "(self)" : c.baseline) << "  checks "
+       << (!c.checked ? "none" : c.greedy ? (cfg.checks.greedy_equality ? "greedy_equality" : "none")
+                                         : std::string(cfg.checks.first_token ? "first_token " : "") +
+                                               (cfg.checks.sequence ? "sequence" : ""))
+       << "  generations " << c.n_generations << "\n";
+  }
+  os << "  total: " << plan.n_generations << " generations, at most " << plan.max_target_forwards
+     << " target forwards (autoregressive upper bound)\n";
+  return os.str();
+}
+
+}  // namespace specdec::harness

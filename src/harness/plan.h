@@ -1,0 +1,40 @@
+#pragma once
+// Semantic validation of an ExperimentConfig against the strategy registry and the model
+// catalog, and the execution plan `specdec validate` prints (cells, prompts, forwards).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/experiment.h"
+#include "harness/sweep.h"
+#include "strategies/strategy.h"
+
+namespace specdec::harness {
+
+struct PlannedCell {
+  Cell cell;
+  strategies::Params resolved;       // all params, defaults filled
+  std::string baseline;              // "" when the cell is its own baseline
+  strategies::Params baseline_params;
+  bool greedy = false;               // temperature 0
+  bool checked = false;              // distribution checks apply
+  int64_t n_generations = 0;         // planned generate() calls (measurement + checks)
+  int64_t max_target_forwards = 0;   // upper bound (autoregressive: prefill + 1 per token)
+};
+
+struct Plan {
+  std::vector<PlannedCell> cells;
+  int64_t n_generations = 0;
+  int64_t max_target_forwards = 0;
+};
+
+// Checks strategies, params, sweep values (each error names file, key path and value) and
+// that the models resolve (a missing catalog model names its fetch command). Does not load
+// any model.
+Plan make_plan(const ExperimentConfig& cfg, bool check_models = true);
+std::string format_plan(const ExperimentConfig& cfg, const Plan& plan);
+
+// Does the registry strategy `name` take parameter `key` (own schema or processor param)?
+bool strategy_accepts(const std::string& name, const std::string& key);
+
+}  // namespace specdec::harness

@@ -1,0 +1,221 @@
+#include "harness/report.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "harness/results.h"
+
+namespace specdec::harness {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string format_params(const std::map<std::string, std::string>& params) {
+  if (params.empty()) return "-";
+  std::string s;
+  for (const auto& [k, v] : params) s += (s.empty() ? "" : " ") + k + "=" + v;
+  return s;
+}
+
+namespace {
+std::string fmt(double v, int prec = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string checks_verdict(const CellMetrics& m) {
+  if (m.checks.empty()) return "none";
+  return m.checks_passed() ? "pass" : "FAIL";
+}
+
+bool is_speculative(const CellMetrics& m) { return m.n_drafted > 0 || !m.acceptance_per_position.empty(); }
+}  // namespace
+
+json metrics_json(const RunInfo& info, const std::vector<CellMetrics>& cells) {
+  json j;
+  j["experiment"] = info.experiment;
+  j["run_id"] = info.run_id;
+  j["target"] = info.target;
+  j["draft"] = info.draft;
+  j["n_cells_planned"] = info.n_cells_planned;
+  j["n_cells_finished"] = cells.size();
+  j["cells"] = json::array();
+  bool all_pass = true;
+  for (const auto& c : cells) {
+    j["cells"].push_back(to_json(c));
+    all_pass = all_pass && c.checks_passed();
+  }
+  j["checks_passed"] = all_pass;
+  return j;
+}
+
+std::string summary_csv(const std::vector<CellMetrics>& cells) {
+  std::ostringstream os;
+  os << "key,label,strategy,params,n_prompts,n_repeats,tok_s_median,tok_s_min,tok_s_max,ms_per_token,ttft_ms,"
+        "baseline,baseline_tok_s,speedup_median,speedup_min,speedup_max,alpha,tau,gamma,cost_ratio,"
+        "predicted_speedup,measured_over_predicted,checks\n";
+  for (const auto& m : cells) {
+    os << csv_field(m.cell.key) << ',' << csv_field(m.cell.label) << ',' << csv_field(m.cell.strategy) << ','
+       << csv_field(format_params(m.cell.params)) << ',' << m.n_prompts << ',' << m.n_repeats << ','
+       << fmt(m.tok_s.median, 3) << ',' << fmt(m.tok_s.min, 3) << ',' << fmt(m.tok_s.max, 3) << ','
+       << fmt(m.ms_per_token, 3) << ',' << fmt(m.ttft_ms, 3) << ',' << csv_field(m.baseline) << ','
+       << fmt(m.baseline_tok_s.median, 3) << ',' << fmt(m.speedup.median, 4) << ',' << fmt(m.speedup.min, 4) << ','
+       << fmt(m.speedup.max, 4) << ',' << fmt(m.alpha, 4) << ',' << fmt(m.tau, 4) << ',' << m.gamma << ','
+       << fmt(m.cost_ratio, 4) << ',' << fmt(m.predicted_speedup, 4) << ',' << fmt(m.measured_over_predicted, 4)
+       << ',' << checks_verdict(m) << '\n';
+  }
+  return os.str();
+}
+
+namespace {
+void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  os << "## Performance per strategy and sweep point\n\n"
+     << "Speedup = candidate tok/s / baseline tok/s, measured interleaved (baseline, candidate, ...) in this "
+        "process; median [min, max] over repeats. Predicted = Leviathan et al. "
+        "(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).\n\n"
+     << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | c | predicted | "
+        "measured/predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& m : cells) {
+    const bool spec = is_speculative(m);
+    os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << fmt(m.tok_s.median) << " | "
+       << fmt(m.ms_per_token) << " | " << fmt(m.ttft_ms) << " | " << (m.baseline.empty() ? "(self)" : m.baseline)
+       << " | " << fmt(m.speedup.median, 3) << " [" << fmt(m.speedup.min, 3) << ", " << fmt(m.speedup.max, 3)
+       << "] | " << (spec ? fmt(m.alpha, 3) : "-") << " | " << (spec ? fmt(m.tau, 3) : "-") << " | "
+       << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
+       << " | " << (spec && m.gamma > 0 ? fmt(m.measured_over_predicted, 3) : "-") << " |\n";
+  }
+  os << "\n";
+}
+
+void acceptance_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  size_t width = 0;
+  for (const auto& m : cells) width = std::max(width, m.acceptance_per_position.size());
+  if (width == 0) return;
+  os << "## Acceptance by draft position\n\nFraction of rounds that drafted position i and accepted it.\n\n"
+     << "| strategy | params |";
+  for (size_t i = 0; i < width; ++i) os << " pos " << i + 1 << " |";
+  os << "\n|---|---|";
+  for (size_t i = 0; i < width; ++i) os << "---|";
+  os << "\n";
+  for (const auto& m : cells) {
+    if (m.acceptance_per_position.empty()) continue;
+    os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " |";
+    for (size_t i = 0; i < width; ++i)
+      os << ' ' << (i < m.acceptance_per_position.size() ? fmt(m.acceptance_per_position[i], 3) : "-") << " |";
+    os << "\n";
+  }
+  os << "\n";
+}
+
+void category_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  bool any = false;
+  for (const auto& m : cells) any = any || m.categories.size() > 1;
+  if (!any) return;
+  os << "## Per prompt category\n\n| strategy | params | category | prompts | tok/s | speedup |\n"
+        "|---|---|---|---|---|---|\n";
+  for (const auto& m : cells)
+    for (const auto& [cat, c] : m.categories)
+      os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << cat << " | " << c.n_prompts
+         << " | " << fmt(c.tok_s) << " | " << fmt(c.speedup, 3) << " |\n";
+  os << "\n";
+}
+
+void checks_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  os << "## Distribution checks\n\n";
+  bool any = false;
+  for (const auto& m : cells) any = any || !m.checks.empty();
+  if (!any) {
+    os << "No checks applied to the finished cells.\n\n";
+    return;
+  }
+  os << "| strategy | params | check | N | p-value | significance | detectable TV (80% power) | verdict | detail "
+        "|\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& m : cells)
+    for (const auto& c : m.checks)
+      os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << c.name << " | "
+         << c.n_samples << " | " << (c.p_value >= 0 ? fmt(c.p_value, 4) : "-") << " | "
+         << (c.significance > 0 ? fmt(c.significance, 4) : "-") << " | "
+         << (c.detectable_tv > 0 ? fmt(c.detectable_tv, 3) : "-") << " | " << (c.pass ? "pass" : "**FAIL**")
+         << " | " << c.detail << " |\n";
+  os << "\n";
+}
+}  // namespace
+
+std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>& cells,
+                            const std::vector<std::string>& plots) {
+  std::ostringstream os;
+  os << "# " << info.experiment << " — run " << info.run_id << "\n\n";
+  if (!info.description.empty()) os << info.description << "\n\n";
+  os << "- target: " << info.target << (info.draft.empty() ? "" : ", draft: " + info.draft) << "\n";
+  if (info.env.is_object()) {
+    os << "- machine: " << info.env.value("cpu_model", "?") << ", " << info.env.value("cores", 0) << " cores, "
+       << info.env.value("threads", 0) << " threads; LibTorch " << info.env.value("libtorch_version", "?")
+       << "; BLAS " << info.env.value("blas", "?") << "\n"
+       << "- git " << info.env.value("git_revision", "?") << "; started " << info.env.value("start_time", "?")
+       << (info.env.contains("end_time") ? ", ended " + info.env.value("end_time", "") : "") << "\n";
+  }
+  bool all_pass = true;
+  for (const auto& m : cells) all_pass = all_pass && m.checks_passed();
+  os << "- cells finished: " << cells.size() << " of " << info.n_cells_planned
+     << "; checks: " << (all_pass ? "all pass" : "**SOME FAIL**") << "\n\n";
+  performance_table(os, cells);
+  acceptance_table(os, cells);
+  category_table(os, cells);
+  checks_table(os, cells);
+  if (!plots.empty()) {
+    os << "## Plots\n\n";
+    for (const auto& p : plots) os << "![" << p << "](" << p << ")\n\n";
+  }
+  return os.str();
+}
+
+std::string compare_runs(const std::string& run_a, const std::string& run_b) {
+  for (const auto& r : {run_a, run_b})
+    SD_CHECK(fs::exists(fs::path(r) / "cells.jsonl"), "run folder '", r, "' has no cells.jsonl (not a run?)");
+  const auto a = RunStore(run_a).load_finished();
+  const auto b = RunStore(run_b).load_finished();
+  std::map<std::string, std::pair<const CellMetrics*, const CellMetrics*>> rows;
+  std::vector<std::string> order;
+  for (const auto& m : a) {
+    if (!rows.count(m.cell.key)) order.push_back(m.cell.key);
+    rows[m.cell.key].first = &m;
+  }
+  for (const auto& m : b) {
+    if (!rows.count(m.cell.key)) order.push_back(m.cell.key);
+    rows[m.cell.key].second = &m;
+  }
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-60s | %9s %9s %7s | %9s %9s %7s | %7s\n", "cell", "A tok/s", "A speedup",
+                "A alpha", "B tok/s", "B speedup", "B alpha", "B/A tok");
+  os << "A: " << run_a << "\nB: " << run_b << "\n" << line << std::string(134, '-') << "\n";
+  auto part = [](const CellMetrics* m) -> std::string {
+    char buf[64];
+    if (!m) return "        -         -       -";
+    std::snprintf(buf, sizeof buf, "%9.2f %9.3f %7.3f", m->tok_s.median, m->speedup.median, m->alpha);
+    return buf;
+  };
+  for (const auto& key : order) {
+    const auto& [ma, mb] = rows[key];
+    std::string ratio = "-";
+    if (ma && mb && ma->tok_s.median > 0) ratio = fmt(mb->tok_s.median / ma->tok_s.median, 3);
+    std::string name = key.size() > 60 ? key.substr(0, 57) + "..." : key;
+    std::snprintf(line, sizeof line, "%-60s | %s | %s | %7s\n", name.c_str(), part(ma).c_str(), part(mb).c_str(),
+                  ratio.c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace specdec::harness

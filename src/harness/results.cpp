@@ -1,0 +1,179 @@
+#include "harness/results.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+
+namespace specdec::harness {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+void write_all_and_sync(int fd, const std::string& path, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      fail("cannot write '", path, "': ", std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail("cannot fsync '", path, "': ", std::strerror(errno));
+  }
+  ::close(fd);
+}
+}  // namespace
+
+void append_durable(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  SD_CHECK(fd >= 0, "cannot open '", path, "' for appending: ", std::strerror(errno));
+  write_all_and_sync(fd, path, text);
+}
+
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_TRUNC | O_CREAT | O_CLOEXEC, 0644);
+  SD_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+  write_all_and_sync(fd, tmp, text);
+  SD_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "': ",
+           std::strerror(errno));
+}
+
+RunStore::RunStore(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  SD_CHECK(!ec, "cannot create results folder '", dir_, "': ", ec.message());
+}
+
+std::string RunStore::path(const std::string& file) const { return (fs::path(dir_) / file).string(); }
+
+std::vector<CellMetrics> RunStore::load_finished() const {
+  std::vector<CellMetrics> out;
+  std::ifstream in(path("cells.jsonl"));
+  if (!in) return out;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    json j;
+    try {
+      j = json::parse(lines[i]);
+    } catch (const json::exception& e) {
+      if (i + 1 == lines.size()) break;  // torn final line: that cell never committed
+      fail(path("cells.jsonl"), ":", i + 1, ": malformed cell record: ", e.what());
+    }
+    out.push_back(cell_from_json(j));
+  }
+  return out;
+}
+
+int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
+  std::ifstream in(path("samples.jsonl"));
+  if (!in) return 0;
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    bool keep = false;
+    try {
+      const json j = json::parse(line);
+      keep = finished.count(j.at("cell").get<std::string>()) != 0;
+    } catch (const json::exception&) {
+      keep = false;  // a torn line from an interrupted write
+    }
+    if (keep) {
+      kept += line + "\n";
+    } else {
+      ++dropped;
+    }
+  }
+  in.close();
+  if (dropped > 0) write_atomic(path("samples.jsonl"), kept);
+  return dropped;
+}
+
+void RunStore::commit_cell(const std::vector<json>& samples, const CellMetrics& metrics) const {
+  std::string text;
+  for (const auto& s : samples) text += s.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (!text.empty()) append_durable(path("samples.jsonl"), text);
+  append_durable(path("cells.jsonl"), to_json(metrics).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+}
+
+std::string new_run_dir(const std::string& results_root, const std::string& experiment) {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
+  fs::path base = fs::path(results_root) / experiment / buf;
+  // Two runs started in the same second get distinct folders.
+  fs::path dir = base;
+  for (int i = 2; fs::exists(dir); ++i) dir = base.string() + "-" + std::to_string(i);
+  return dir.string();
+}
+
+std::string latest_run_dir(const std::string& results_root, const std::string& experiment) {
+  const fs::path root = fs::path(results_root) / experiment;
+  if (!fs::is_directory(root)) return "";
+  std::string best;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && fs::exists(e.path() / "config.yaml") && e.path().string() > best) best = e.path().string();
+  return best;
+}
+
+namespace {
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
+std::string command_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+}  // namespace
+
+json collect_env(int threads, const std::string& repo_root) {
+  json env;
+  env["cpu_model"] = cpu_model();
+  env["cores"] = std::thread::hardware_concurrency();
+  env["threads"] = threads;
+  env["git_revision"] = command_output("git -C '" + repo_root + "' rev-parse HEAD 2>/dev/null");
+  env["git_dirty"] = !command_output("git -C '" + repo_root + "' status --porcelain 2>/dev/null | head -1").empty();
+  env["start_time"] = utc_now_iso();
+  return env;
+}
+
+std::string utc_now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace specdec::harness

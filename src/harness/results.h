@@ -1,0 +1,52 @@
+#pragma once
+// The run folder results/<experiment>/<run-id>/ and its durable writes.
+// A cell is committed by appending its generations to samples.jsonl and then its record to
+// cells.jsonl, each with one write + fsync; a cell without a cells.jsonl line never
+// finished. --resume drops samples of unfinished cells and skips finished ones, so an
+// interrupted run (Ctrl-C, SIGTERM, even SIGKILL) loses no finished cell and duplicates none.
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/metrics.h"
+
+namespace specdec::harness {
+
+// Appends `text` (one or more complete lines) to `path` with O_APPEND and fsyncs it.
+void append_durable(const std::string& path, const std::string& text);
+// Writes `text` to `path` atomically (temporary file + fsync + rename).
+void write_atomic(const std::string& path, const std::string& text);
+
+class RunStore {
+ public:
+  explicit RunStore(std::string dir);
+  const std::string& dir() const { return dir_; }
+  std::string path(const std::string& file) const;  // dir/file
+
+  // Finished cells in commit order. A torn last line (crash mid-write) is ignored;
+  // a malformed line elsewhere is an error naming the file and line.
+  std::vector<CellMetrics> load_finished() const;
+  // Rewrites samples.jsonl keeping only lines whose "cell" is in `finished`; returns the
+  // number of lines dropped.
+  int64_t prune_samples(const std::set<std::string>& finished) const;
+  // Commits one cell: its sample lines, then its metrics record.
+  void commit_cell(const std::vector<nlohmann::json>& samples, const CellMetrics& metrics) const;
+
+ private:
+  std::string dir_;
+};
+
+// results/<experiment>/<YYYYmmdd-HHMMSS> under `results_root`.
+std::string new_run_dir(const std::string& results_root, const std::string& experiment);
+// The most recent run folder of an experiment (lexicographically last run id); "" if none.
+std::string latest_run_dir(const std::string& results_root, const std::string& experiment);
+
+// Current UTC time as 2026-01-31T12:00:00Z.
+std::string utc_now_iso();
+
+// CPU model, cores, threads, LibTorch version, BLAS, git revision, start time.
+nlohmann::json collect_env(int threads, const std::string& repo_root);
+
+}  // namespace specdec::harness

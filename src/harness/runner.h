@@ -1,0 +1,36 @@
+#pragma once
+// Runs an experiment: loads the models, measures every cell (candidate interleaved with
+// its autoregressive baseline), runs the distribution checks, and commits each finished
+// cell to the run folder at once (see results.h for durability and --resume).
+#include <cstdint>
+#include <string>
+
+#include "harness/experiment.h"
+
+namespace specdec::harness {
+
+struct RunOptions {
+  std::string out_dir;       // run folder; default <results_root>/<experiment>/<run-id>
+  std::string results_root = "results";
+  bool resume = false;       // continue out_dir (or the latest run of the experiment)
+  bool progress = true;      // progress on stderr
+};
+
+struct RunOutcome {
+  std::string run_dir;
+  int64_t n_cells = 0;
+  int64_t n_resumed = 0;     // finished cells found on disk and skipped
+  int64_t n_finished = 0;    // cells finished in total (resumed + this process)
+  bool interrupted = false;  // SIGINT/SIGTERM arrived; finished cells are on disk
+  bool checks_passed = true;
+};
+
+RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt);
+
+// SIGINT / SIGTERM make the runner stop after the current generate() call. Without these
+// handlers the default action kills the process, which is also safe (cells are committed
+// atomically), only the report of the unfinished part is not rewritten.
+void install_stop_handlers();
+bool stop_requested();
+
+}  // namespace specdec::harness

@@ -1,0 +1,57 @@
+#include "harness/sweep.h"
+
+#include <set>
+
+namespace specdec::harness {
+
+std::string cell_key(const std::string& label, const std::map<std::string, std::string>& params) {
+  std::string key = label + "|";
+  bool first = true;
+  for (const auto& [k, v] : params) {
+    key += (first ? "" : ",") + k + "=" + v;
+    first = false;
+  }
+  return key;
+}
+
+namespace {
+// All grid points as maps key -> value; one empty point when there is no sweep.
+std::vector<std::map<std::string, std::string>> grid_points(const std::vector<SweepAxis>& axes) {
+  std::vector<std::map<std::string, std::string>> points(1);
+  for (const auto& axis : axes) {
+    std::vector<std::map<std::string, std::string>> next;
+    for (const auto& p : points)
+      for (const auto& v : axis.values) {
+        auto q = p;
+        q[axis.key] = v;
+        next.push_back(std::move(q));
+      }
+    points = std::move(next);
+  }
+  return points;
+}
+}  // namespace
+
+std::vector<Cell> expand_cells(const ExperimentConfig& cfg, const AcceptsParam& accepts) {
+  const auto points = grid_points(cfg.sweep);
+  std::vector<Cell> cells;
+  for (const auto& s : cfg.strategies) {
+    std::set<std::string> seen;
+    for (const auto& point : points) {
+      Cell c;
+      c.label = s.label;
+      c.strategy = s.name;
+      c.params = s.params;
+      for (const auto& [k, v] : point) {
+        if (s.params.count(k) || !accepts(s.name, k)) continue;  // pinned params win
+        c.params[k] = v;
+        c.point[k] = v;
+      }
+      c.key = cell_key(c.label, c.params);
+      if (seen.insert(c.key).second) cells.push_back(std::move(c));
+    }
+  }
+  return cells;
+}
+
+}  // namespace specdec::harness

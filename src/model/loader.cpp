@@ -1,0 +1,324 @@
+// model::load(): GGUF files, HF directories and tiny random models (see causal_lm.h).
+#include "model/loader.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "model/gpt2.h"
+#include "model/llama.h"
+#include "model/tiny.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specdec::model {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+// One tensor to fill: `run` reads (and converts) it into its preallocated destination.
+struct ReadTask {
+  std::string name;
+  int64_t n_elements = 0;
+  std::function<void()> run;
+};
+
+// Runs the reads in parallel, largest first (dynamic schedule keeps both cores busy while
+// the embedding dequantises). The first failure is rethrown after the loop: exceptions must
+// not escape an OpenMP region.
+void run_parallel(std::vector<ReadTask>& tasks) {
+  std::sort(tasks.begin(), tasks.end(),
+            [](const ReadTask& a, const ReadTask& b) { return a.n_elements > b.n_elements; });
+  std::mutex mu;
+  std::string error;
+  const int64_t n = static_cast<int64_t>(tasks.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      tasks[i].run();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (error.empty()) error = e.what();
+    }
+  }
+  if (!error.empty()) throw Error(error);
+}
+
+// GGUF: checks name/shape now (before any work), queues the dequantisation into `dst`.
+// permute_heads > 0 restores HF row order of a q/k weight with that many heads.
+void queue_gguf(const io::GgufFile& f, const std::string& name, std::vector<int64_t> shape,
+                at::Tensor& dst, std::vector<ReadTask>& tasks, int64_t permute_heads = 0) {
+  const io::GgufTensorInfo* info = f.find_tensor(name);
+  SD_CHECK(info != nullptr, "file ", f.path(), ": tensor ", name, " is missing (expected shape ",
+           shape_str(shape), ")");
+  SD_CHECK(info->shape() == shape, "file ", f.path(), ": tensor ", name, " has shape ",
+           shape_str(info->shape()), ", expected ", shape_str(shape));
+  dst = at::empty(shape, at::kFloat);
+  at::Tensor* out = &dst;
+  tasks.push_back({name, info->n_elements(), [&f, info, out, permute_heads] {
+                     f.read_f32(*info, out->data_ptr<float>());
+                     if (permute_heads > 0) *out = unpermute_rope_rows(*out, permute_heads);
+                   }});
+}
+
+void queue_st(const io::SafetensorsModel& m, const std::string& name, std::vector<int64_t> shape,
+              at::Tensor& dst, std::vector<ReadTask>& tasks) {
+  const io::SafetensorsTensorInfo* info = m.find(name);
+  SD_CHECK(info != nullptr, "dir ", m.dir(), ": tensor ", name, " is missing (expected shape ",
+           shape_str(shape), ")");
+  SD_CHECK(info->shape == shape, "dir ", m.dir(), ": tensor ", name, " has shape ",
+           shape_str(info->shape), ", expected ", shape_str(shape));
+  dst = at::empty(shape, at::kFloat);
+  at::Tensor* out = &dst;
+  tasks.push_back({name, info->n_elements(),
+                   [&m, name, out] { m.read_f32(name, out->data_ptr<float>()); }});
+}
+
+}  // namespace
+
+at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads) {
+  SD_CHECK(w.dim() >= 1 && n_heads > 0 && w.size(0) % (2 * n_heads) == 0,
+           "unpermute_rope_rows: ", w.size(0), " rows are not n_heads (", n_heads,
+           ") x an even head_dim");
+  const int64_t half = w.size(0) / n_heads / 2;
+  std::vector<int64_t> split = {n_heads, half, 2};
+  for (int64_t i = 1; i < w.dim(); ++i) split.push_back(w.size(i));
+  // GGUF row h*hd + 2i + s holds HF row h*hd + s*half + i.
+  return w.reshape(split).transpose(1, 2).reshape(w.sizes()).contiguous();
+}
+
+at::ScalarType parse_dtype(const std::string& dtype) {
+  if (dtype == "float32" || dtype == "fp32" || dtype.empty()) return at::kFloat;
+  if (dtype == "bfloat16" || dtype == "bf16") return at::kBFloat16;
+  fail("model dtype '", dtype, "' is not supported (use float32 or bfloat16)");
+}
+
+ModelConfig llama_config_from_gguf(const io::GgufFile& f) {
+  ModelConfig c;
+  c.arch = f.get_string("general.architecture");
+  SD_CHECK(c.arch == "llama" || c.arch == "qwen2", "file ", f.path(),
+           ": general.architecture '", c.arch, "' is not supported (llama, qwen2, gpt2)");
+  const std::string p = c.arch + ".";
+  c.n_layers = f.get_int(p + "block_count");
+  c.d_model = f.get_int(p + "embedding_length");
+  c.d_ff = f.get_int(p + "feed_forward_length");
+  c.n_heads = f.get_int(p + "attention.head_count");
+  c.n_kv_heads = f.get_int_or(p + "attention.head_count_kv", c.n_heads);
+  c.norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
+  c.rope_theta = f.get_float_or(p + "rope.freq_base", 10000.0);
+  c.n_ctx = f.get_int_or(p + "context_length", 0);
+  SD_CHECK(c.n_heads > 0 && c.d_model > 0, "file ", f.path(), ": ", p,
+           "attention.head_count and embedding_length must be positive");
+  c.head_dim = f.get_int_or(p + "attention.key_length", c.d_model / c.n_heads);
+  const int64_t rope_dim = f.get_int_or(p + "rope.dimension_count", c.head_dim);
+  SD_CHECK(rope_dim == c.head_dim, "file ", f.path(), ": ", p, "rope.dimension_count = ",
+           rope_dim, " but head_dim is ", c.head_dim, " (partial rotary is not supported)");
+  std::string scaling = f.get_string_or(p + "rope.scaling.type", "");
+  if (scaling == "none") scaling.clear();
+  SD_CHECK(scaling.empty() || scaling == "linear", "file ", f.path(), ": ", p,
+           "rope.scaling.type = '", scaling, "' is not supported (none, linear)");
+  c.rope_scaling_type = scaling;
+  c.rope_scaling_factor = f.get_float_or(p + "rope.scaling.factor", 1.0);
+  c.rope_orig_ctx = f.get_int_or(p + "rope.scaling.original_context_length", c.n_ctx);
+  const io::GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  SD_CHECK(emb != nullptr && emb->ne.size() == 2, "file ", f.path(),
+           ": tensor token_embd.weight is missing or not 2-D (expected [n_vocab, ", c.d_model,
+           "])");
+  c.n_vocab = emb->shape()[0];
+  c.tie_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  return c;
+}
+
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype) {
+  const ModelConfig c = llama_config_from_gguf(f);
+  const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  // llama.cpp permutes q/k only for arch "llama"; qwen2 GGUFs keep HF order (NEOX rope).
+  const bool permuted = c.arch == "llama";
+  LlamaTensors t;
+  t.layers.resize(c.n_layers);
+  std::vector<ReadTask> tasks;
+  queue_gguf(f, "token_embd.weight", {c.n_vocab, d}, t.tok_embd, tasks);
+  queue_gguf(f, "output_norm.weight", {d}, t.out_norm, tasks);
+  if (!c.tie_embeddings) queue_gguf(f, "output.weight", {c.n_vocab, d}, t.output, tasks);
+  if (f.find_tensor("rope_freqs.weight"))
+    queue_gguf(f, "rope_freqs.weight", {c.head_dim / 2}, t.rope_freqs, tasks);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LlamaLayerTensors& L = t.layers[i];
+    queue_gguf(f, b + "attn_norm.weight", {d}, L.attn_norm, tasks);
+    queue_gguf(f, b + "attn_q.weight", {q_dim, d}, L.wq, tasks, permuted ? c.n_heads : 0);
+    queue_gguf(f, b + "attn_k.weight", {kv_dim, d}, L.wk, tasks, permuted ? c.n_kv_heads : 0);
+    queue_gguf(f, b + "attn_v.weight", {kv_dim, d}, L.wv, tasks);
+    queue_gguf(f, b + "attn_output.weight", {d, q_dim}, L.wo, tasks);
+    if (c.qkv_bias) {
+      queue_gguf(f, b + "attn_q.bias", {q_dim}, L.bq, tasks, permuted ? c.n_heads : 0);
+      queue_gguf(f, b + "attn_k.bias", {kv_dim}, L.bk, tasks, permuted ? c.n_kv_heads : 0);
+      queue_gguf(f, b + "attn_v.bias", {kv_dim}, L.bv, tasks);
+    }
+    queue_gguf(f, b + "ffn_norm.weight", {d}, L.ffn_norm, tasks);
+    queue_gguf(f, b + "ffn_gate.weight", {c.d_ff, d}, L.w_gate, tasks);
+    queue_gguf(f, b + "ffn_up.weight", {c.d_ff, d}, L.w_up, tasks);
+    queue_gguf(f, b + "ffn_down.weight", {d, c.d_ff}, L.w_down, tasks);
+  }
+  run_parallel(tasks);
+  return make_llama(c, std::move(t), dtype);
+}
+
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  SD_CHECK(in.good(), "cannot open ", path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(path, ": invalid JSON: ", e.what());
+  }
+}
+
+int64_t json_int(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  SD_CHECK(j.contains(key) && j[key].is_number_integer(), path, ": key '", key,
+           "' is missing or not an integer");
+  return j[key].get<int64_t>();
+}
+
+int64_t json_int_or(const nlohmann::json& j, const std::string& key, int64_t def) {
+  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : def;
+}
+
+double json_float_or(const nlohmann::json& j, const std::string& key, double def) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : def;
+}
+
+// rope_theta and rope_scaling; transformers 5 writes both into "rope_parameters".
+void read_hf_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
+  const nlohmann::json* rp = nullptr;
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = &j["rope_scaling"];
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rp = &j["rope_parameters"];
+  c.rope_theta = json_float_or(j, "rope_theta", rp ? json_float_or(*rp, "rope_theta", 1e4) : 1e4);
+  if (!rp) return;
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (rp->contains(k) && (*rp)[k].is_string()) type = (*rp)[k].get<std::string>();
+  if (type == "default") type.clear();
+  SD_CHECK(type.empty() || type == "linear" || type == "llama3", path, ": rope type '", type,
+           "' is not supported (default, linear, llama3)");
+  c.rope_scaling_type = type;
+  c.rope_scaling_factor = json_float_or(*rp, "factor", 1.0);
+  c.rope_low_freq_factor = json_float_or(*rp, "low_freq_factor", c.rope_low_freq_factor);
+  c.rope_high_freq_factor = json_float_or(*rp, "high_freq_factor", c.rope_high_freq_factor);
+  c.rope_orig_ctx = json_int_or(*rp, "original_max_position_embeddings", c.n_ctx);
+}
+
+ModelConfig llama_config_from_hf(const std::string& path, const io::SafetensorsModel& m) {
+  const nlohmann::json j = read_json(path);
+  ModelConfig c;
+  c.arch = j.value("model_type", std::string());
+  SD_CHECK(c.arch == "llama" || c.arch == "qwen2", path, ": model_type '", c.arch,
+           "' is not supported (llama, qwen2, gpt2)");
+  c.n_vocab = json_int(j, "vocab_size", path);
+  c.d_model = json_int(j, "hidden_size", path);
+  c.d_ff = json_int(j, "intermediate_size", path);
+  c.n_layers = json_int(j, "num_hidden_layers", path);
+  c.n_heads = json_int(j, "num_attention_heads", path);
+  c.n_kv_heads = json_int_or(j, "num_key_value_heads", c.n_heads);
+  SD_CHECK(c.n_heads > 0, path, ": num_attention_heads must be positive");
+  c.head_dim = json_int_or(j, "head_dim", c.d_model / c.n_heads);
+  c.norm_eps = json_float_or(j, "rms_norm_eps", 1e-6);
+  c.n_ctx = json_int_or(j, "max_position_embeddings", 0);
+  read_hf_rope(j, path, c);
+  c.qkv_bias = c.arch == "qwen2" || j.value("attention_bias", false);
+  c.tie_embeddings = j.value("tie_word_embeddings", false) || m.find("lm_head.weight") == nullptr;
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir, at::ScalarType dtype) {
+  auto m = io::SafetensorsModel::open_dir(dir);
+  const ModelConfig c = llama_config_from_hf(m->config_json_path(), *m);
+  const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  LlamaTensors t;
+  t.layers.resize(c.n_layers);
+  std::vector<ReadTask> tasks;
+  queue_st(*m, "model.embed_tokens.weight", {c.n_vocab, d}, t.tok_embd, tasks);
+  queue_st(*m, "model.norm.weight", {d}, t.out_norm, tasks);
+  if (!c.tie_embeddings) queue_st(*m, "lm_head.weight", {c.n_vocab, d}, t.output, tasks);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "model.layers." + std::to_string(i) + ".";
+    LlamaLayerTensors& L = t.layers[i];
+    queue_st(*m, b + "input_layernorm.weight", {d}, L.attn_norm, tasks);
+    queue_st(*m, b + "self_attn.q_proj.weight", {q_dim, d}, L.wq, tasks);
+    queue_st(*m, b + "self_attn.k_proj.weight", {kv_dim, d}, L.wk, tasks);
+    queue_st(*m, b + "self_attn.v_proj.weight", {kv_dim, d}, L.wv, tasks);
+    queue_st(*m, b + "self_attn.o_proj.weight", {d, q_dim}, L.wo, tasks);
+    if (c.qkv_bias) {
+      queue_st(*m, b + "self_attn.q_proj.bias", {q_dim}, L.bq, tasks);
+      queue_st(*m, b + "self_attn.k_proj.bias", {kv_dim}, L.bk, tasks);
+      queue_st(*m, b + "self_attn.v_proj.bias", {kv_dim}, L.bv, tasks);
+    }
+    queue_st(*m, b + "post_attention_layernorm.weight", {d}, L.ffn_norm, tasks);
+    queue_st(*m, b + "mlp.gate_proj.weight", {c.d_ff, d}, L.w_gate, tasks);
+    queue_st(*m, b + "mlp.up_proj.weight", {c.d_ff, d}, L.w_up, tasks);
+    queue_st(*m, b + "mlp.down_proj.weight", {d, c.d_ff}, L.w_down, tasks);
+  }
+  run_parallel(tasks);
+  return make_llama(c, std::move(t), dtype);
+}
+
+void set_threads(int threads) {
+  SD_CHECK(threads >= 0, "threads must be >= 0 (0: all cores), got ", threads);
+  int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  at::set_num_threads(std::max(n, 1));
+}
+
+LoadedModel load(const ModelSpec& spec) {
+  set_threads(spec.threads);
+  const at::ScalarType dtype = parse_dtype(spec.dtype);
+  LoadedModel out;
+  out.spec = spec;
+  const std::string& path = spec.path;
+  namespace fs = std::filesystem;
+  if (path == "tiny-llama") {
+    SD_CHECK(dtype == at::kFloat, "model ", spec.name, ": tiny-llama is float32 only");
+    out.model = make_tiny_llama(tiny_llama_config(), spec.seed);  // no tokenizer
+  } else if (path == "tiny-gpt2") {
+    out.model = make_tiny_gpt2(tiny_gpt2_config(), spec.seed, dtype);
+  } else if (fs::is_directory(path)) {
+    const std::string cfg_path = path + "/config.json";
+    const nlohmann::json j = read_json(cfg_path);
+    const std::string type = j.value("model_type", std::string());
+    out.model = type == "gpt2" ? load_gpt2_hf_dir(path, dtype) : load_llama_hf_dir(path, dtype);
+    const std::string tok = path + "/tokenizer.json";
+    SD_CHECK(fs::exists(tok), "model dir ", path, ": tokenizer.json is missing");
+    out.tokenizer = tokenizer::Tokenizer::from_hf_json(tok);
+  } else {
+    SD_CHECK(fs::is_regular_file(path), "model ", spec.name, ": '", path,
+             "' is neither a file, a directory, nor tiny-llama/tiny-gpt2");
+    auto f = io::GgufFile::open(path);
+    const std::string arch = f->get_string("general.architecture");
+    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype);
+    out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
+  }
+  return out;
+}
+
+}  // namespace specdec::model

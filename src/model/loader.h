@@ -1,0 +1,37 @@
+#pragma once
+// The pieces of model::load() (causal_lm.h), exposed for tests and tools that want a model
+// without its tokenizer.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+
+#include "model/causal_lm.h"
+
+namespace specdec::io { class GgufFile; }
+
+namespace specdec::model {
+
+// Config of a GGUF file with general.architecture "llama" or "qwen2", from the
+// <arch>.* metadata and the token_embd rows (n_vocab). Throws naming file and key.
+ModelConfig llama_config_from_gguf(const io::GgufFile& file);
+
+// Loads a "llama"/"qwen2" GGUF: tensors dequantised to fp32 in parallel; for arch "llama"
+// the q/k rows are restored to HF order (see unpermute_rope_rows). Throws specdec::Error
+// naming the file, tensor and expected shape.
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& file,
+                                          at::ScalarType dtype = at::kFloat);
+
+// Loads an HF directory (config.json model_type "llama"/"qwen2" + safetensors).
+std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
+                                            at::ScalarType dtype = at::kFloat);
+
+// llama.cpp's converter reorders the rows of each head of attn_q/attn_k from HF's
+// [two halves] layout to interleaved pairs (row i of half s -> row 2i+s) so GGML can rotate
+// adjacent pairs. This undoes it. w: [n_heads * head_dim, in] -> same shape, HF order.
+at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads);
+
+// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16; anything else throws.
+at::ScalarType parse_dtype(const std::string& dtype);
+
+}  // namespace specdec::model

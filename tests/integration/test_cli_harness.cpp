@@ -1,0 +1,239 @@
+// Drives build/specdec as a subprocess: --help everywhere, exit codes (0 ok, 1 bad input
+// naming file/key/value, 2 failed check, 130 interrupted), validate's plan, compare, and
+// kill-then-resume (nothing finished is lost or duplicated).
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+extern char** environ;
+
+namespace {
+
+const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
+const std::string kTiny = std::string(SPECDEC_SOURCE_DIR) + "/experiments/tiny_ci.yaml";
+
+struct Output {
+  int code = -1;
+  std::string text;  // stdout + stderr
+};
+
+Output run(const std::string& args) {
+  Output o;
+  FILE* p = ::popen((kBin + " " + args + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int st = ::pclose(p);
+  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return o;
+}
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+fs::path temp(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("specdec_cli_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+const std::string kResumeSets =
+    " --set repeats=1 --set warmup=0 --set plots=false --set 'sweep.gamma=[2,3,4]'"
+    " --set checks.first_token.samples=300 --set checks.sequence.samples=100";
+
+pid_t spawn_run(const std::string& out) {
+  std::vector<std::string> args = {kBin, "run", kTiny, "--quiet", "--out", out, "--set", "repeats=1",
+                                   "--set", "warmup=0", "--set", "plots=false", "--set", "sweep.gamma=[2,3,4]",
+                                   "--set", "checks.first_token.samples=300", "--set", "checks.sequence.samples=100"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  EXPECT_EQ(posix_spawn(&pid, kBin.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+// Waits until cells.jsonl holds at least n records (or the process ends).
+void wait_for_cells(pid_t pid, const fs::path& out, size_t n) {
+  for (int i = 0; i < 6000; ++i) {
+    if (lines_of(out / "cells.jsonl").size() >= n) return;
+    int st;
+    if (::waitpid(pid, &st, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Every planned cell exactly once, and per cell exactly its generations in samples.jsonl.
+void expect_complete_without_duplicates(const fs::path& out, size_t n_cells) {
+  const auto cells = lines_of(out / "cells.jsonl");
+  std::set<std::string> keys;
+  for (const auto& l : cells) EXPECT_TRUE(keys.insert(nlohmann::json::parse(l)["key"]).second) << "duplicate " << l;
+  EXPECT_EQ(keys.size(), n_cells);
+  std::map<std::string, std::multiset<std::string>> seen;  // cell -> role/prompt/repeat/seed
+  for (const auto& l : lines_of(out / "samples.jsonl")) {
+    const auto j = nlohmann::json::parse(l);
+    EXPECT_TRUE(keys.count(j["cell"])) << "sample of an unknown cell: " << l;
+    const std::string id = j["role"].get<std::string>() + "/" + j["prompt"].get<std::string>() + "/" +
+                           std::to_string(j["repeat"].get<int64_t>()) + "/" + std::to_string(j["seed"].get<uint64_t>());
+    EXPECT_EQ(seen[j["cell"]].count(id), 0u) << "duplicate sample " << id << " in " << j["cell"];
+    seen[j["cell"]].insert(id);
+  }
+  for (const auto& k : keys) {
+    const auto& s = seen[k];
+    size_t n_cand = 0;
+    for (const auto& id : s) n_cand += id.rfind("candidate/", 0) == 0;
+    EXPECT_EQ(n_cand, 2u) << k;  // 2 prompts x 1 repeat
+  }
+}
+
+}  // namespace
+
+TEST(CliHarness, HelpOnEveryCommand) {
+  for (const char* cmd : {"run", "validate", "models", "compare", "strategies", "generate", "tokenize"}) {
+    const auto o = run(std::string(cmd) + " --help");
+    EXPECT_EQ(o.code, 0) << cmd << ": " << o.text;
+    EXPECT_NE(o.text.find(cmd), std::string::npos) << o.text;
+  }
+  EXPECT_EQ(run("--help").code, 0);
+}
+
+TEST(CliHarness, ValidatePrintsPlan) {
+  const auto o = run("validate " + kTiny);
+  EXPECT_EQ(o.code, 0) << o.text;
+  for (const char* s : {"cells 7", "prompts 2", "spec-draft", "gamma=4", "greedy_equality", "target forwards",
+                        "valid"})
+    EXPECT_NE(o.text.find(s), std::string::npos) << s << " in " << o.text;
+  const auto q = run("validate " + std::string(SPECDEC_SOURCE_DIR) + "/experiments/quickstart.yaml");
+  EXPECT_EQ(q.code, 0) << q.text;
+}
+
+TEST(CliHarness, BadInputExitsOneNamingFileKeyAndValue) {
+  const fs::path d = temp("bad");
+  const std::string head = "models: {target: tiny-llama}\nprompts: [a]\n";
+  const std::map<std::string, std::vector<std::string>> cases = {
+      {head + "strategies: [greedy]\nmax_new_tokens: x\n", {"max_new_tokens", "'x'"}},
+      {head + "strategies: [nope]\n", {"strategies[0].name", "unknown strategy 'nope'", "speculative"}},
+      {head + "strategies: [{name: speculative, params: {gama: 3}}]\n",
+       {"strategies[0].params", "unknown parameter 'gama'", "gamma"}},
+      {head + "strategies: [{name: speculative, params: {gamma: lots}}]\n", {"strategies[0].params", "lots"}},
+      {head + "strategies: [speculative]\nsweep: {gamma: [2, x]}\n", {"sweep.gamma", "'x'"}},
+      {head + "strategies: [greedy]\nsweep: {num_beams: [2]}\n", {"sweep.num_beams", "no strategy"}},
+      {head + "strategies: [{name: speculative, params: {drafter: model}}]\n", {"models.draft"}},
+      {"models: {target: qwen-9000}\nprompts: [a]\nstrategies: [greedy]\n", {"models.target", "qwen-9000"}},
+  };
+  int i = 0;
+  for (const auto& [yaml, frags] : cases) {
+    const fs::path f = d / ("e" + std::to_string(i++) + ".yaml");
+    write(f, yaml);
+    for (const std::string& cmd : std::vector<std::string>{"validate ", "run --quiet --out " + (d / "out").string() + " "}) {
+      const auto o = run(cmd + f.string());
+      EXPECT_EQ(o.code, 1) << cmd << yaml << o.text;
+      EXPECT_NE(o.text.find(f.string()), std::string::npos) << o.text;
+      for (const auto& s : frags) EXPECT_NE(o.text.find(s), std::string::npos) << s << " not in " << o.text;
+    }
+  }
+  EXPECT_EQ(run("run").code, 1);
+  EXPECT_EQ(run("run /nonexistent.yaml").code, 1);
+  EXPECT_EQ(run("compare /nonexistent_a /nonexistent_b").code, 1);
+  fs::remove_all(d);
+}
+
+TEST(CliHarness, FailedCheckExitsTwo) {
+  const fs::path out = temp("bug");
+  const auto o = run("run " + kTiny + " --quiet --out " + out.string() + kResumeSets +
+                     " --set 'sweep.gamma=[2]' --set checks.inject_residual_bug=true");
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_NE(o.text.find("check failed"), std::string::npos) << o.text;
+  fs::remove_all(out);
+}
+
+TEST(CliHarness, KillThenResumeLosesAndDuplicatesNothing) {
+  const fs::path out = temp("resume");
+  const pid_t pid = spawn_run(out.string());
+  wait_for_cells(pid, out, 2);
+  ::kill(pid, SIGKILL);  // no chance to clean up: durability must come from the commits
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  const auto before = lines_of(out / "cells.jsonl");
+  ASSERT_GE(before.size(), 2u);
+  ASSERT_LT(before.size(), 9u) << "the run finished before the kill; the test proved nothing";
+  // A second run into the same folder without --resume is refused.
+  EXPECT_EQ(run("run " + kTiny + " --quiet --out " + out.string() + kResumeSets).code, 1);
+  const auto o = run("run " + kTiny + " --quiet --resume --out " + out.string() + kResumeSets);
+  EXPECT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("(" + std::to_string(before.size()) + " resumed)"), std::string::npos) << o.text;
+  const auto after = lines_of(out / "cells.jsonl");
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i], before[i]);  // finished cells kept as they were
+  expect_complete_without_duplicates(out, 9);  // greedy, sampling, beam + 3 gammas x 2 temperatures
+  // A changed experiment cannot resume this run.
+  const auto changed = run("run " + kTiny + " --quiet --resume --out " + out.string() + kResumeSets + " --set seed=8");
+  EXPECT_EQ(changed.code, 1);
+  EXPECT_NE(changed.text.find("seed"), std::string::npos) << changed.text;
+  fs::remove_all(out);
+}
+
+TEST(CliHarness, SigtermStopsCleanlyWithExit130ThenResumes) {
+  const fs::path out = temp("sigterm");
+  const pid_t pid = spawn_run(out.string());
+  wait_for_cells(pid, out, 1);
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  const int code = WEXITSTATUS(st);
+  if (code == 0) GTEST_SKIP() << "run finished before SIGTERM arrived";
+  EXPECT_EQ(code, 130);
+  EXPECT_TRUE(fs::exists(out / "report.md"));  // the report of the finished part is written
+  const auto o = run("run " + kTiny + " --quiet --resume --out " + out.string() + kResumeSets);
+  EXPECT_EQ(o.code, 0) << o.text;
+  expect_complete_without_duplicates(out, 9);
+  fs::remove_all(out);
+}
+
+TEST(CliHarness, CompareTwoRuns) {
+  const fs::path a = temp("cmp_a"), b = temp("cmp_b");
+  const std::string sets = kResumeSets + " --set 'sweep.gamma=[2]' --set 'sweep.temperature=[0]'";
+  ASSERT_EQ(run("run " + kTiny + " --quiet --out " + a.string() + sets).code, 0);
+  ASSERT_EQ(run("run " + kTiny + " --quiet --out " + b.string() + sets).code, 0);
+  const auto o = run("compare " + a.string() + " " + b.string());
+  EXPECT_EQ(o.code, 0) << o.text;
+  for (const char* s : {"A tok/s", "B tok/s", "spec-draft|drafter=model,gamma=2,temperature=0", "greedy|temperature=0"})
+    EXPECT_NE(o.text.find(s), std::string::npos) << s << " in " << o.text;
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(CliHarness, ModelsListsCatalog) {
+  const auto o = run("models");
+  EXPECT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("smollm2-135m"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("tiny-llama"), std::string::npos) << o.text;
+}
