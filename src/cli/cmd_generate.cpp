@@ -70,9 +70,8 @@ nlohmann::json stats_json(const strategies::Result& r, const std::string& strate
       {"ms_sample", s.ms_sample}, {"ms_rollback", s.ms_rollback}, {"ms_total", s.ms_total},
       {"ms_first_token", s.ms_first_token},
       {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
-      {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0},
-      {"text", r.text}, {"tokens", r.tokens}};
-  return j;
+      {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
+  return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
 }
 
 void print_stats_line(const strategies::Result& r, const std::string& strategy) {
@@ -106,17 +105,19 @@ int run_generate(const GenerateOptions& o) {
   std::string text = read_prompt(o);
   if (o.chat) text = tgt.tokenizer->apply_chat_template({{"user", text}}, true);
   req.prompt = tgt.tokenizer->encode(text, /*add_special=*/true);
-  req.processors = strategies::processor_config(strategies::resolve(o.strategy, params));
   req.stop.eos_ids = tgt.tokenizer->eos_ids();
   req.stop.max_new_tokens = o.max_new_tokens;
   req.stop.stop_strings = o.stops;
   req.stop.timeout_s = o.timeout_s;
   req.seed = o.seed;
-  const strategies::Result r = strategy->generate(req, [](const Tokens&, const std::string& chunk) {
-    std::cout << chunk << std::flush;
+  // Text streams as it becomes final; with --json it goes to stderr so stdout is one JSON line.
+  std::ostream& stream = o.json ? std::cerr : std::cout;
+  const strategies::Result r = strategy->generate(req, [&stream](const Tokens&, const std::string& chunk) {
+    stream << chunk << std::flush;
   });
-  std::cout << "\n";
-  if (o.json) std::cout << stats_json(r, o.strategy).dump() << "\n";
+  stream << "\n";
+  // Invalid UTF-8 (a generation cut inside a multi-byte character) becomes U+FFFD.
+  if (o.json) std::cout << stats_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_stats_line(r, o.strategy);
   return 0;
 }
@@ -141,7 +142,7 @@ int cmd_generate(const Args& args) {
       ("dtype", po::value(&o.dtype)->default_value("float32"), "weights of linear layers: float32 | bfloat16")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")
-      ("json", po::bool_switch(&o.json), "print the statistics as one JSON line");
+      ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);

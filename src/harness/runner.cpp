@@ -60,34 +60,6 @@ bool stop_requested() { return g_stop.load(); }
 
 namespace {
 
-// Testing only (checks.inject_residual_bug): the candidate's target returns logits whose top
-// token is pushed down by 4 nats in every verification block (T >= 2 positions after the
-// prompt), i.e. the verifier accepts/resamples against a wrong p. The checks compute the exact
-// p from the unmodified target, so a working check must flag the difference. Strategies whose
-// schema has a bool "inject_residual_bug" param get that param instead of this wrapper.
-class PlantedVerifierBug : public model::CausalLM {
- public:
-  explicit PlantedVerifierBug(std::shared_ptr<model::CausalLM> inner) : inner_(std::move(inner)) {}
-  const model::ModelConfig& config() const override { return inner_->config(); }
-  model::KVCache make_cache(int64_t batch, int64_t max_seq) const override {
-    return inner_->make_cache(batch, max_seq);
-  }
-  // tokens: [B, T] int64; returns [B, T, V] float32
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                     model::KVCache& cache) override {
-    at::Tensor logits = inner_->forward(tokens, start_pos, cache);
-    if (tokens.size(1) < 2 || start_pos.empty() || start_pos[0] == 0) return logits;
-    logits = logits.clone();
-    const at::Tensor top = logits.argmax(-1, /*keepdim=*/true);  // [B, T, 1]
-    logits.scatter_(-1, top, logits.gather(-1, top) - 4.0);
-    return logits;
-  }
-  int64_t weight_bytes() const override { return inner_->weight_bytes(); }
-
- private:
-  std::shared_ptr<model::CausalLM> inner_;
-};
-
 struct Models {
   model::LoadedModel target;
   std::optional<model::LoadedModel> draft;
@@ -177,9 +149,7 @@ class CellRunner {
  public:
   CellRunner(const ExperimentConfig& cfg, const Models& models, const std::vector<EncodedPrompt>& prompts,
              Progress& progress)
-      : cfg_(cfg), models_(models), prompts_(prompts), progress_(progress) {
-    if (cfg.checks.inject_residual_bug) planted_ = std::make_shared<PlantedVerifierBug>(models.target.model);
-  }
+      : cfg_(cfg), models_(models), prompts_(prompts), progress_(progress) {}
 
   CellMetrics run(const PlannedCell& pc, std::vector<json>& samples);
 
@@ -188,8 +158,7 @@ class CellRunner {
     reg::Result result;
     double wall_ms = 0, ttft_ms = 0;
   };
-  reg::Request request(const Tokens& prompt, const reg::Params& params, uint64_t seed, int64_t max_new,
-                       bool candidate_of_checked_cell) const;
+  reg::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new) const;
   Timed generate(reg::Strategy& s, const reg::Request& req, const std::string& what);
   json sample_line(const PlannedCell& pc, const std::string& role, const EncodedPrompt& p, int64_t repeat,
                    uint64_t seed, const Timed& t) const;
@@ -203,21 +172,17 @@ class CellRunner {
   const Models& models_;
   const std::vector<EncodedPrompt>& prompts_;
   Progress& progress_;
-  std::shared_ptr<model::CausalLM> planted_;
-  bool plant_here_ = false;  // this cell's candidate runs get the planted bug wrapper
 };
 
-reg::Request CellRunner::request(const Tokens& prompt, const reg::Params& params, uint64_t seed, int64_t max_new,
-                                 bool candidate_of_checked_cell) const {
+reg::Request CellRunner::request(const Tokens& prompt, uint64_t seed, int64_t max_new) const {
   reg::Request req;
   req.prompt = prompt;
-  req.target = (candidate_of_checked_cell && plant_here_) ? planted_ : models_.target.model;
+  req.target = models_.target.model;
   if (models_.draft) {
     req.draft = models_.draft->model;
     req.draft_tokenizer = models_.draft->tokenizer;
   }
   req.tokenizer = models_.target.tokenizer;
-  req.processors = reg::processor_config(params);
   req.stop.max_new_tokens = max_new;
   if (cfg_.eos && req.tokenizer) req.stop.eos_ids = req.tokenizer->eos_ids();
   req.stop.stop_strings = cfg_.stop;
@@ -271,8 +236,8 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
   const int64_t n_max = cfg_.max_new_tokens;
   for (int64_t w = 0; w < cfg_.warmup; ++w) {  // warm caches and allocators; not recorded
     const auto& p = prompts_[0];
-    if (base) generate(*base, request(p.tokens, pc.baseline_params, cfg_.seed, n_max, false), "warmup");
-    generate(*cand, request(p.tokens, pc.resolved, cfg_.seed, n_max, true), "warmup");
+    if (base) generate(*base, request(p.tokens, cfg_.seed, n_max), "warmup");
+    generate(*cand, request(p.tokens, cfg_.seed, n_max), "warmup");
   }
   Totals cand_tot, base_tot;
   std::vector<double> cand_tps, base_tps, speedups;
@@ -287,14 +252,14 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
                                " repeat " + std::to_string(r + 1) + "/" + std::to_string(cfg_.repeats);
       // Interleaved: the baseline runs right before the candidate on the same prompt and seed.
       if (base) {
-        const Timed t = generate(*base, request(p.tokens, pc.baseline_params, seed, n_max, false), what);
+        const Timed t = generate(*base, request(p.tokens, seed, n_max), what);
         base_tot.add(t.result, t.ttft_ms, t.wall_ms);
         b_tok += t.result.stats.n_generated, b_ms += t.wall_ms;
         cat[p.category][2] += t.result.stats.n_generated, cat[p.category][3] += t.wall_ms;
         samples.push_back(sample_line(pc, "baseline", p, r, seed, t));
         if (r == 0) base_out.push_back(t.result.tokens);
       }
-      const Timed t = generate(*cand, request(p.tokens, pc.resolved, seed, n_max, true), what);
+      const Timed t = generate(*cand, request(p.tokens, seed, n_max), what);
       cand_tot.add(t.result, t.ttft_ms, t.wall_ms);
       c_tok += t.result.stats.n_generated, c_ms += t.wall_ms;
       cat[p.category][0] += t.result.stats.n_generated, cat[p.category][1] += t.wall_ms;
@@ -391,7 +356,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   std::vector<TokenId> first;
   for (int64_t j = 0; j < n_cand; ++j) {
     const uint64_t seed = cfg_.seed + 1000003 + static_cast<uint64_t>(j);
-    const Timed t = generate(*cand, request(p.tokens, pc.resolved, seed, len, true),
+    const Timed t = generate(*cand, request(p.tokens, seed, len),
                              "check sample " + std::to_string(j + 1) + "/" + std::to_string(n_cand));
     SD_CHECK(!t.result.tokens.empty(), "check run of ", pc.cell.key, " generated no token");
     first.push_back(t.result.tokens[0]);
@@ -409,7 +374,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   std::vector<double> ll_cand, ll_base;
   for (int64_t j = 0; j < k.sequence_samples; ++j) {
     const uint64_t seed = cfg_.seed + 2000003 + static_cast<uint64_t>(j);  // independent of the candidate's
-    const Timed t = generate(*base, request(p.tokens, pc.baseline_params, seed, len, false),
+    const Timed t = generate(*base, request(p.tokens, seed, len),
                              "check baseline " + std::to_string(j + 1) + "/" + std::to_string(k.sequence_samples));
     base_seqs.push_back(t.result.tokens);
     samples.push_back(sample_line(pc, "check_baseline", p, 0, seed, t));
@@ -431,13 +396,12 @@ bool has_bool_param(const std::string& strategy, const std::string& key) {
 
 CellMetrics CellRunner::run(const PlannedCell& pc_in, std::vector<json>& samples) {
   PlannedCell pc = pc_in;
-  plant_here_ = false;
   if (cfg_.checks.inject_residual_bug && pc.checked) {
-    if (has_bool_param(pc.cell.strategy, "inject_residual_bug")) {
-      pc.resolved.set("inject_residual_bug", "true");
-    } else {
-      plant_here_ = true;
-    }
+    // Testing only: the checked strategy's verifier emits a wrong correction token
+    // (kernels::VerifyArgs::planted_residual_bug); a working check must flag it.
+    SD_CHECK(has_bool_param(pc.cell.strategy, "inject_residual_bug"), "checks.inject_residual_bug: strategy '",
+             pc.cell.strategy, "' has no inject_residual_bug parameter to plant the bug with");
+    pc.resolved.set("inject_residual_bug", "true");
   }
   Stopwatch clock;
   CellMetrics m;

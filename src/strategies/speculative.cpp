@@ -19,6 +19,7 @@ namespace {
 struct SpecConfig {
   int64_t gamma = 4, gamma_max = 8, ngram_min = 1, ngram_max = 3;
   std::string drafter = "auto", adaptive = "off";
+  bool planted_residual_bug = false;  // testing only (inject_residual_bug)
   sampling::ProcessorConfig proc;
 };
 
@@ -37,6 +38,7 @@ class Speculative : public Strategy {
     cfg_.ngram_max = p.get_int("ngram_max");
     cfg_.drafter = p.get_string("drafter");
     cfg_.adaptive = p.get_string("adaptive_gamma");
+    cfg_.planted_residual_bug = p.get_bool("inject_residual_bug");
     cfg_.proc = processor_config(p);
     SD_CHECK(cfg_.drafter == "auto" || cfg_.drafter == "model" || cfg_.drafter == "ngram",
              "speculative: drafter must be auto, model or ngram, got '", cfg_.drafter, "'");
@@ -92,6 +94,7 @@ Verdict Speculative::verify(const DraftProposal& d, const at::Tensor& p, Rng& rn
   args.uniforms = uniforms.data();
   args.n_accepted = &n_accepted;
   args.out_tokens = out.data();
+  args.planted_residual_bug = cfg_.planted_residual_bug;
   kernels::verify_cpu(args);
   v.n_accepted = n_accepted;
   v.emitted.assign(out.begin(), out.begin() + n_accepted + 1);
@@ -186,6 +189,8 @@ StrategyInfo speculative_info() {
               {"adaptive_gamma", "string", "off", "off | hf (+2 on full accept, -1 otherwise) | cost"},
               {"ngram_min", "int", "1", "shortest suffix the n-gram drafter matches"},
               {"ngram_max", "int", "3", "longest suffix the n-gram drafter matches"},
+              {"inject_residual_bug", "bool", "false",
+               "TESTING ONLY: resample rejections from p instead of norm(max(0, p - q)); checks must fail"},
           },
           false,
           [](const Params& p) { return std::make_unique<Speculative>(p); }};

@@ -23,12 +23,15 @@ struct StopCriteria {
   double timeout_s = 0;                    // wall clock; 0 = none
 };
 
+// The logits processors (temperature, top-k, top-p, min-p, repetition penalty) are strategy
+// parameters shared by every strategy (registry.h: processor_params), so they are fixed when
+// the strategy is created; processor_config(params) gives the same chain to anyone who needs
+// the exact processed distribution (the harness's checks).
 struct Request {
   Tokens prompt;
   std::shared_ptr<model::CausalLM> target;
   std::shared_ptr<model::CausalLM> draft;            // may be null
   std::shared_ptr<tokenizer::Tokenizer> tokenizer;   // the target's
-  sampling::ProcessorConfig processors;
   StopCriteria stop;
   uint64_t seed = 0;
   // Addition (owner: strat): the draft model's tokenizer; when set, speculative decoding

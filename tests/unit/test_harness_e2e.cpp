@@ -85,7 +85,9 @@ TEST(HarnessE2E, TinyExperimentRunsAndPassesChecks) {
 
 TEST(HarnessE2E, PlantedResidualBugMakesChecksFail) {
   const std::string out = (fs::temp_directory_path() / "specdec_e2e_bug").string();
-  const auto r = run_tiny(out, {"plots=false", "checks.inject_residual_bug=true",
+  // The planted bug resamples rejections from p instead of the residual: a subtler error
+  // than a wrong target, so the two-sample sequence test gets more samples than kSmall's.
+  const auto r = run_tiny(out, {"plots=false", "checks.inject_residual_bug=true", "checks.sequence.samples=2000",
                                 "strategies=[{name: speculative, params: {drafter: model}}]"});
   EXPECT_FALSE(r.checks_passed);
   const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
