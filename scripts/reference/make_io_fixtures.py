@@ -21,7 +21,7 @@ MODEL = ROOT / "models" / "smollm2-135m-instruct.gguf"
 OUT = ROOT / "tests" / "fixtures" / "io" / "smollm2_tensors.json"
 # The fuzzers' tiny seed files hold one tensor of every supported quant type (incl. the
 # K-quants SmolLM2 lacks); their full dequantised values become a second fixture.
-SEEDS = sorted((ROOT / "tests" / "fuzz" / "seeds_gguf").glob("*.gguf"))
+SEEDS = sorted((ROOT / "tests" / "fuzz" / "seeds_gguf").glob("*.gguf.seed"))
 SEEDS_OUT = ROOT / "tests" / "fixtures" / "io" / "seed_tensors.json"
 SUPPORTED = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
 

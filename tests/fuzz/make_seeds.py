@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the tiny seed corpora of the io fuzzers (tests/fuzz/seeds_*/). Python stdlib
-only; the seeds are committed, rerun this only to change them."""
+only; the seeds are committed (named *.seed so no tool takes them for model weights);
+rerun this only to change them."""
 import json
 import pathlib
 import struct
@@ -73,9 +74,9 @@ def main() -> None:
     f16t = ("h", [3], 1, f16(1.0) + f16(-2.0) + f16(0.5))
     bf16 = ("bf", [2], 30, b"\x80\x3f\x40\xc0")
     q2_k = ("q2", [256], 10, bytes(84))
-    write("seeds_gguf", "v3_small.gguf", gguf(3, [f32, q8_0, q4_1]))
-    write("seeds_gguf", "v2_kquants.gguf", gguf(2, [q4_k, q5_k, q6_k], alignment=64))
-    write("seeds_gguf", "v3_legacy.gguf", gguf(3, [q4_0, q5_0, q5_1, f16t, bf16, q2_k]))
+    write("seeds_gguf", "v3_small.gguf.seed", gguf(3, [f32, q8_0, q4_1]))
+    write("seeds_gguf", "v2_kquants.gguf.seed", gguf(2, [q4_k, q5_k, q6_k], alignment=64))
+    write("seeds_gguf", "v3_legacy.gguf.seed", gguf(3, [q4_0, q5_0, q5_1, f16t, bf16, q2_k]))
 
     def st(entries, meta=None) -> bytes:
         header, data = {}, b""
@@ -88,14 +89,14 @@ def main() -> None:
         text += b" " * (-len(text) % 8)
         return struct.pack("<Q", len(text)) + text + data
 
-    write("seeds_safetensors", "small.safetensors", st([
+    write("seeds_safetensors", "small.safetensors.seed", st([
         ("w.f32", "F32", [2, 3], struct.pack("<6f", *range(6))),
         ("w.f16", "F16", [2], f16(1.0) + f16(-2.0)),
         ("w.bf16", "BF16", [2], b"\x80\x3f\x40\xc0"),
         ("w.f64", "F64", [1], struct.pack("<d", 0.1)),
         ("w.i32", "I32", [1], struct.pack("<i", 3)),
     ], meta={"format": "pt"}))
-    write("seeds_safetensors", "empty.safetensors", st([]))
+    write("seeds_safetensors", "empty.safetensors.seed", st([]))
 
 
 if __name__ == "__main__":
