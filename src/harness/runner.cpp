@@ -127,8 +127,10 @@ struct Totals {
     n_target_forwards += s.n_target_forwards;
     n_draft_forwards += s.n_draft_forwards;
     ms_draft += s.ms_draft;
+    // The prefill forward yields the first token; each later token costs decode time. (Not
+    // wall - TTFT: beam search emits everything at the end, so its TTFT is its wall time.)
     if (s.n_generated >= 2) {
-      ms_decode += wall_ms - ttft_ms;
+      ms_decode += wall_ms - s.ms_prefill;
       n_decode_tokens += s.n_generated - 1;
     }
     ttft.push_back(ttft_ms);
@@ -485,6 +487,11 @@ json torch_env(json env) {
     blas = conf.substr(pos + std::strlen(key), conf.find_first_of(",\n", pos) - pos - std::strlen(key));
     break;
   }
+  // Debian's LibTorch reports the generic BLAS it was built against; which library runs is
+  // chosen by the libblas.so.3 alternative (OpenBLAS-openmp after scripts/setup.sh).
+  std::error_code ec;
+  const auto target = std::filesystem::read_symlink("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ec);
+  if (!ec) blas += " -> " + target.string();
   env["blas"] = blas;
   env["intra_op_threads"] = at::get_num_threads();
   return env;
