@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "harness/experiment.h"
 #include "harness/runner.h"
 
@@ -16,7 +17,8 @@ int cmd_run(const Args& args) {
                                "autoregressive\nbaseline, runs the distribution checks, and writes "
                                "results/<experiment>/<run-id>/.\nExit codes: 0 ok, 1 bad input, 2 a failed check, "
                                "130 interrupted (finished cells are kept; use --resume)\n\noptions");
-  std::string experiment, out, results_root = "results";
+  std::string out, results_root = "results";
+  std::vector<std::string> positional;
   std::vector<std::string> sets;
   opts.add_options()("help,h", "show this help")(
       "out,o", po::value(&out), "run folder (default: <results-root>/<experiment>/<UTC run id>)")(
@@ -24,28 +26,9 @@ int cmd_run(const Args& args) {
       "resume", "continue the run in --out (default: the latest run of this experiment), skipping finished cells")(
       "results-root", po::value(&results_root), "folder holding the experiments' results (default: results)")(
       "quiet,q", "no progress output on stderr");
-  po::options_description hidden;
-  hidden.add_options()("experiment", po::value(&experiment));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("experiment", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << "specdec run: " << e.what() << "\n" << opts;
-    return 1;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
-  if (experiment.empty()) {
-    std::cerr << "specdec run: missing EXPERIMENT.yaml\n" << opts;
-    return 1;
-  }
+  if (auto code = parse_command("run", args, opts, 1, "EXPERIMENT.yaml", positional, vm)) return *code;
+  const std::string& experiment = positional[0];
   const harness::ExperimentConfig cfg = harness::load_experiment(experiment, sets);
   harness::RunOptions ro;
   ro.out_dir = out;

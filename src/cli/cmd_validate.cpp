@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "harness/experiment.h"
 #include "harness/plan.h"
 
@@ -16,32 +17,13 @@ int cmd_validate(const Args& args) {
                                "Checks the experiment without running it (models exist, strategies and parameters "
                                "known,\nsweep well-formed) and prints the plan: cells, prompts, estimated forwards.\n"
                                "Exit codes: 0 valid, 1 invalid (the message names file, key path and value)\n\noptions");
-  std::string experiment;
+  std::vector<std::string> positional;
   std::vector<std::string> sets;
   opts.add_options()("help,h", "show this help")(
       "set,s", po::value(&sets)->composing(), "override a key: --set key.path=value (YAML value), repeatable");
-  po::options_description hidden;
-  hidden.add_options()("experiment", po::value(&experiment));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("experiment", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << "specdec validate: " << e.what() << "\n" << opts;
-    return 1;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
-  if (experiment.empty()) {
-    std::cerr << "specdec validate: missing EXPERIMENT.yaml\n" << opts;
-    return 1;
-  }
+  if (auto code = parse_command("validate", args, opts, 1, "EXPERIMENT.yaml", positional, vm)) return *code;
+  const std::string& experiment = positional[0];
   const auto cfg = harness::load_experiment(experiment, sets);
   const auto plan = harness::make_plan(cfg);
   std::cout << harness::format_plan(cfg, plan) << "valid\n";
