@@ -7,6 +7,7 @@
 // Every read goes through Cursor, which checks bounds before touching memory, so a
 // truncated or hostile file yields an Error rather than an out-of-bounds read.
 #include "io/gguf.h"
+#include "io/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -284,21 +285,8 @@ int64_t GgufTensorInfo::n_elements() const {
 }
 
 std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("gguf ", path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("gguf ", path, ": not a regular file");
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size < 24) {
-    ::close(fd);
-    fail("gguf ", path, ": file of ", size, " bytes is too small for a GGUF header (24 bytes)");
-  }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) fail("gguf ", path, ": mmap failed: ", std::strerror(errno));
+  size_t size = 0;
+  void* map = map_file("gguf", path, 24, "a GGUF header (24 bytes)", size);
   std::shared_ptr<GgufFile> f;
   try {
     f = parse(static_cast<const uint8_t*>(map), size, path);

@@ -4,6 +4,7 @@
 // then the data section; offsets are relative to its start. A sharded checkpoint has
 // model.safetensors.index.json whose "weight_map" maps tensor name -> shard file.
 #include "io/safetensors.h"
+#include "io/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -94,25 +95,6 @@ SafetensorsTensorInfo parse_entry(const std::string& name, const json& e, uint64
   return t;
 }
 
-void* map_file(const std::string& path, size_t& size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("safetensors ", path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("safetensors ", path, ": not a regular file");
-  }
-  size = static_cast<size_t>(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    fail("safetensors ", path, ": file of ", size, " bytes is too small for the 8-byte header length");
-  }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) fail("safetensors ", path, ": mmap failed: ", std::strerror(errno));
-  return map;
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("safetensors: cannot open ", path);
@@ -136,7 +118,7 @@ int64_t SafetensorsTensorInfo::n_elements() const {
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   size_t size = 0;
-  void* map = map_file(path, size);
+  void* map = map_file("safetensors", path, 8, "the 8-byte header length", size);
   std::shared_ptr<SafetensorsFile> f;
   try {
     f = parse(static_cast<const uint8_t*>(map), size, path);
