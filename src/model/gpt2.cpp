@@ -16,18 +16,11 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/linear.h"
+#include "model/checks.h"
 
 namespace specdec::model {
 
 namespace {
-
-std::string shape_str(at::IntArrayRef s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-  return os.str();
-}
 
 void expect_shape(const at::Tensor& t, const std::string& name, std::vector<int64_t> shape) {
   SD_CHECK(t.defined(), "gpt2: tensor ", name, " is missing, expected shape ", shape_str(shape));
@@ -117,8 +110,6 @@ class Gpt2Model final : public CausalLM {
                      KVCache& cache) override;
 
  private:
-  void check_inputs(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                    const KVCache& cache) const;
   at::Tensor causal_mask(const std::vector<int64_t>& start, int64_t T, int64_t n_keys) const;
   // x: [B*T, d] -> [B*T, d]
   at::Tensor attention(const Block& blk, int64_t layer, const at::Tensor& x,
@@ -131,35 +122,6 @@ class Gpt2Model final : public CausalLM {
   at::Tensor lnf_w_, lnf_b_;    // [d]
   Linear head_;                 // [V, d]
 };
-
-void Gpt2Model::check_inputs(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                             const KVCache& cache) const {
-  SD_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) > 0,
-           "gpt2 forward: tokens must be [B, T] with T >= 1, got ",
-           tokens.defined() ? shape_str(tokens.sizes()) : std::string("undefined"));
-  const int64_t B = tokens.size(0), T = tokens.size(1);
-  SD_CHECK(static_cast<int64_t>(start_pos.size()) == B, "gpt2 forward: ", start_pos.size(),
-           " start positions for a batch of ", B);
-  SD_CHECK(cache.batch() == B && cache.n_layers() == cfg_.n_layers &&
-               cache.n_kv_heads() == cfg_.n_heads && cache.head_dim() == cfg_.head_dim,
-           "gpt2 forward: cache [layers ", cache.n_layers(), ", batch ", cache.batch(),
-           ", heads ", cache.n_kv_heads(), ", head_dim ", cache.head_dim(),
-           "] does not fit this model/batch (batch ", B, ")");
-  for (int64_t b = 0; b < B; ++b) {
-    SD_CHECK(start_pos[b] >= 0 && start_pos[b] <= cache.length(b), "gpt2 forward: start_pos[", b,
-             "] = ", start_pos[b], " but the cache holds ", cache.length(b), " positions");
-    SD_CHECK(start_pos[b] + T <= cache.max_seq(), "gpt2 forward: sequence ", b, " would reach ",
-             start_pos[b] + T, " positions, cache max_seq is ", cache.max_seq());
-    SD_CHECK(start_pos[b] + T <= cfg_.n_ctx, "gpt2 forward: sequence ", b, " would reach ",
-             start_pos[b] + T, " positions, beyond the learned position table n_ctx = ",
-             cfg_.n_ctx);
-  }
-  at::Tensor tk = tokens.to(at::kLong).contiguous();
-  const int64_t* p = tk.data_ptr<int64_t>();
-  for (int64_t i = 0; i < B * T; ++i)
-    SD_CHECK(p[i] >= 0 && p[i] < cfg_.n_vocab, "gpt2 forward: token id ", p[i], " at [", i / T,
-             ", ", i % T, "] out of range [0, ", cfg_.n_vocab, ")");
-}
 
 // [B, 1, T, n_keys] bool, true where key j lies after query t's position start[b] + t (or is
 // undefined when nothing is masked: one sequence decoding one token attends to all keys).
@@ -196,7 +158,7 @@ at::Tensor Gpt2Model::attention(const Block& blk, int64_t layer, const at::Tenso
 
 at::Tensor Gpt2Model::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                               KVCache& cache) {
-  check_inputs(tokens, start_pos, cache);
+  check_forward_inputs("gpt2 forward", cfg_, cfg_.n_heads, cfg_.n_ctx, tokens, start_pos, cache);
   const int64_t B = tokens.size(0), T = tokens.size(1), d = cfg_.d_model;
   at::Tensor ids = tokens.to(at::kLong).reshape({B * T});
   at::Tensor pos = (at::tensor(start_pos, at::kLong).view({B, 1}) +

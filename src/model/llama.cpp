@@ -1,6 +1,7 @@
 // Llama-family forward pass (see llama.h). Attention is matmul + softmax (LibTorch 1.13 has
 // no public scaled_dot_product_attention) over the preallocated KV cache.
 #include "model/llama.h"
+#include "model/checks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,14 +14,6 @@
 namespace specdec::model {
 
 namespace {
-
-std::string shape_str(at::IntArrayRef s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-  return os.str();
-}
 
 // Checks an fp32-convertible tensor against its expected shape, naming it on failure.
 void expect_shape(const at::Tensor& t, const std::string& name, std::vector<int64_t> shape) {
@@ -141,8 +134,6 @@ class LlamaModel final : public CausalLM {
                      KVCache& cache) override;
 
  private:
-  void check_inputs(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                    const KVCache& cache) const;
   void ensure_rope_table(int64_t n_pos);
   at::Tensor attention(const Layer& L, int64_t layer, const at::Tensor& x, KVCache& cache);
 
@@ -162,32 +153,6 @@ class LlamaModel final : public CausalLM {
     at::Tensor mask;                  // [B, 1, 1, T, L] bool (true = masked) or undefined
   } step_;
 };
-
-void LlamaModel::check_inputs(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                              const KVCache& cache) const {
-  SD_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) > 0,
-           "llama forward: tokens must be [B, T] with T >= 1, got ",
-           tokens.defined() ? shape_str(tokens.sizes()) : std::string("undefined"));
-  const int64_t B = tokens.size(0), T = tokens.size(1);
-  SD_CHECK(static_cast<int64_t>(start_pos.size()) == B, "llama forward: ", start_pos.size(),
-           " start positions for a batch of ", B);
-  SD_CHECK(cache.batch() == B && cache.n_layers() == cfg_.n_layers &&
-               cache.n_kv_heads() == cfg_.n_kv_heads && cache.head_dim() == cfg_.head_dim,
-           "llama forward: cache [layers ", cache.n_layers(), ", batch ", cache.batch(),
-           ", kv heads ", cache.n_kv_heads(), ", head_dim ", cache.head_dim(),
-           "] does not fit this model/batch (batch ", B, ")");
-  for (int64_t b = 0; b < B; ++b) {
-    SD_CHECK(start_pos[b] >= 0 && start_pos[b] <= cache.length(b), "llama forward: start_pos[",
-             b, "] = ", start_pos[b], " but the cache holds ", cache.length(b), " positions");
-    SD_CHECK(start_pos[b] + T <= cache.max_seq(), "llama forward: sequence ", b, " would reach ",
-             start_pos[b] + T, " positions, cache max_seq is ", cache.max_seq());
-  }
-  at::Tensor tk = tokens.to(at::kLong);
-  const int64_t* p = tk.contiguous().data_ptr<int64_t>();
-  for (int64_t i = 0; i < B * T; ++i)
-    SD_CHECK(p[i] >= 0 && p[i] < cfg_.n_vocab, "llama forward: token id ", p[i], " at [",
-             i / T, ", ", i % T, "] out of range [0, ", cfg_.n_vocab, ")");
-}
 
 void LlamaModel::ensure_rope_table(int64_t n_pos) {
   if (cos_.defined() && cos_.size(0) >= n_pos) return;
@@ -233,7 +198,7 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
 
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                KVCache& cache) {
-  check_inputs(tokens, start_pos, cache);
+  check_forward_inputs("llama forward", cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache);
   Step& s = step_;
   s.B = tokens.size(0);
   s.T = tokens.size(1);

@@ -1,5 +1,6 @@
 // model::load(): GGUF files, HF directories and tiny random models (see causal_lm.h).
 #include "model/loader.h"
+#include "model/checks.h"
 
 #include <ATen/Parallel.h>
 
@@ -24,14 +25,6 @@
 namespace specdec::model {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-  return os.str();
-}
 
 // One tensor to fill: `run` reads (and converts) it into its preallocated destination.
 struct ReadTask {
