@@ -3,13 +3,13 @@
 //   BM_Step/bf16:<0|1>/lib:<0|1>/T:<T>/ctx:<ctx>: one forward of T tokens (1 = decode, 5/8 =
 //     verification) of SmolLM2-135M-Instruct (models/smollm2-135m-instruct.gguf, dequantised
 //     to fp32; linear weights fp32 or bf16) after a prefill of ctx tokens, with Linear's
-//     default dispatch (lib:0, our skinny kernel for 1-8 rows) or library kernels only (lib:1,
+//     default dispatch (lib:0, packed weights and our panel kernel) or library kernels only (lib:1,
 //     LinearPolicy::kLibrary). The cache is rolled back after each step, so every iteration
 //     sees the same context.
 // Run: build/bench/bench_model_decode --benchmark_repetitions=7 \
 //        --benchmark_report_aggregates_only=true
 // Counters: floor_ms = weight bytes / the bandwidth measured by BM_Bandwidth in the same run
-// (run BM_Bandwidth first: it is registered first); x_floor = step time / floor_ms.
+// (run BM_Bandwidth first: it is registered first); compare the step time with floor_ms.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/causal_lm.h"
@@ -66,23 +67,26 @@ struct Loaded {
   int64_t ctx = 0;
 };
 
-// SmolLM2 per dtype and context, prefilled once with a fixed pseudo-random prompt.
-Loaded& loaded(int dtype, int64_t ctx) {
-  static std::map<std::pair<int, int64_t>, Loaded> cache;
-  static std::map<int, std::shared_ptr<sm::CausalLM>> models;
-  auto key = std::make_pair(dtype, ctx);
+// SmolLM2 per dtype, Linear layout (LinearPolicy at load time) and context, prefilled once
+// with a fixed pseudo-random prompt.
+Loaded& loaded(int dtype, bool library, int64_t ctx) {
+  static std::map<std::tuple<int, bool, int64_t>, Loaded> cache;
+  static std::map<std::pair<int, bool>, std::shared_ptr<sm::CausalLM>> models;
+  auto key = std::make_tuple(dtype, library, ctx);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  if (!models.count(dtype)) {
+  if (!models.count({dtype, library})) {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
     spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
     spec.dtype = dtype == 0 ? "float32" : "bfloat16";
     spec.threads = at::get_num_threads();  // keep the count main() chose
-    models[dtype] = sm::load(spec).model;
+    sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
+    models[{dtype, library}] = sm::load(spec).model;
+    sm::set_linear_policy(sm::LinearPolicy::kSkinny);
   }
   Loaded l;
-  l.model = models[dtype];
+  l.model = models[{dtype, library}];
   l.ctx = ctx;
   l.cache = l.model->make_cache(1, ctx + 16);
   std::vector<int64_t> prompt(ctx);
@@ -95,8 +99,7 @@ void BM_Step(benchmark::State& st) {
   const int dtype = static_cast<int>(st.range(0));
   const bool library = st.range(1) != 0;
   const int64_t T = st.range(2), ctx = st.range(3);
-  Loaded& l = loaded(dtype, ctx);
-  sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
+  Loaded& l = loaded(dtype, library, ctx);
   std::vector<int64_t> ids(T);
   for (int64_t i = 0; i < T; ++i) ids[i] = 100 + 37 * i;
   at::Tensor tokens = at::tensor(ids, at::kLong).view({1, T});
@@ -110,10 +113,9 @@ void BM_Step(benchmark::State& st) {
   if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = bytes / (g_bandwidth_gbs * 1e9) * 1e3;
   st.counters["threads"] = at::get_num_threads();
   st.SetLabel(std::string(dtype == 0 ? "fp32" : "bf16") + (library ? " library" : " skinny"));
-  sm::set_linear_policy(sm::LinearPolicy::kSkinny);
 }
 
-// Only the projections of a SmolLM2-135M step: the 30 x 7 linear layers and the LM head with
+// Only the projections of a SmolLM2-135M step: the 30 x 4 linear layers and the LM head with
 // random weights of the model's shapes (538 MB in fp32, read from DRAM like the real step),
 // called in model order on T rows. BM_Step minus this is everything else (attention, norms,
 // RoPE, embedding, framework overhead).
@@ -121,20 +123,22 @@ void BM_LinearsOnly(benchmark::State& st) {
   const int dtype = static_cast<int>(st.range(0));
   const bool library = st.range(1) != 0;
   const int64_t T = st.range(2);
-  static std::map<int, std::vector<sm::Linear>> layers;
-  if (!layers.count(dtype)) {
+  static std::map<std::pair<int, bool>, std::vector<sm::Linear>> layers;
+  if (!layers.count({dtype, library})) {
     const int64_t d = 576, kv = 192, ff = 1536;
-    const std::vector<std::pair<int64_t, int64_t>> shapes = {{d, d}, {kv, d}, {kv, d}, {d, d},
-                                                             {ff, d}, {ff, d}, {d, ff}};
+    // As the model stores them: q/k/v stacked, o, gate/up stacked, down.
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {
+        {d + 2 * kv, d}, {d, d}, {2 * ff, d}, {d, ff}};
     at::manual_seed(0);
-    auto& v = layers[dtype];
+    sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
+    auto& v = layers[{dtype, library}];
     for (int l = 0; l < 30; ++l)
       for (auto [o, i] : shapes)
         v.emplace_back(at::randn({o, i}) * 0.05, at::Tensor(), dtype ? at::kBFloat16 : at::kFloat);
     v.emplace_back(at::randn({49152, d}) * 0.05, at::Tensor(), dtype ? at::kBFloat16 : at::kFloat);
+    sm::set_linear_policy(sm::LinearPolicy::kSkinny);
   }
-  const auto& v = layers[dtype];
-  sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
+  const auto& v = layers[{dtype, library}];
   at::Tensor x576 = at::randn({T, 576}), x1536 = at::randn({T, 1536});
   int64_t bytes = 0;
   for (const auto& lin : v) bytes += lin.weight_bytes();
@@ -147,7 +151,6 @@ void BM_LinearsOnly(benchmark::State& st) {
   st.counters["weight_MB"] = double(bytes) / 1e6;
   if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = double(bytes) / (g_bandwidth_gbs * 1e9) * 1e3;
   st.SetLabel(std::string(dtype == 0 ? "fp32" : "bf16") + (library ? " library" : " skinny"));
-  sm::set_linear_policy(sm::LinearPolicy::kSkinny);
 }
 
 // Records the bandwidth of the BM_Bandwidth runs for the floor counters of later runs.

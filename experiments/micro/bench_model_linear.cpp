@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <tuple>
 #include <string>
 
 #include "model/linear.h"
@@ -19,16 +20,20 @@ namespace {
 struct Shape { int64_t in, out; };
 const Shape kShapes[] = {{576, 1536}, {1536, 576}, {576, 49152}};
 
-// One Linear per (shape, dtype), built once: the LM head alone is 113 MB in fp32.
-const sm::Linear& layer(int shape, bool bf16) {
-  static std::map<std::pair<int, bool>, sm::Linear> cache;
-  auto key = std::make_pair(shape, bf16);
+// One Linear per (shape, dtype, layout), built once: the LM head alone is 113 MB in fp32.
+// The skinny path runs on packed panels, the library paths on the [out, in] layout (a forced
+// path on the other layout would convert the weights on every call).
+const sm::Linear& layer(int shape, bool bf16, bool packed) {
+  static std::map<std::tuple<int, bool, bool>, sm::Linear> cache;
+  auto key = std::make_tuple(shape, bf16, packed);
   auto it = cache.find(key);
   if (it == cache.end()) {
     const Shape s = kShapes[shape];
     at::manual_seed(shape);
     at::Tensor w = at::randn({s.out, s.in}) * 0.05;
+    sm::set_linear_policy(packed ? sm::LinearPolicy::kSkinny : sm::LinearPolicy::kLibrary);
     it = cache.emplace(key, sm::Linear(w, at::Tensor(), bf16 ? at::kBFloat16 : at::kFloat)).first;
+    sm::set_linear_policy(sm::LinearPolicy::kSkinny);
   }
   return it->second;
 }
@@ -38,7 +43,7 @@ void BM_Linear(benchmark::State& st) {
   const int64_t n = st.range(1);
   const auto path = static_cast<sm::LinearPath>(st.range(2) % 100);
   const bool bf16 = path == sm::LinearPath::kBf16 || st.range(2) >= 100;
-  const sm::Linear& lin = layer(shape, bf16);
+  const sm::Linear& lin = layer(shape, bf16, path == sm::LinearPath::kSkinny);
   at::Tensor x = at::randn({n, kShapes[shape].in});
   for (auto _ : st) {
     at::Tensor y = lin.forward_path(x, path);
@@ -58,7 +63,7 @@ void args(benchmark::internal::Benchmark* b) {
       if (n == 1) b->Args({shape, n, static_cast<int64_t>(sm::LinearPath::kMv)});
       for (auto p : {sm::LinearPath::kDnnl, sm::LinearPath::kGemm, sm::LinearPath::kBf16})
         b->Args({shape, n, static_cast<int64_t>(p)});
-      if (n <= 16) {
+      {
         b->Args({shape, n, static_cast<int64_t>(sm::LinearPath::kSkinny)});
         b->Args({shape, n, 100 + static_cast<int64_t>(sm::LinearPath::kSkinny)});
       }

@@ -202,7 +202,7 @@ void parse_sweep(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
 
 void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   c.check_keys(n, "checks", {"greedy_equality", "first_token", "sequence", "significance", "strategies",
-                             "inject_residual_bug"});
+                             "sampling_where", "inject_residual_bug"});
   if (n["greedy_equality"]) k.greedy_equality = c.boolean(n["greedy_equality"], "checks.greedy_equality");
   if (const auto f = n["first_token"]) {
     if (f.IsScalar()) {
@@ -226,6 +226,13 @@ void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   }
   if (n["significance"]) k.significance = c.real(n["significance"], "checks.significance", 1e-12, 0.5);
   if (n["strategies"]) k.strategies = c.strings(n["strategies"], "checks.strategies");
+  if (const auto w = n["sampling_where"]) {
+    if (!w.IsMap()) c.bad("checks.sampling_where", "expected a map of parameter: [values], got " + c.show(w));
+    for (const auto& kv : w) {
+      const std::string key = kv.first.as<std::string>();
+      k.sampling_where[key] = c.strings(kv.second, "checks.sampling_where." + key);
+    }
+  }
   if (n["inject_residual_bug"]) k.inject_residual_bug = c.boolean(n["inject_residual_bug"], "checks.inject_residual_bug");
 }
 
@@ -408,7 +415,8 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     << YAML::BeginMap << YAML::Key << "enabled" << YAML::Value << k.sequence << YAML::Key << "samples" << YAML::Value
     << k.sequence_samples << YAML::Key << "length" << YAML::Value << k.sequence_length << YAML::EndMap << YAML::Key
     << "significance" << YAML::Value << k.significance << YAML::Key << "strategies" << YAML::Value << YAML::Flow
-    << k.strategies << YAML::Key << "inject_residual_bug" << YAML::Value << k.inject_residual_bug << YAML::EndMap;
+    << k.strategies << YAML::Key << "sampling_where" << YAML::Value << YAML::Flow << k.sampling_where
+    << YAML::Key << "inject_residual_bug" << YAML::Value << k.inject_residual_bug << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -47,6 +47,9 @@ struct ChecksConfig {
   int64_t sequence_length = 6;        // L
   double significance = 0.01;         // alpha of every test (Bonferroni within a test family)
   std::vector<std::string> strategies = {"speculative"};  // registry names the checks apply to
+  // Sampling checks (first_token, sequence) only on cells whose params take one of the listed
+  // values for every listed key, e.g. {gamma: [4]}; empty: every sampled checked cell.
+  std::map<std::string, std::vector<std::string>> sampling_where;
   bool inject_residual_bug = false;   // testing only: plants a residual bug; checks must fail
 };
 

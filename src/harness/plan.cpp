@@ -1,6 +1,7 @@
 #include "harness/plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -55,6 +56,36 @@ void check_strategy_entries(const ExperimentConfig& cfg) {
   for (size_t i = 0; i < cfg.checks.strategies.size(); ++i)
     if (!names.count(cfg.checks.strategies[i]))
       fail(cfg.file, ": checks.strategies[", i, "]: unknown strategy '", cfg.checks.strategies[i], "'");
+  for (const auto& [key, values] : cfg.checks.sampling_where) {
+    bool used = false;
+    for (const auto& s : cfg.strategies)
+      used = used || (std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), s.name) !=
+                          cfg.checks.strategies.end() &&
+                      strategy_accepts(s.name, key));
+    if (!used)
+      fail(cfg.file, ": checks.sampling_where.", key, ": no checked strategy takes parameter '", key, "'");
+  }
+}
+
+// Same value as written ("4" == "4") or as numbers ("0.70" == "0.7").
+bool same_value(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  char* ea = nullptr;
+  char* eb = nullptr;
+  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+  return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
+}
+
+// checks.sampling_where: every listed key has one of its values among the cell's params.
+bool sampling_selected(const ExperimentConfig& cfg, const Cell& cell) {
+  for (const auto& [key, values] : cfg.checks.sampling_where) {
+    const auto it = cell.params.find(key);
+    if (it == cell.params.end()) return false;
+    bool hit = false;
+    for (const auto& v : values) hit = hit || same_value(it->second, v);
+    if (!hit) return false;
+  }
+  return true;
 }
 
 // Resolves a cell; a failure is pinned on the sweep value that caused it.
@@ -141,6 +172,7 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
     fill_baseline(pc);
     pc.checked = std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cell.strategy) !=
                  cfg.checks.strategies.end();
+    if (pc.checked && !pc.greedy) pc.checked = sampling_selected(cfg, cell);
     count_work(cfg, pc);
     plan.n_generations += pc.n_generations;
     plan.max_target_forwards += pc.max_target_forwards;

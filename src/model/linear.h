@@ -1,33 +1,39 @@
 #pragma once
-// A linear layer y = x W^T (+ b) whose kernel is chosen by the number of rows, by
-// measurement (../shared/notes/cpu-toolchain.md): at batch 1 decode is a matrix-vector
-// product, verification of 2-8 rows is a skinny GEMM, and prefill a full GEMM; the
-// wrong path costs ~2x. Weights may be kept in bf16 (AVX-512 BF16 through oneDNN).
+// A linear layer y = x W^T (+ b). Decode (1 row) and verification (2-9 rows) are bound by
+// reading W from memory; library kernels (at::mv, dnnl_sgemm) reach about half the memory
+// bandwidth there, our panel kernel all of it (results/engine.md). On a CPU with AVX-512F the
+// weights are stored packed for that kernel, which then serves every row count, so a row's
+// output does not depend on how many rows came with it. Elsewhere (or under
+// LinearPolicy::kLibrary) W stays [out, in] and the kernel is chosen by row count, by
+// measurement (../shared/notes/cpu-toolchain.md). Weights may be kept in bf16.
 #include <ATen/ATen.h>
 
 #include <string>
 
 namespace specdec::model {
 
-// The kernels Linear can run. kAuto picks one from the row count (Linear::choose_path in
-// linear.cpp holds the measured dispatch table); the others force a path, for tests and
-// benchmarks. kDnnl falls back to kGemm when oneDNN was not found at build time.
+// The kernels Linear can run. kAuto picks one (Linear::choose_path in linear.cpp holds the
+// measured dispatch table); the others force a path, for tests and benchmarks (a path that
+// needs the other weight layout converts it on every call). kDnnl falls back to kGemm when
+// oneDNN was not found at build time.
 //   kMv     at::mv (OpenBLAS gemv), 1 row, fp32 weights
 //   kDnnl   oneDNN dnnl_sgemm, fp32 weights
 //   kGemm   at::addmm (OpenBLAS sgemm), fp32 weights
 //   kBf16   at::linear on bf16 tensors (oneDNN AVX-512 BF16), bf16 weights; x is rounded
 //           to bf16 too
-//   kSkinny our AVX-512 kernel for few rows: streams W once for up to 8 rows of x, fp32 or
-//           bf16 weights (widened exactly to fp32), fp32 x and accumulation. Needs AVX-512F
-//           at run time (linear_has_skinny()).
+//   kSkinny our AVX-512 panel kernel: W packed in panels of 32 outputs, each one sequential
+//           stream; streams W once per call (rows in groups of 8 against a panel in L2), fp32
+//           or bf16 weights (widened exactly to fp32), fp32 x and accumulation. Needs
+//           AVX-512F at run time (linear_has_skinny()).
 enum class LinearPath { kAuto, kMv, kDnnl, kGemm, kBf16, kSkinny };
 
 // True when this CPU can run LinearPath::kSkinny.
 bool linear_has_skinny();
 
-// Which dispatch table kAuto uses (process-wide; for A/B measurements of the whole model):
-//   kSkinny  (default) our kernel for 1-8 rows when the CPU has AVX-512F, then library GEMMs
-//   kLibrary library kernels only: mv / dnnl / gemm for fp32, at::linear for bf16
+// The layout of Linears constructed from now on (process-wide; for A/B measurements of the
+// whole model, set it before loading):
+//   kSkinny  (default) packed panels and the panel kernel when the CPU has AVX-512F
+//   kLibrary [out, in] and library kernels only: mv / dnnl / gemm for fp32, at::linear for bf16
 enum class LinearPolicy { kSkinny, kLibrary };
 void set_linear_policy(LinearPolicy policy);
 LinearPolicy linear_policy();
@@ -51,12 +57,19 @@ class Linear {
   int64_t in_features() const;
   int64_t out_features() const;
   int64_t weight_bytes() const;          // bytes read per forward
-  const at::Tensor& weight() const { return w_; }  // [out, in] in the stored dtype
-  const at::Tensor& bias() const { return b_; }    // [out] float32 or undefined
+  at::Tensor weight() const;                     // [out, in] in the stored dtype (a copy if packed)
+  const at::Tensor& bias() const { return b_; }  // [out] float32 or undefined
+  bool packed() const { return panels_.defined(); }
+  // Rows ids of W as float32: [n] int64 -> [n, in]. Lets a tied embedding table share the
+  // LM head's weights in either layout.
+  at::Tensor rows(const at::Tensor& ids) const;
 
  private:
-  at::Tensor w_;   // [out, in]
-  at::Tensor b_;   // [out] float32 or undefined
+  at::Tensor w_;       // [out, in], or undefined when packed
+  at::Tensor panels_;  // [ceil(out / 32), in, 32] for the panel kernel, or undefined
+  at::Tensor b_;       // [out] float32 or undefined
+  int64_t in_ = 0, out_ = 0;
+  at::ScalarType dtype_ = at::kFloat;
 };
 
 }  // namespace specdec::model

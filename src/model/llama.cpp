@@ -1,12 +1,16 @@
-// Llama-family forward pass (see llama.h). Attention is matmul + softmax (LibTorch 1.13 has
-// no public scaled_dot_product_attention) over the preallocated KV cache.
+// Llama-family forward pass (see llama.h): fused q/k/v and gate/up projections (Linear), and
+// hand-written per-row RMSNorm, RoPE, KV-cache writes and attention over the preallocated
+// cache.
 #include "model/llama.h"
 #include "model/checks.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
+
+#include <ATen/Parallel.h>
 
 #include "core/error.h"
 #include "model/linear.h"
@@ -63,29 +67,114 @@ void check_tensors(const ModelConfig& c, const LlamaTensors& t) {
   }
 }
 
-// x: [N, d] -> [N, d]. HF LlamaRMSNorm order: x * rsqrt(mean(x^2) + eps), then * w.
+// Every op below works row by row: a row's result does not depend on how many rows are in
+// the batch, so a verification forward of T tokens gives bit-identical rows to T decode
+// steps (given the same Linear kernel, see linear.h). That keeps greedy speculative decoding
+// token-exact without relying on luck in the rounding. The loops are plain C++ over raw
+// pointers: at 1-8 rows LibTorch's per-op overhead, not arithmetic, was the cost.
+//
+// Hot loops are compiled twice (AVX-512 and baseline x86-64) and picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SD_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define SD_VECTOR_CLONES
+#endif
+
+// x: [N, d] -> [N, d]. HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then * w (fp32).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  at::Tensor inv = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true).add_(eps));
-  return (x * inv).mul_(w);
+  const int64_t n = x.size(0), d = x.size(1);
+  at::Tensor y = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = xp + r * d;
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / d) + static_cast<float>(eps));
+    for (int64_t i = 0; i < d; ++i) yp[r * d + i] = wp[i] * (xr[i] * inv);
+  }
+  return y;
 }
 
-// x: [B, T, n_h, hd]; cos, sin: [B, T, 1, hd/2]. Rotates the two halves of each head
-// (HF rotate_half): (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(3) / 2;
-  at::Tensor x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  at::Tensor o1 = out.narrow(3, 0, half), o2 = out.narrow(3, half, half);
-  at::mul_out(o1, x1, cos);
-  o1.sub_(x2 * sin);
-  at::mul_out(o2, x2, cos);
-  o2.add_(x1 * sin);
-  return out;
+// In place on one row of n_heads heads of hd values at one position: HF rotate_half,
+// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves of each head.
+void rope_row(float* x, int64_t n_heads, int64_t hd, const float* cos, const float* sin) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* x1 = x + h * hd;
+    float* x2 = x1 + half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x1[i], b = x2[i];
+      x1[i] = a * cos[i] - b * sin[i];
+      x2[i] = b * cos[i] + a * sin[i];
+    }
+  }
+}
+
+// e^x for the softmax, where x <= 0. Written without calls or branches so that the loop
+// around it vectorises: e^x = 2^n 2^f with n = round(x log2 e), f in [-1/2, 1/2], and 2^f
+// from Cephes' degree-6 minimax polynomial for exp2f (relative error ~2e-7, about 2 ulp).
+// Below -87 the result stops at 2^-126 instead of going subnormal or to 0: a weight of
+// ~1e-38 next to the maximum's 1 changes nothing.
+inline float softmax_exp(float x) {
+  x = std::max(x, -87.0f);
+  const float t = x * 1.44269504088896341f;  // log2(e)
+  const float n = std::nearbyint(t);
+  const float f = t - n;
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// Softmax attention of one query head over n_keys cached positions:
+// out = sum_j softmax_j(scale * q.k_j) v_j. keys, vals: [n_keys, hd] rows of the cache;
+// scores: scratch of n_keys floats. The result depends only on q and the keys/values, never
+// on the other queries of the forward.
+SD_VECTOR_CLONES void attend(const float* q, const float* keys, const float* vals,
+                             int64_t n_keys, int64_t hd, float scale, float* scores,
+                             float* out) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float* k = keys + j * hd;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < hd; ++i) s += q[i] * k[i];
+    scores[j] = s * scale;
+    mx = std::max(mx, scores[j]);
+  }
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float e = softmax_exp(scores[j] - mx);
+    scores[j] = e;
+    sum += e;
+  }
+  for (int64_t i = 0; i < hd; ++i) out[i] = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float p = scores[j];
+    const float* v = vals + j * hd;
+#pragma omp simd
+    for (int64_t i = 0; i < hd; ++i) out[i] += p * v[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < hd; ++i) out[i] *= inv;
 }
 
 struct Layer {
   at::Tensor attn_norm, ffn_norm;  // [d]
-  Linear wq, wk, wv, wo, w_gate, w_up, w_down;
+  Linear wqkv;                     // q, k and v stacked: [q_dim + 2 kv_dim, d]
+  Linear wo;
+  Linear w_gate_up;                // gate and up stacked: [2 d_ff, d]
+  Linear w_down;
 };
 
 class LlamaModel final : public CausalLM {
@@ -96,12 +185,12 @@ class LlamaModel final : public CausalLM {
       Layer y;
       y.attn_norm = L.attn_norm.to(at::kFloat).contiguous();
       y.ffn_norm = L.ffn_norm.to(at::kFloat).contiguous();
-      y.wq = Linear(L.wq.to(at::kFloat), cfg.qkv_bias ? L.bq : at::Tensor(), dtype);
-      y.wk = Linear(L.wk.to(at::kFloat), cfg.qkv_bias ? L.bk : at::Tensor(), dtype);
-      y.wv = Linear(L.wv.to(at::kFloat), cfg.qkv_bias ? L.bv : at::Tensor(), dtype);
+      // Stacked projections read the same input: one kernel call instead of three (two).
+      // Each output feature is still its own dot product, so the numbers do not change.
+      at::Tensor bqkv = cfg.qkv_bias ? at::cat({L.bq, L.bk, L.bv}).to(at::kFloat) : at::Tensor();
+      y.wqkv = Linear(at::cat({L.wq, L.wk, L.wv}).to(at::kFloat), bqkv, dtype);
       y.wo = Linear(L.wo.to(at::kFloat), at::Tensor(), dtype);
-      y.w_gate = Linear(L.w_gate.to(at::kFloat), at::Tensor(), dtype);
-      y.w_up = Linear(L.w_up.to(at::kFloat), at::Tensor(), dtype);
+      y.w_gate_up = Linear(at::cat({L.w_gate, L.w_up}).to(at::kFloat), at::Tensor(), dtype);
       y.w_down = Linear(L.w_down.to(at::kFloat), at::Tensor(), dtype);
       L = LlamaLayerTensors();  // release the fp32 copies as we go (bf16 halves peak memory)
       layers_.push_back(std::move(y));
@@ -110,6 +199,9 @@ class LlamaModel final : public CausalLM {
     cfg_.tie_embeddings = !t.output.defined();
     output_ = Linear(cfg_.tie_embeddings ? tok_embd_ : t.output.to(at::kFloat), at::Tensor(),
                      dtype);
+    // Tied fp32 weights: the embedding rows come from the LM head (one copy in memory). With
+    // bf16 linear weights the embedding keeps its own fp32 table.
+    if (cfg_.tie_embeddings && dtype == at::kFloat) tok_embd_ = at::Tensor();
     inv_freq_ = rope_inv_freq(cfg_);
     if (t.rope_freqs.defined()) inv_freq_ = inv_freq_ / t.rope_freqs.to(at::kFloat);
   }
@@ -123,8 +215,7 @@ class LlamaModel final : public CausalLM {
   int64_t weight_bytes() const override {
     int64_t n = output_.weight_bytes() + out_norm_.numel() * 4;
     for (const auto& L : layers_) {
-      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        n += l->weight_bytes();
+      for (const Linear* l : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) n += l->weight_bytes();
       n += (L.attn_norm.numel() + L.ffn_norm.numel()) * 4;
     }
     return n + cfg_.d_model * 4;  // plus one embedding row per token
@@ -138,7 +229,7 @@ class LlamaModel final : public CausalLM {
   at::Tensor attention(const Layer& L, int64_t layer, const at::Tensor& x, KVCache& cache);
 
   ModelConfig cfg_;
-  at::Tensor tok_embd_;  // [V, d]
+  at::Tensor tok_embd_;  // [V, d], or undefined: tied fp32 embeddings are output_'s rows
   std::vector<Layer> layers_;
   at::Tensor out_norm_;  // [d]
   Linear output_;        // [V, d]
@@ -147,10 +238,8 @@ class LlamaModel final : public CausalLM {
 
   // Per-forward context shared by all layers.
   struct Step {
-    int64_t B = 0, T = 0, L = 0;      // batch, new tokens, attended positions
+    int64_t B = 0, T = 0;
     std::vector<int64_t> start;
-    at::Tensor cos, sin;              // [B, T, 1, hd/2]
-    at::Tensor mask;                  // [B, 1, 1, T, L] bool (true = masked) or undefined
   } step_;
 };
 
@@ -159,81 +248,81 @@ void LlamaModel::ensure_rope_table(int64_t n_pos) {
   const int64_t n = std::max<int64_t>(n_pos, cos_.defined() ? 2 * cos_.size(0) : 256);
   // fp32 products position * inv_freq, as HF computes them, so angles agree bit for bit.
   at::Tensor ang = at::outer(at::arange(n, at::kFloat), inv_freq_);  // [n, hd/2]
-  cos_ = ang.cos();
-  sin_ = ang.sin();
+  cos_ = ang.cos().contiguous();
+  sin_ = ang.sin().contiguous();
 }
 
 }  // namespace
 
 namespace {
 
+// xn: [B*T, d] -> [B*T, d]. Row (b, t) sits at position start[b] + t and attends to the
+// cached positions [0, start[b] + t] of sequence b (causal, ragged batches included).
 at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor& xn,
                                  KVCache& cache) {
   const Step& s = step_;
-  const int64_t B = s.B, T = s.T, L = s.L, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
-  const int64_t hd = cfg_.head_dim, G = H / Hkv;
-  at::Tensor q = apply_rope(w.wq(xn).view({B, T, H, hd}), s.cos, s.sin);    // [B, T, H, hd]
-  at::Tensor k = apply_rope(w.wk(xn).view({B, T, Hkv, hd}), s.cos, s.sin);  // [B, T, Hkv, hd]
-  at::Tensor v = w.wv(xn).view({B, T, Hkv, hd});                             // [B, T, Hkv, hd]
-  at::Tensor& kc = cache.k(layer);  // [B, Hkv, S, hd]
-  at::Tensor& vc = cache.v(layer);  // [B, Hkv, S, hd]
+  const int64_t B = s.B, T = s.T, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
+  const int64_t hd = cfg_.head_dim, half = hd / 2, G = H / Hkv;
+  const int64_t q_dim = H * hd, kv_dim = Hkv * hd, row = q_dim + 2 * kv_dim;
+  at::Tensor qkv = w.wqkv(xn);  // [B*T, q_dim + 2 kv_dim]
+  float* qkvp = qkv.data_ptr<float>();
+  float* kc = cache.k(layer).data_ptr<float>();  // [B, Hkv, S, hd]
+  float* vc = cache.v(layer).data_ptr<float>();
+  const int64_t S = cache.max_seq();
+  const float* cosp = cos_.data_ptr<float>();
+  const float* sinp = sin_.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
-    kc.select(0, b).narrow(1, s.start[b], T).copy_(k.select(0, b).transpose(0, 1));
-    vc.select(0, b).narrow(1, s.start[b], T).copy_(v.select(0, b).transpose(0, 1));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t pos = s.start[b] + t;
+      float* r = qkvp + (b * T + t) * row;
+      rope_row(r, H + Hkv, hd, cosp + pos * half, sinp + pos * half);  // q and k heads
+      for (int64_t h = 0; h < Hkv; ++h) {
+        const int64_t at_pos = ((b * Hkv + h) * S + pos) * hd;
+        std::copy_n(r + q_dim + h * hd, hd, kc + at_pos);
+        std::copy_n(r + q_dim + kv_dim + h * hd, hd, vc + at_pos);
+      }
+    }
   }
-  at::Tensor keys = kc.narrow(2, 0, L);  // [B, Hkv, L, hd]
-  at::Tensor vals = vc.narrow(2, 0, L);  // [B, Hkv, L, hd]
-  // GQA without repeating K/V: query head h uses kv head h / G (HF repeat_kv order), so the
-  // G query heads of one kv head are stacked as G*T rows against the same keys.
-  at::Tensor qg = q.mul_(1.0 / std::sqrt(static_cast<double>(hd)))
-                      .permute({0, 2, 1, 3})
-                      .reshape({B, Hkv, G * T, hd});
-  at::Tensor scores = at::matmul(qg, keys.transpose(2, 3));  // [B, Hkv, G*T, L]
-  if (s.mask.defined())
-    scores.view({B, Hkv, G, T, L}).masked_fill_(s.mask, -std::numeric_limits<float>::infinity());
-  at::Tensor out = at::matmul(at::softmax(scores, -1), vals);  // [B, Hkv, G*T, hd]
-  out = out.view({B, H, T, hd}).permute({0, 2, 1, 3}).reshape({B * T, H * hd}).contiguous();
+  at::Tensor out = at::empty({B * T, q_dim}, xn.options());
+  float* outp = out.data_ptr<float>();
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const int64_t work = T * (s.start[0] + T) * hd;  // per (b, h) task, roughly
+  at::parallel_for(0, B * H, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work)),
+                   [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / H, h = i % H;
+      const int64_t base = ((b * Hkv + h / G) * S) * hd;  // kv head h / G (HF repeat_kv)
+      scores.resize(s.start[b] + T);
+      for (int64_t t = 0; t < T; ++t)
+        attend(qkvp + (b * T + t) * row + h * hd, kc + base, vc + base, s.start[b] + t + 1, hd,
+               scale, scores.data(), outp + (b * T + t) * q_dim + h * hd);
+    }
+  });
   return w.wo(out);  // [B*T, d]
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                KVCache& cache) {
   check_forward_inputs("llama forward", cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache);
+  SD_CHECK(cache.k(0).scalar_type() == at::kFloat && cache.k(0).is_contiguous(),
+           "llama forward: the KV cache must be contiguous float32");
   Step& s = step_;
   s.B = tokens.size(0);
   s.T = tokens.size(1);
   s.start = start_pos;
-  s.L = 0;
-  bool ragged = false;
-  for (int64_t b = 0; b < s.B; ++b) {
-    ragged = ragged || start_pos[b] != start_pos[0];
-    s.L = std::max(s.L, start_pos[b] + s.T);
-  }
-  const int64_t half = cfg_.head_dim / 2;
-  ensure_rope_table(s.L);
-  if (!ragged) {  // every sequence at the same positions: a view into the table
-    s.cos = cos_.narrow(0, start_pos[0], s.T).view({1, s.T, 1, half});
-    s.sin = sin_.narrow(0, start_pos[0], s.T).view({1, s.T, 1, half});
-  } else {
-    at::Tensor pos = at::tensor(at::IntArrayRef(start_pos), at::kLong).view({s.B, 1}) +
-                     at::arange(s.T, at::kLong).view({1, s.T});  // [B, T]
-    s.cos = cos_.index_select(0, pos.view(-1)).view({s.B, s.T, 1, half});
-    s.sin = sin_.index_select(0, pos.view(-1)).view({s.B, s.T, 1, half});
-  }
-  s.mask = at::Tensor();
-  if (s.T > 1 || ragged) {  // key j is hidden from the query at position p when j > p
-    at::Tensor pos_q = at::tensor(at::IntArrayRef(start_pos), at::kLong).view({s.B, 1}) +
-                       at::arange(s.T, at::kLong).view({1, s.T});  // [B, T]
-    s.mask = at::arange(s.L, at::kLong).view({1, 1, s.L}).gt(pos_q.view({s.B, s.T, 1}))
-                 .view({s.B, 1, 1, s.T, s.L});
-  }
-  at::Tensor x = at::embedding(tok_embd_, tokens.to(at::kLong).reshape({-1}));  // [B*T, d]
+  int64_t n_pos = 0;
+  for (int64_t b = 0; b < s.B; ++b) n_pos = std::max(n_pos, start_pos[b] + s.T);
+  ensure_rope_table(n_pos);
+  const int64_t ff = cfg_.d_ff;
+  const at::Tensor ids = tokens.to(at::kLong).reshape({-1});
+  at::Tensor x =  // [B*T, d]
+      tok_embd_.defined() ? at::embedding(tok_embd_, ids) : output_.rows(ids);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const Layer& w = layers_[l];
     x.add_(attention(w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
-    at::Tensor xn = rms_norm(x, w.ffn_norm, cfg_.norm_eps);  // [B*T, d]
-    at::Tensor g = w.w_gate(xn);                             // [B*T, d_ff]
-    at::silu_(g).mul_(w.w_up(xn));
+    at::Tensor gu = w.w_gate_up(rms_norm(x, w.ffn_norm, cfg_.norm_eps));  // [B*T, 2 d_ff]
+    at::Tensor g = at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff));
     x.add_(w.w_down(g));
   }
   at::Tensor logits = output_(rms_norm(x, out_norm_, cfg_.norm_eps));  // [B*T, V]

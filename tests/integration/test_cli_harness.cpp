@@ -135,6 +135,32 @@ TEST(CliHarness, ValidatePrintsPlan) {
   EXPECT_EQ(q.code, 0) << q.text;
 }
 
+// checks.sampling_where keeps the sampling checks to the listed sweep values; greedy equality
+// stays on every temperature-0 cell.
+TEST(CliHarness, SamplingWhereSelectsCheckedCells) {
+  const auto o = run("validate " + kTiny + " --set 'checks.sampling_where={gamma: [4]}'");
+  ASSERT_EQ(o.code, 0) << o.text;
+  int sampled_checked = 0, sampled_unchecked = 0, greedy_checked = 0;
+  std::istringstream lines(o.text);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.find("spec-draft") == std::string::npos) continue;
+    const bool greedy = l.find("temperature=0 ") != std::string::npos;
+    if (greedy) {
+      greedy_checked += l.find("checks greedy_equality") != std::string::npos;
+    } else if (l.find("checks first_token sequence") != std::string::npos) {
+      EXPECT_NE(l.find("gamma=4"), std::string::npos) << l;
+      ++sampled_checked;
+    } else {
+      EXPECT_NE(l.find("checks none"), std::string::npos) << l;
+      EXPECT_NE(l.find("gamma=2"), std::string::npos) << l;
+      ++sampled_unchecked;
+    }
+  }
+  EXPECT_EQ(sampled_checked, 1) << o.text;
+  EXPECT_EQ(sampled_unchecked, 1) << o.text;
+  EXPECT_EQ(greedy_checked, 2) << o.text;
+}
+
 TEST(CliHarness, BadInputExitsOneNamingFileKeyAndValue) {
   const fs::path d = temp("bad");
   const std::string head = "models: {target: tiny-llama}\nprompts: [a]\n";
@@ -146,6 +172,9 @@ TEST(CliHarness, BadInputExitsOneNamingFileKeyAndValue) {
       {head + "strategies: [{name: speculative, params: {gamma: lots}}]\n", {"strategies[0].params", "lots"}},
       {head + "strategies: [speculative]\nsweep: {gamma: [2, x]}\n", {"sweep.gamma", "'x'"}},
       {head + "strategies: [greedy]\nsweep: {num_beams: [2]}\n", {"sweep.num_beams", "no strategy"}},
+      {head + "strategies: [greedy]\nchecks: {sampling_where: {gamma: [4]}}\n",
+       {"checks.sampling_where.gamma", "no checked strategy"}},
+      {head + "strategies: [greedy]\nchecks: {sampling_where: [gamma]}\n", {"checks.sampling_where", "map"}},
       {head + "strategies: [{name: speculative, params: {drafter: model}}]\n", {"models.draft"}},
       {"models: {target: qwen-9000}\nprompts: [a]\nstrategies: [greedy]\n", {"models.target", "qwen-9000"}},
   };

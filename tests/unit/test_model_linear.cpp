@@ -107,27 +107,50 @@ TEST_P(LinearPaths, SkinnyBf16IsExactOnRoundedWeights) {
 INSTANTIATE_TEST_SUITE_P(Rows, LinearPaths,
                          ::testing::Combine(::testing::ValuesIn(kRows), ::testing::Bool()));
 
-TEST(Linear, DispatchTableFollowsRowCount) {
+TEST(Linear, DispatchTableFollowsLayoutAndRowCount) {
   Case c = make_case(1, 8, 4, false, 1);
+  ASSERT_EQ(sm::linear_policy(), sm::LinearPolicy::kSkinny);  // the default
   sm::Linear lin(c.w, c.b), lin16(c.w, c.b, at::kBFloat16);
   const bool sk = sm::linear_has_skinny();
-  ASSERT_EQ(sm::linear_policy(), sm::LinearPolicy::kSkinny);  // the default
-  for (int64_t n : {1, 2, 5, 8}) {
-    EXPECT_EQ(lin.choose_path(n),
-              sk ? sm::LinearPath::kSkinny : n == 1 ? sm::LinearPath::kMv : sm::LinearPath::kDnnl)
-        << n;
-    EXPECT_EQ(lin16.choose_path(n), sk ? sm::LinearPath::kSkinny : sm::LinearPath::kBf16) << n;
+  EXPECT_EQ(lin.packed(), sk);
+  for (int64_t n : {1, 2, 5, 8, 9, 16, 33, 128}) {
+    if (sk) {  // packed: the panel kernel for every row count
+      EXPECT_EQ(lin.choose_path(n), sm::LinearPath::kSkinny) << n;
+      EXPECT_EQ(lin16.choose_path(n), sm::LinearPath::kSkinny) << n;
+    } else {
+      EXPECT_EQ(lin.choose_path(n), n == 1   ? sm::LinearPath::kMv
+                                    : n <= 8 ? sm::LinearPath::kDnnl
+                                             : sm::LinearPath::kGemm)
+          << n;
+      EXPECT_EQ(lin16.choose_path(n), sm::LinearPath::kBf16) << n;
+    }
   }
-  for (int64_t n : {9, 16, 33, 128}) {
-    EXPECT_EQ(lin.choose_path(n), sm::LinearPath::kGemm) << n;
-    EXPECT_EQ(lin16.choose_path(n), sm::LinearPath::kBf16) << n;
-  }
-  sm::set_linear_policy(sm::LinearPolicy::kLibrary);
-  EXPECT_EQ(lin.choose_path(1), sm::LinearPath::kMv);
-  for (int64_t n : {2, 5, 8}) EXPECT_EQ(lin.choose_path(n), sm::LinearPath::kDnnl) << n;
-  for (int64_t n : {16, 33}) EXPECT_EQ(lin.choose_path(n), sm::LinearPath::kGemm) << n;
-  for (int64_t n : {1, 5, 16}) EXPECT_EQ(lin16.choose_path(n), sm::LinearPath::kBf16) << n;
+  sm::set_linear_policy(sm::LinearPolicy::kLibrary);  // applies to layers built from now on
+  sm::Linear lib(c.w, c.b), lib16(c.w, c.b, at::kBFloat16);
   sm::set_linear_policy(sm::LinearPolicy::kSkinny);
+  EXPECT_FALSE(lib.packed());
+  EXPECT_EQ(lib.choose_path(1), sm::LinearPath::kMv);
+  for (int64_t n : {2, 5, 8}) EXPECT_EQ(lib.choose_path(n), sm::LinearPath::kDnnl) << n;
+  for (int64_t n : {16, 33}) EXPECT_EQ(lib.choose_path(n), sm::LinearPath::kGemm) << n;
+  for (int64_t n : {1, 5, 16}) EXPECT_EQ(lib16.choose_path(n), sm::LinearPath::kBf16) << n;
+  EXPECT_TRUE(at::equal(lib.weight(), lin.weight()));  // packing loses nothing
+}
+
+// The panel kernel computes each output as one chain over k whatever the number of rows:
+// row r of a batch equals the same row alone, bit for bit (decode == verification), also
+// across groups of 8 rows, with a bias and with an output count that is not a multiple of 32.
+TEST(Linear, PanelRowsDoNotDependOnBatchSize) {
+  if (!sm::linear_has_skinny()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  at::set_num_threads(2);
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    Case c = make_case(19, 300, 77, true, 6);
+    sm::Linear lin(c.w, c.b, dtype);
+    ASSERT_TRUE(lin.packed());
+    at::Tensor all = lin(c.x);
+    for (int64_t r = 0; r < 19; ++r)
+      EXPECT_TRUE(at::equal(all.narrow(0, r, 1), lin(c.x.narrow(0, r, 1)))) << r;
+    EXPECT_TRUE(at::equal(all.narrow(0, 3, 5), lin(c.x.narrow(0, 3, 5))));
+  }
 }
 
 TEST(Linear, SizesAndBytes) {
@@ -135,9 +158,11 @@ TEST(Linear, SizesAndBytes) {
   sm::Linear f32(c.w, c.b);
   EXPECT_EQ(f32.in_features(), 16);
   EXPECT_EQ(f32.out_features(), 8);
-  EXPECT_EQ(f32.weight_bytes(), (16 * 8 + 8) * 4);
+  // Packed weights are padded to 32 outputs per panel: weight_bytes counts what is read.
+  const int64_t rows = f32.packed() ? 32 : 8;
+  EXPECT_EQ(f32.weight_bytes(), (16 * rows + 8) * 4);
   sm::Linear b16(c.w, at::Tensor(), at::kBFloat16);
-  EXPECT_EQ(b16.weight_bytes(), 16 * 8 * 2);
+  EXPECT_EQ(b16.weight_bytes(), 16 * rows * 2);
 }
 
 TEST(Linear, ZeroRowsGiveEmptyOutput) {
