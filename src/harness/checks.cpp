@@ -54,36 +54,61 @@ CheckOutcome greedy_equality_check(const std::vector<std::string>& prompt_ids, c
 CheckOutcome first_token_check(const std::vector<double>& p, const std::vector<TokenId>& first_tokens, int64_t top_k,
                                double significance) {
   SD_CHECK(!p.empty() && !first_tokens.empty(), "first_token_check: empty distribution or no samples");
+  const double n = static_cast<double>(first_tokens.size());
   std::vector<int64_t> order(p.size());
   std::iota(order.begin(), order.end(), 0);
   const size_t k = std::min<size_t>(static_cast<size_t>(top_k), p.size());
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
                     [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+  // Bins: each of the top-k tokens whose expected count N p is at least kMinExpected, then
+  // "other" for everything else. Pearson's chi-square is only chi-square distributed when
+  // no expected count is small: one draw of a token with N p = 0.01 alone adds ~100 to the
+  // statistic. "Other" itself must meet the same bound, or it joins the last token bin.
+  constexpr double kMinExpected = 5.0;
   std::map<int64_t, size_t> bin_of;
   std::vector<double> expected;
-  for (size_t i = 0; i < k; ++i) {
+  double top_mass = 0;
+  for (size_t i = 0; i < k && n * p[order[i]] >= kMinExpected; ++i) {
     bin_of[order[i]] = i;
     expected.push_back(p[order[i]]);
+    top_mass += p[order[i]];
   }
-  const double top_mass = std::accumulate(expected.begin(), expected.end(), 0.0);
-  expected.push_back(std::max(0.0, 1.0 - top_mass));  // "other"
-  std::vector<int64_t> observed(expected.size(), 0);
-  for (TokenId t : first_tokens) {
-    const auto it = bin_of.find(t);
-    ++observed[it == bin_of.end() ? k : it->second];
+  const size_t kept = expected.size();
+  size_t other = kept;
+  if (kept > 0 && n * std::max(0.0, 1.0 - top_mass) < kMinExpected) {
+    other = kept - 1;  // merge "other" into the last token bin
+    expected[other] += std::max(0.0, 1.0 - top_mass);
+    bin_of.erase(order[other]);
+  } else {
+    expected.push_back(std::max(0.0, 1.0 - top_mass));
   }
-  const auto chi = stats::pearson_gof(observed, expected);
-  const auto g = stats::g_test_gof(observed, expected);
   CheckOutcome out;
   out.name = "first_token";
   out.n_samples = static_cast<int64_t>(first_tokens.size());
   out.significance = significance;
+  if (expected.size() < 2) {  // one token holds (nearly) all the mass: nothing to test at this N
+    out.p_value = 1.0;
+    out.pass = true;
+    out.detectable_tv = -1;
+    out.detail = "not testable: the top token takes all but " + fmt_p(1.0 - (kept ? expected[0] : 0.0)) +
+                 " of the mass, so no second bin reaches an expected count of 5 with N = " +
+                 std::to_string(out.n_samples);
+    return out;
+  }
+  std::vector<int64_t> observed(expected.size(), 0);
+  for (TokenId t : first_tokens) {
+    const auto it = bin_of.find(t);
+    ++observed[it == bin_of.end() ? other : it->second];
+  }
+  const auto chi = stats::pearson_gof(observed, expected);
+  const auto g = stats::g_test_gof(observed, expected);
   out.p_value = std::min(1.0, 2.0 * std::min(chi.p_value, g.p_value));
   out.pass = out.p_value >= significance;
   out.detectable_tv = stats::detectable_tv(out.n_samples, static_cast<int64_t>(expected.size()), significance / 2);
-  out.detail = "bins " + std::to_string(expected.size()) + " (top " + std::to_string(k) + " + other, top mass " +
-               fmt_p(top_mass) + "); chi2 " + fmt_p(chi.statistic) + " p " + fmt_p(chi.p_value) + "; G " +
-               fmt_p(g.statistic) + " p " + fmt_p(g.p_value);
+  out.detail = "bins " + std::to_string(expected.size()) + " (" + std::to_string(bin_of.size()) + " of the top " +
+               std::to_string(k) + " tokens with N p >= 5, + other, top mass " + fmt_p(top_mass) + "); chi2 " +
+               fmt_p(chi.statistic) + " p " + fmt_p(chi.p_value) + "; G " + fmt_p(g.statistic) + " p " +
+               fmt_p(g.p_value);
   return out;
 }
 

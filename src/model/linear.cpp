@@ -32,13 +32,14 @@ const char* linear_path_name(LinearPath path) {
 
 namespace {
 
+constexpr int64_t kPanel = 32;  // output features per panel of the packed layout
+at::Tensor pack_panels(const at::Tensor& w);                      // defined with the kernel
+at::Tensor unpack_panels(const at::Tensor& panels, int64_t out);  // below
+
 // A copy of t in memory backed by 2 MiB pages where the kernel allows it (transparent huge
 // pages in "madvise" mode, the usual default). Streaming a weight matrix through 4 KiB pages
-// costs a TLB miss per page and stops the hardware prefetchers at every page boundary.
-constexpr int64_t kPanel = 32;  // output features per panel of the packed layout
-at::Tensor pack_panels(const at::Tensor& w);
-at::Tensor unpack_panels(const at::Tensor& panels, int64_t out);
-
+// costs a TLB miss per page and restarts the hardware prefetchers at every page boundary
+// (measured: a few per cent, results/engine.md).
 at::Tensor on_huge_pages(const at::Tensor& t) {
   constexpr size_t kHuge = size_t(2) << 20;
   const size_t bytes = t.nbytes();

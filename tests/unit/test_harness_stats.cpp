@@ -104,6 +104,28 @@ TEST(HarnessChecks, FirstTokenPassesOnTargetAndFailsOnShiftedDistribution) {
   EXPECT_LT(bad.detectable_tv, 0.08);  // the stated power covers this shift
 }
 
+// A peaked distribution, as at low temperature on a real model: one draw of a token with
+// expected count 0.006 must not fail the test (Pearson's statistic alone would be ~160 for
+// it); tokens with N p < 5 are pooled.
+TEST(HarnessChecks, FirstTokenPoolsBinsWithSmallExpectedCounts) {
+  const std::vector<double> p = {0.97, 0.02, 0.005, 0.003, 0.00199, 0.00001};
+  std::vector<TokenId> draws;
+  for (auto [tok, count] : std::vector<std::pair<TokenId, int>>{{0, 582}, {1, 12}, {2, 3}, {3, 2}, {5, 1}})
+    draws.insert(draws.end(), count, tok);
+  const auto out = first_token_check(p, draws, 10, 0.01);
+  EXPECT_TRUE(out.pass) << out.detail;
+  EXPECT_GT(out.p_value, 0.5) << out.detail;  // the counts are what p predicts
+  EXPECT_NE(out.detail.find("bins 3"), std::string::npos) << out.detail;
+  // The same counts with the rare token drawn 30 times instead of token 0 do fail.
+  draws.erase(draws.begin(), draws.begin() + 30);
+  draws.insert(draws.end(), 30, 5);
+  EXPECT_FALSE(first_token_check(p, draws, 10, 0.01).pass);
+  // One token with all but 0.1% of the mass: nothing to test with 150 samples, said so.
+  const auto flat = first_token_check({0.999, 0.001}, std::vector<TokenId>(150, 0), 10, 0.01);
+  EXPECT_TRUE(flat.pass);
+  EXPECT_NE(flat.detail.find("not testable"), std::string::npos) << flat.detail;
+}
+
 TEST(HarnessChecks, SequenceTestDetectsADifferentSampler) {
   const std::vector<double> p = {0.5, 0.3, 0.2}, q = {0.3, 0.3, 0.4};
   auto seqs = [](const std::vector<double>& d, uint64_t seed) {
