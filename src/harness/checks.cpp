@@ -90,9 +90,8 @@ CheckOutcome first_token_check(const std::vector<double>& p, const std::vector<T
     out.p_value = 1.0;
     out.pass = true;
     out.detectable_tv = -1;
-    out.detail = "not testable: the top token takes all but " + fmt_p(1.0 - (kept ? expected[0] : 0.0)) +
-                 " of the mass, so no second bin reaches an expected count of 5 with N = " +
-                 std::to_string(out.n_samples);
+    out.detail = "not testable: the top token has probability " + fmt_p(p[order[0]]) +
+                 ", so no second bin reaches an expected count of 5 with N = " + std::to_string(out.n_samples);
     return out;
   }
   std::vector<int64_t> observed(expected.size(), 0);
