@@ -252,21 +252,20 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
       const uint64_t seed = measure_seed(cfg_.seed, r, i);
       const std::string what = "prompt " + std::to_string(i + 1) + "/" + std::to_string(prompts_.size()) +
                                " repeat " + std::to_string(r + 1) + "/" + std::to_string(cfg_.repeats);
+      // One generation of one side, added to that side's totals; `col` is its first column
+      // in `cat` (candidate 0, baseline 2).
+      auto run_side = [&](reg::Strategy& strategy, const char* role, Totals& tot, double& tok, double& ms,
+                          size_t col, std::vector<Tokens>& out) {
+        const Timed t = generate(strategy, request(p.tokens, seed, n_max), what);
+        tot.add(t.result, t.ttft_ms, t.wall_ms);
+        tok += t.result.stats.n_generated, ms += t.wall_ms;
+        cat[p.category][col] += t.result.stats.n_generated, cat[p.category][col + 1] += t.wall_ms;
+        samples.push_back(sample_line(pc, role, p, r, seed, t));
+        if (r == 0) out.push_back(t.result.tokens);
+      };
       // Interleaved: the baseline runs right before the candidate on the same prompt and seed.
-      if (base) {
-        const Timed t = generate(*base, request(p.tokens, seed, n_max), what);
-        base_tot.add(t.result, t.ttft_ms, t.wall_ms);
-        b_tok += t.result.stats.n_generated, b_ms += t.wall_ms;
-        cat[p.category][2] += t.result.stats.n_generated, cat[p.category][3] += t.wall_ms;
-        samples.push_back(sample_line(pc, "baseline", p, r, seed, t));
-        if (r == 0) base_out.push_back(t.result.tokens);
-      }
-      const Timed t = generate(*cand, request(p.tokens, seed, n_max), what);
-      cand_tot.add(t.result, t.ttft_ms, t.wall_ms);
-      c_tok += t.result.stats.n_generated, c_ms += t.wall_ms;
-      cat[p.category][0] += t.result.stats.n_generated, cat[p.category][1] += t.wall_ms;
-      samples.push_back(sample_line(pc, "candidate", p, r, seed, t));
-      if (r == 0) cand_out.push_back(t.result.tokens);
+      if (base) run_side(*base, "baseline", base_tot, b_tok, b_ms, 2, base_out);
+      run_side(*cand, "candidate", cand_tot, c_tok, c_ms, 0, cand_out);
     }
     cand_tps.push_back(1000.0 * c_tok / std::max(c_ms, 1e-9));
     if (base) {
