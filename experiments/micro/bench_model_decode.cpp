@@ -10,10 +10,8 @@
 //        --benchmark_report_aggregates_only=true
 // Counters: floor_ms = weight bytes / the bandwidth measured by BM_Bandwidth in the same run
 // (run BM_Bandwidth first: it is registered first); compare the step time with floor_ms.
-#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <map>
@@ -22,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/parallel.h"
 #include "model/causal_lm.h"
 #include "model/linear.h"
 
@@ -49,13 +48,14 @@ __attribute__((target("avx2"))) float sum_avx2(const float* p, int64_t n) {
 void BM_Bandwidth(benchmark::State& st) {
   const int64_t n = (int64_t(1) << 30) / sizeof(float);  // 1 GiB
   std::vector<float> buf(n, 1.0f);                       // touched: pages are resident
-  const int n_threads = at::get_num_threads();
+  const int n_threads = specdec::parallel::num_threads();
+  std::vector<float> partial(static_cast<size_t>(n_threads));
   for (auto _ : st) {
-    float total = 0;
-#pragma omp parallel for num_threads(n_threads) reduction(+ : total) schedule(static)
-    for (int t = 0; t < n_threads; ++t)
-      total += sum_avx2(buf.data() + t * (n / n_threads), n / n_threads);
-    benchmark::DoNotOptimize(total);
+    specdec::parallel::parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        partial[static_cast<size_t>(t)] = sum_avx2(buf.data() + t * (n / n_threads), n / n_threads);
+    });
+    benchmark::DoNotOptimize(partial.data());
   }
   st.counters["GB/s"] = benchmark::Counter(double(n * sizeof(float)) / 1e9,
                                            benchmark::Counter::kIsIterationInvariantRate);
@@ -80,7 +80,7 @@ Loaded& loaded(int dtype, bool library, int64_t ctx) {
     spec.name = "smollm2-135m";
     spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
     spec.dtype = dtype == 0 ? "float32" : "bfloat16";
-    spec.threads = at::get_num_threads();  // keep the count main() chose
+    spec.threads = specdec::parallel::num_threads();  // keep the count main() chose
     sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
     models[{dtype, library}] = sm::load(spec).model;
     sm::set_linear_policy(sm::LinearPolicy::kSkinny);
@@ -111,7 +111,7 @@ void BM_Step(benchmark::State& st) {
   const double bytes = double(l.model->weight_bytes());
   st.counters["weight_MB"] = bytes / 1e6;
   if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = bytes / (g_bandwidth_gbs * 1e9) * 1e3;
-  st.counters["threads"] = at::get_num_threads();
+  st.counters["threads"] = specdec::parallel::num_threads();
   st.SetLabel(std::string(dtype == 0 ? "fp32" : "bf16") + (library ? " library" : " skinny"));
 }
 
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   // The machine's 2 cores, as the engine runs; SPECDEC_BENCH_THREADS overrides it (a
   // diagnostic for a loaded machine, where a 2-thread team waits on a descheduled member).
   const char* env = std::getenv("SPECDEC_BENCH_THREADS");
-  at::set_num_threads(env ? std::atoi(env) : 2);
+  sm::set_threads(env ? std::atoi(env) : 2);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   BandwidthCapture reporter;

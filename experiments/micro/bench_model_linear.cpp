@@ -11,6 +11,8 @@
 #include <tuple>
 #include <string>
 
+#include "core/parallel.h"
+#include "model/causal_lm.h"
 #include "model/linear.h"
 
 namespace sm = specdec::model;
@@ -53,7 +55,7 @@ void BM_Linear(benchmark::State& st) {
   st.counters["GB/s"] = benchmark::Counter(static_cast<double>(lin.weight_bytes()),
                                            benchmark::Counter::kIsIterationInvariantRate,
                                            benchmark::Counter::kIs1000);
-  st.counters["threads"] = at::get_num_threads();
+  st.counters["threads"] = specdec::parallel::num_threads();
   st.SetLabel(std::string(sm::linear_path_name(path)) + (bf16 ? "-bf16w" : "-fp32w"));
 }
 
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
   // The machine's 2 cores, as the engine runs; SPECDEC_BENCH_THREADS overrides it (a
   // diagnostic for a loaded machine, where a 2-thread team waits on a descheduled member).
   const char* env = std::getenv("SPECDEC_BENCH_THREADS");
-  at::set_num_threads(env ? std::atoi(env) : 2);
+  specdec::model::set_threads(env ? std::atoi(env) : 2);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

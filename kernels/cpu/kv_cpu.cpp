@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "kernels/cpu/kernels_internal.h"
 #include "kernels/kernels.h"
 #include "kernels/kv_math.h"
@@ -64,12 +65,14 @@ void kv_compact_cpu(const CompactArgs& a) {
   const int64_t n_slabs = a.batch * a.heads;
   int64_t n_moved = 0;  // floats copied; a parallel region costs more than a small copy
   for (int64_t b = 0; b < a.batch; ++b) n_moved += int64_t{a.n_keep[b]} * a.heads * a.head_dim;
-#pragma omp parallel for schedule(static) if (n_slabs > 1 && n_moved >= kParallelMinFloats)
-  for (int64_t bh = 0; bh < n_slabs; ++bh) {
-    const int64_t b = bh / a.heads;
-    math::compact_head(a.kv, a.src_pos + b * a.max_keep, a.n_keep[b], a.dst_start[b],
-                       bh * a.max_seq * a.head_dim, a.head_dim);
-  }
+  const bool split = n_slabs > 1 && n_moved >= kParallelMinFloats;
+  parallel::parallel_for(n_slabs, split ? 1 : n_slabs, [&](int64_t bh0, int64_t bh1) {
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / a.heads;
+      math::compact_head(a.kv, a.src_pos + b * a.max_keep, a.n_keep[b], a.dst_start[b],
+                         bh * a.max_seq * a.head_dim, a.head_dim);
+    }
+  });
   if (a.lengths)
     for (int64_t b = 0; b < a.batch; ++b) a.lengths[b] = a.dst_start[b] + a.n_keep[b];
 }
@@ -80,9 +83,12 @@ void kv_reorder_cpu(float* dst, const float* src, const int64_t* indices, int64_
   for (int64_t b = 0; b < batch; ++b)
     SD_CHECK(indices[b] >= 0 && indices[b] < batch, "kv_reorder_cpu: indices[", b, "] = ", indices[b],
              " is outside [0, ", batch, ")");
-#pragma omp parallel for schedule(static) if (batch > 1 && batch * row_elems >= kParallelMinFloats)
-  for (int64_t b = 0; b < batch; ++b)
-    std::memcpy(dst + b * row_elems, src + indices[b] * row_elems, sizeof(float) * static_cast<size_t>(row_elems));
+  const bool split = batch > 1 && batch * row_elems >= kParallelMinFloats;
+  parallel::parallel_for(batch, split ? 1 : batch, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      std::memcpy(dst + b * row_elems, src + indices[b] * row_elems,
+                  sizeof(float) * static_cast<size_t>(row_elems));
+  });
 }
 
 void kv_rollback(int64_t* lengths, const int64_t* new_lengths, int64_t batch) {

@@ -1,8 +1,9 @@
-// CPU verification: one thread per sequence, parallel over the batch with OpenMP. The row
+// CPU verification: one thread per sequence, parallel over the batch on the thread pool. The row
 // logic is math::verify_row, the same code the CUDA kernel runs.
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "kernels/cpu/kernels_internal.h"
 #include "kernels/cpu/row_ops_cpu.h"
 #include "kernels/kernels.h"
@@ -47,19 +48,20 @@ void throw_row_error(const char* who, int64_t b, int32_t status, int32_t i) {
 void verify_cpu(const VerifyArgs& args) {
   detail::check_verify_args(args, "verify_cpu");
   std::vector<math::RowResult> results(static_cast<size_t>(args.batch));
-  // Errors are collected per row and thrown after the parallel region (an exception must
-  // not leave an OpenMP region).
-  // Each row reads at least one full [V] row; small problems stay on the calling thread.
-  const bool parallel = args.batch > 1 && args.batch * args.vocab >= (int64_t{1} << 16);
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t b = 0; b < args.batch; ++b) {
-    const math::RowView row = math::row_view(args, b);
-    cpu::CpuRowOps ops;
-    math::RowResult res = math::verify_row(row, ops);
-    args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
-    math::write_row_output(row, res, args.out_tokens + b * (args.gamma + 1));
-    results[static_cast<size_t>(b)] = res;
-  }
+  // Errors are collected per row and thrown after all rows ran, so the outputs of the good
+  // rows are complete. Each row reads at least one full [V] row; small problems stay on the
+  // calling thread.
+  const bool split = args.batch > 1 && args.batch * args.vocab >= (int64_t{1} << 16);
+  parallel::parallel_for(args.batch, split ? 1 : args.batch, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const math::RowView row = math::row_view(args, b);
+      cpu::CpuRowOps ops;
+      math::RowResult res = math::verify_row(row, ops);
+      args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
+      math::write_row_output(row, res, args.out_tokens + b * (args.gamma + 1));
+      results[static_cast<size_t>(b)] = res;
+    }
+  });
   for (int64_t b = 0; b < args.batch; ++b) {
     const math::RowResult& r = results[static_cast<size_t>(b)];
     if (r.status != math::kRowOk) detail::throw_row_error("verify_cpu", b, r.status, r.bad_index);

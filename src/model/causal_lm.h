@@ -63,6 +63,7 @@ struct ModelSpec {
   std::string path;
   std::string dtype = "float32";  // "float32" | "bfloat16" (weights of linear layers)
   int threads = 0;                // 0: all cores
+  bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
   uint64_t seed = 0;              // tiny random models only
 };
 
@@ -76,7 +77,9 @@ struct LoadedModel {
 // Throws specdec::Error naming the file and what is wrong.
 LoadedModel load(const ModelSpec& spec);
 
-// Sets LibTorch's intra-op threads (0: all cores).
-void set_threads(int threads);
+// Sets the engine's threads (core/parallel.h; 0: all cores) and keeps LibTorch's own
+// intra-op threads at 1. More threads than the hardware has are refused unless
+// allow_oversubscribe.
+void set_threads(int threads, bool allow_oversubscribe = false);
 
 }  // namespace specdec::model

@@ -2,8 +2,8 @@
 #include "model/linear.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <sys/mman.h>
@@ -239,7 +239,7 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, const at:
   // both threads get work on 576-wide layers.
   const int64_t grain =
       std::max<int64_t>(1, 65536 / (in * kPanel * static_cast<int64_t>(panels.element_size())));
-  at::parallel_for(0, n_panels, grain, [&](int64_t p0, int64_t p1) {
+  parallel::parallel_for(n_panels, grain, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t r = 0; r < n_rows; r += 8) {
         const int n = static_cast<int>(std::min<int64_t>(8, n_rows - r));
@@ -278,6 +278,28 @@ at::Tensor dnnl_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 #endif
 }
 
+// x: [N, in], w: [out, in] (a slice of the rows of W), b: [out] or undefined -> [N, out],
+// through one library kernel.
+at::Tensor library_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, LinearPath path) {
+  switch (path) {
+    case LinearPath::kMv: {
+      const at::Tensor v = x.reshape({x.size(1)});
+      return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).unsqueeze(0);
+    }
+    case LinearPath::kDnnl:
+      return dnnl_linear(x, w.contiguous(), b);
+    case LinearPath::kGemm:
+      return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
+    case LinearPath::kBf16: {
+      at::Tensor y = at::linear(x.to(at::kBFloat16), w).to(at::kFloat);
+      return b.defined() ? y.add_(b) : y;
+    }
+    case LinearPath::kSkinny:
+    case LinearPath::kAuto: break;
+  }
+  fail("Linear: unknown path");
+}
+
 }  // namespace
 
 at::Tensor Linear::forward_path(const at::Tensor& x_in, LinearPath path) const {
@@ -301,28 +323,18 @@ at::Tensor Linear::forward_path(const at::Tensor& x_in, LinearPath path) const {
     // A layer kept in library layout is packed per call: for tests, not for speed.
     return panel_linear(x, panels_.defined() ? panels_ : pack_panels(w_), b_, out_);
   }
+  SD_CHECK(path != LinearPath::kMv || n == 1, "Linear: path mv needs exactly 1 row, got ", n);
   // Likewise a packed layer is unpacked per call for a forced library path.
   const at::Tensor w = w_.defined() ? w_ : unpack_panels(panels_, out_);
-  switch (path) {
-    case LinearPath::kMv: {
-      SD_CHECK(n == 1, "Linear: path mv needs exactly 1 row, got ", n);
-      at::Tensor v = x.reshape({in_});
-      at::Tensor y = b_.defined() ? at::addmv(b_, w, v) : at::mv(w, v);
-      return y.reshape({1, out_});
-    }
-    case LinearPath::kDnnl:
-      return dnnl_linear(x, w, b_);
-    case LinearPath::kGemm:
-      return b_.defined() ? at::addmm(b_, x, w.t()) : at::mm(x, w.t());
-    case LinearPath::kBf16: {
-      at::Tensor y = at::linear(x.to(at::kBFloat16), w).to(at::kFloat);
-      if (b_.defined()) y.add_(b_);
-      return y;
-    }
-    case LinearPath::kSkinny:
-    case LinearPath::kAuto: break;
-  }
-  fail("Linear: unknown path");
+  // The library kernels run single-threaded (their OpenMP thread count is 1, see
+  // core/parallel.h): the pool splits the outputs into a few slices per thread instead.
+  at::Tensor y = at::empty({n, out_}, x.options());
+  const int64_t slices = 4 * parallel::num_threads();
+  parallel::parallel_for(out_, std::max<int64_t>(64, (out_ + slices - 1) / slices), [&](int64_t o0, int64_t o1) {
+    const at::Tensor b = b_.defined() ? b_.narrow(0, o0, o1 - o0) : at::Tensor();
+    y.narrow(1, o0, o1 - o0).copy_(library_linear(x, w.narrow(0, o0, o1 - o0), b, path));
+  });
+  return y;
 }
 
 }  // namespace specdec::model

@@ -3,6 +3,7 @@
 // cache.
 #include "model/llama.h"
 #include "model/checks.h"
+#include "model/config_limits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +11,8 @@
 #include <limits>
 #include <sstream>
 
-#include <ATen/Parallel.h>
-
 #include "core/error.h"
+#include "core/parallel.h"
 #include "model/linear.h"
 
 namespace specdec::model {
@@ -28,6 +28,9 @@ void expect_shape(const at::Tensor& t, const std::string& name, std::vector<int6
 }
 
 void check_config(const ModelConfig& c) {
+  // Ranges (limits in config_limits.h), finite positive norm_eps / rope_theta: a NaN or
+  // negative epsilon would load and then generate junk.
+  check_config_limits(c, "llama config");
   SD_CHECK(c.n_vocab > 0 && c.d_model > 0 && c.n_layers > 0 && c.n_heads > 0 &&
                c.n_kv_heads > 0 && c.head_dim > 0 && c.d_ff > 0,
            "llama: config has a non-positive size (n_vocab=", c.n_vocab, " d_model=", c.d_model,
@@ -287,8 +290,8 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
   float* outp = out.data_ptr<float>();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const int64_t work = T * (s.start[0] + T) * hd;  // per (b, h) task, roughly
-  at::parallel_for(0, B * H, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work)),
-                   [&](int64_t i0, int64_t i1) {
+  parallel::parallel_for(B * H, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work)),
+                         [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / H, h = i % H;

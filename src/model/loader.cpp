@@ -15,8 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "io/gguf.h"
+#include "io/json_limits.h"
 #include "io/safetensors.h"
+#include "model/config_limits.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "model/tiny.h"
@@ -33,25 +36,15 @@ struct ReadTask {
   std::function<void()> run;
 };
 
-// Runs the reads in parallel, largest first (dynamic schedule keeps both cores busy while
-// the embedding dequantises). The first failure is rethrown after the loop: exceptions must
-// not escape an OpenMP region.
+// Runs the reads in parallel, largest first, one task per chunk of the thread pool (so both
+// cores stay busy while the embedding dequantises). The first failure is rethrown by
+// parallel_for once every task has returned.
 void run_parallel(std::vector<ReadTask>& tasks) {
   std::sort(tasks.begin(), tasks.end(),
             [](const ReadTask& a, const ReadTask& b) { return a.n_elements > b.n_elements; });
-  std::mutex mu;
-  std::string error;
-  const int64_t n = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      tasks[i].run();
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (error.empty()) error = e.what();
-    }
-  }
-  if (!error.empty()) throw Error(error);
+  parallel::parallel_for(static_cast<int64_t>(tasks.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) tasks[static_cast<size_t>(i)].run();
+  });
 }
 
 // GGUF: checks name/shape now (before any work), queues the dequantisation into `dst`.
@@ -82,6 +75,16 @@ void queue_st(const io::SafetensorsModel& m, const std::string& name, std::vecto
   at::Tensor* out = &dst;
   tasks.push_back({name, info->n_elements(),
                    [&m, name, out] { m.read_f32(name, out->data_ptr<float>()); }});
+}
+
+// The N of a tensor named "<prefix>N.<rest>", or -1.
+int64_t layer_index(const std::string& name, const std::string& prefix) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
+  int64_t n = 0;
+  size_t i = prefix.size();
+  for (; i < name.size() && i < prefix.size() + 6 && std::isdigit(static_cast<unsigned char>(name[i])); ++i)
+    n = n * 10 + (name[i] - '0');
+  return i > prefix.size() && i < name.size() && name[i] == '.' ? n : -1;
 }
 
 }  // namespace
@@ -137,6 +140,25 @@ ModelConfig llama_config_from_gguf(const io::GgufFile& f) {
   c.n_vocab = emb->shape()[0];
   c.tie_embeddings = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  ConfigKeys keys;
+  keys.n_layers = p + "block_count";
+  keys.d_model = p + "embedding_length";
+  keys.n_heads = p + "attention.head_count";
+  keys.n_kv_heads = p + "attention.head_count_kv";
+  keys.head_dim = p + "attention.key_length";
+  keys.d_ff = p + "feed_forward_length";
+  keys.n_vocab = "token_embd.weight rows (n_vocab)";
+  keys.n_ctx = p + "context_length";
+  keys.norm_eps = p + "attention.layer_norm_rms_epsilon";
+  keys.rope_theta = p + "rope.freq_base";
+  keys.rope_scaling_factor = p + "rope.scaling.factor";
+  check_config_limits(c, "file " + f.path(), keys);
+  SD_CHECK(emb->shape()[1] == c.d_model, "file ", f.path(), ": tensor token_embd.weight has ", emb->shape()[1],
+           " columns but ", keys.d_model, " = ", c.d_model);
+  int64_t n_present = 0;
+  for (const io::GgufTensorInfo& t : f.tensors()) n_present = std::max(n_present, layer_index(t.name, "blk.") + 1);
+  SD_CHECK(n_present >= c.n_layers, "file ", f.path(), ": ", keys.n_layers, " = ", c.n_layers,
+           " but the file has tensors for ", n_present, " layers (named blk.<i>.*)");
   return c;
 }
 
@@ -177,14 +199,11 @@ std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType 
 
 namespace {
 
+// Depth-limited (io::k_max_json_depth); errors name the file.
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  SD_CHECK(in.good(), "cannot open ", path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail(path, ": invalid JSON: ", e.what());
-  }
+  nlohmann::json j = io::read_json_file(path);
+  SD_CHECK(j.is_object(), path, ": expected a JSON object, got ", j.type_name());
+  return j;
 }
 
 int64_t json_int(const nlohmann::json& j, const std::string& key, const std::string& path) {
@@ -193,12 +212,30 @@ int64_t json_int(const nlohmann::json& j, const std::string& key, const std::str
   return j[key].get<int64_t>();
 }
 
-int64_t json_int_or(const nlohmann::json& j, const std::string& key, int64_t def) {
-  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : def;
+// Optional keys: absent or null gives the default; any other type is an error naming the key
+// (a silently ignored "rms_norm_eps": "1e-5" would load a different model).
+int64_t json_int_or(const nlohmann::json& j, const std::string& key, int64_t def, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  SD_CHECK(j[key].is_number_integer(), path, ": key '", key, "' must be an integer, got ", j[key].dump());
+  return j[key].get<int64_t>();
 }
 
-double json_float_or(const nlohmann::json& j, const std::string& key, double def) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : def;
+double json_float_or(const nlohmann::json& j, const std::string& key, double def, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  SD_CHECK(j[key].is_number(), path, ": key '", key, "' must be a number, got ", j[key].dump());
+  return j[key].get<double>();
+}
+
+bool json_bool_or(const nlohmann::json& j, const std::string& key, bool def, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  SD_CHECK(j[key].is_boolean(), path, ": key '", key, "' must be true or false, got ", j[key].dump());
+  return j[key].get<bool>();
+}
+
+std::string json_string_or(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return "";
+  SD_CHECK(j[key].is_string(), path, ": key '", key, "' must be a string, got ", j[key].dump());
+  return j[key].get<std::string>();
 }
 
 // rope_theta and rope_scaling; transformers 5 writes both into "rope_parameters".
@@ -206,7 +243,7 @@ void read_hf_rope(const nlohmann::json& j, const std::string& path, ModelConfig&
   const nlohmann::json* rp = nullptr;
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rp = &j["rope_scaling"];
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rp = &j["rope_parameters"];
-  c.rope_theta = json_float_or(j, "rope_theta", rp ? json_float_or(*rp, "rope_theta", 1e4) : 1e4);
+  c.rope_theta = json_float_or(j, "rope_theta", rp ? json_float_or(*rp, "rope_theta", 1e4, path) : 1e4, path);
   if (!rp) return;
   std::string type;
   for (const char* k : {"rope_type", "type"})
@@ -215,16 +252,16 @@ void read_hf_rope(const nlohmann::json& j, const std::string& path, ModelConfig&
   SD_CHECK(type.empty() || type == "linear" || type == "llama3", path, ": rope type '", type,
            "' is not supported (default, linear, llama3)");
   c.rope_scaling_type = type;
-  c.rope_scaling_factor = json_float_or(*rp, "factor", 1.0);
-  c.rope_low_freq_factor = json_float_or(*rp, "low_freq_factor", c.rope_low_freq_factor);
-  c.rope_high_freq_factor = json_float_or(*rp, "high_freq_factor", c.rope_high_freq_factor);
-  c.rope_orig_ctx = json_int_or(*rp, "original_max_position_embeddings", c.n_ctx);
+  c.rope_scaling_factor = json_float_or(*rp, "factor", 1.0, path);
+  c.rope_low_freq_factor = json_float_or(*rp, "low_freq_factor", c.rope_low_freq_factor, path);
+  c.rope_high_freq_factor = json_float_or(*rp, "high_freq_factor", c.rope_high_freq_factor, path);
+  c.rope_orig_ctx = json_int_or(*rp, "original_max_position_embeddings", c.n_ctx, path);
 }
 
 ModelConfig llama_config_from_hf(const std::string& path, const io::SafetensorsModel& m) {
   const nlohmann::json j = read_json(path);
   ModelConfig c;
-  c.arch = j.value("model_type", std::string());
+  c.arch = json_string_or(j, "model_type", path);
   SD_CHECK(c.arch == "llama" || c.arch == "qwen2", path, ": model_type '", c.arch,
            "' is not supported (llama, qwen2, gpt2)");
   c.n_vocab = json_int(j, "vocab_size", path);
@@ -232,14 +269,30 @@ ModelConfig llama_config_from_hf(const std::string& path, const io::SafetensorsM
   c.d_ff = json_int(j, "intermediate_size", path);
   c.n_layers = json_int(j, "num_hidden_layers", path);
   c.n_heads = json_int(j, "num_attention_heads", path);
-  c.n_kv_heads = json_int_or(j, "num_key_value_heads", c.n_heads);
-  SD_CHECK(c.n_heads > 0, path, ": num_attention_heads must be positive");
-  c.head_dim = json_int_or(j, "head_dim", c.d_model / c.n_heads);
-  c.norm_eps = json_float_or(j, "rms_norm_eps", 1e-6);
-  c.n_ctx = json_int_or(j, "max_position_embeddings", 0);
+  c.n_kv_heads = json_int_or(j, "num_key_value_heads", c.n_heads, path);
+  SD_CHECK(c.n_heads > 0, path, ": num_attention_heads = ", c.n_heads, " must be positive");
+  c.head_dim = json_int_or(j, "head_dim", c.d_model / c.n_heads, path);
+  c.norm_eps = json_float_or(j, "rms_norm_eps", 1e-6, path);
+  c.n_ctx = json_int_or(j, "max_position_embeddings", 0, path);
   read_hf_rope(j, path, c);
-  c.qkv_bias = c.arch == "qwen2" || j.value("attention_bias", false);
-  c.tie_embeddings = j.value("tie_word_embeddings", false) || m.find("lm_head.weight") == nullptr;
+  c.qkv_bias = c.arch == "qwen2" || json_bool_or(j, "attention_bias", false, path);
+  c.tie_embeddings = json_bool_or(j, "tie_word_embeddings", false, path) || m.find("lm_head.weight") == nullptr;
+  ConfigKeys keys;
+  keys.n_layers = "num_hidden_layers";
+  keys.d_model = "hidden_size";
+  keys.n_heads = "num_attention_heads";
+  keys.n_kv_heads = "num_key_value_heads";
+  keys.d_ff = "intermediate_size";
+  keys.n_vocab = "vocab_size";
+  keys.n_ctx = "max_position_embeddings";
+  keys.norm_eps = "rms_norm_eps";
+  keys.rope_scaling_factor = "rope_scaling.factor";
+  check_config_limits(c, path, keys);
+  int64_t n_present = 0;
+  for (const std::string& name : m.tensor_names())
+    n_present = std::max(n_present, layer_index(name, "model.layers.") + 1);
+  SD_CHECK(n_present >= c.n_layers, path, ": num_hidden_layers = ", c.n_layers, " but ", m.dir(),
+           " has tensors for ", n_present, " layers (named model.layers.<i>.*)");
   return c;
 }
 
@@ -277,14 +330,16 @@ std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir, at::ScalarTy
   return make_llama(c, std::move(t), dtype);
 }
 
-void set_threads(int threads) {
+void set_threads(int threads, bool allow_oversubscribe) {
   SD_CHECK(threads >= 0, "threads must be >= 0 (0: all cores), got ", threads);
-  int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  at::set_num_threads(std::max(n, 1));
+  parallel::set_num_threads(threads > 0 ? threads : parallel::hardware_threads(), allow_oversubscribe);
+  // ATen, OpenBLAS and oneDNN stay single-threaded: the pool runs every parallel loop, and a
+  // second set of (spinning) OpenMP threads would compete with it.
+  at::set_num_threads(1);
 }
 
 LoadedModel load(const ModelSpec& spec) {
-  set_threads(spec.threads);
+  set_threads(spec.threads, spec.threads_oversubscribe);
   const at::ScalarType dtype = parse_dtype(spec.dtype);
   LoadedModel out;
   out.spec = spec;
@@ -298,7 +353,7 @@ LoadedModel load(const ModelSpec& spec) {
   } else if (fs::is_directory(path)) {
     const std::string cfg_path = path + "/config.json";
     const nlohmann::json j = read_json(cfg_path);
-    const std::string type = j.value("model_type", std::string());
+    const std::string type = json_string_or(j, "model_type", cfg_path);
     out.model = type == "gpt2" ? load_gpt2_hf_dir(path, dtype) : load_llama_hf_dir(path, dtype);
     const std::string tok = path + "/tokenizer.json";
     SD_CHECK(fs::exists(tok), "model dir ", path, ": tokenizer.json is missing");
@@ -310,6 +365,13 @@ LoadedModel load(const ModelSpec& spec) {
     const std::string arch = f->get_string("general.architecture");
     out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype);
     out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
+  }
+  // Every id the tokenizer can produce must index the embedding (HF Qwen: 151,665 token ids,
+  // 151,936 embedding rows; the converse would read past the table).
+  if (out.tokenizer) {
+    const int64_t n_tok = out.tokenizer->vocab_size(), n_vocab = out.model->config().n_vocab;
+    SD_CHECK(n_tok <= n_vocab, "model ", spec.name, " (", path, "): the tokenizer has ", n_tok,
+             " token ids but the model's embedding only ", n_vocab, " rows");
   }
   return out;
 }

@@ -80,7 +80,7 @@ at::Tensor full_logits(sm::CausalLM& m, const std::vector<int64_t>& ids) {
 
 class Gpt2Oracle : public ::testing::Test {
  protected:
-  void SetUp() override { at::set_num_threads(2); }
+  void SetUp() override { specdec::model::set_threads(2); }
 };
 
 }  // namespace

@@ -4,9 +4,9 @@
 #include <tuple>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 
 #include "core/error.h"
+#include "model/causal_lm.h"
 #include "model/linear.h"
 
 namespace sm = specdec::model;
@@ -64,7 +64,7 @@ constexpr double kRelBf16 = 1e-2;
 class LinearPaths : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(LinearPaths, Fp32PathsMatchFloat64Reference) {
-  at::set_num_threads(2);
+  sm::set_threads(2);
   auto [n, with_bias] = GetParam();
   Case c = make_case(n, 257, 131, with_bias, 1000 + n);
   sm::Linear lin(c.w, c.b);
@@ -80,7 +80,7 @@ TEST_P(LinearPaths, Fp32PathsMatchFloat64Reference) {
 }
 
 TEST_P(LinearPaths, Bf16PathMatchesFloat64ReferenceLoosely) {
-  at::set_num_threads(2);
+  sm::set_threads(2);
   auto [n, with_bias] = GetParam();
   Case c = make_case(n, 257, 131, with_bias, 2000 + n);
   sm::Linear lin(c.w, c.b, at::kBFloat16);
@@ -94,7 +94,7 @@ TEST_P(LinearPaths, Bf16PathMatchesFloat64ReferenceLoosely) {
 // built from the bf16-rounded weights it is as accurate as the fp32 paths.
 TEST_P(LinearPaths, SkinnyBf16IsExactOnRoundedWeights) {
   if (!sm::linear_has_skinny()) GTEST_SKIP() << "no AVX-512F on this CPU";
-  at::set_num_threads(2);
+  sm::set_threads(2);
   auto [n, with_bias] = GetParam();
   Case c = make_case(n, 257, 131, with_bias, 3000 + n);
   sm::Linear lin(c.w, c.b, at::kBFloat16);
@@ -141,7 +141,7 @@ TEST(Linear, DispatchTableFollowsLayoutAndRowCount) {
 // across groups of 8 rows, with a bias and with an output count that is not a multiple of 32.
 TEST(Linear, PanelRowsDoNotDependOnBatchSize) {
   if (!sm::linear_has_skinny()) GTEST_SKIP() << "no AVX-512F on this CPU";
-  at::set_num_threads(2);
+  sm::set_threads(2);
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     Case c = make_case(19, 300, 77, true, 6);
     sm::Linear lin(c.w, c.b, dtype);

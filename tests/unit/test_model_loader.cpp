@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "model/loader.h"
 #include "model/tiny.h"
 
@@ -182,7 +183,8 @@ TEST(ModelLoader, LoadTinyAndBadSpecs) {
   LoadedModel m = load(spec);
   ASSERT_TRUE(m.model);
   EXPECT_EQ(m.model->config().n_vocab, 32);
-  EXPECT_EQ(at::get_num_threads(), 1);
+  EXPECT_EQ(specdec::parallel::num_threads(), 1);
+  EXPECT_EQ(at::get_num_threads(), 1);  // LibTorch stays single-threaded: the pool does the work
   EXPECT_EQ(parse_dtype("bfloat16"), at::kBFloat16);
   EXPECT_EQ(parse_dtype("float32"), at::kFloat);
   EXPECT_THROW(parse_dtype("int4"), Error);

@@ -1,0 +1,259 @@
+// The thread pool behind parallel_for (see parallel.h for why it exists).
+//
+// Protocol. One job at a time. The caller writes the job's fields (function, context, range,
+// chunk size), then publishes `state_`, a 64-bit word holding the job's generation, its
+// number of chunks and the next unclaimed chunk. Every thread (workers and the caller) claims
+// a chunk with one compare-and-swap on that word: success proves that the job it read the
+// fields of is still live, because a job's fields are only rewritten after all of its chunks
+// have been claimed and finished. Each finished chunk increments `done_`; the caller returns
+// when done_ equals the chunk count, so it waits for chunks in progress, never for a thread
+// that has not started.
+#include "core/parallel.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SD_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define SD_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define SD_CPU_RELAX() ((void)0)
+#endif
+
+namespace specdec::parallel {
+namespace {
+
+using detail::ChunkFn;
+
+// state_ = [generation : 28 | n_chunks : 18 | next chunk : 18]
+constexpr int kIdxBits = 18;
+constexpr uint64_t kIdxMask = (uint64_t{1} << kIdxBits) - 1;
+constexpr int64_t kMaxChunks = static_cast<int64_t>(kIdxMask);
+constexpr int kMaxThreads = 1024;  // even with oversubscription allowed
+
+uint64_t pack(uint64_t gen, uint64_t n_chunks) { return (gen << (2 * kIdxBits)) | (n_chunks << kIdxBits); }
+uint64_t gen_of(uint64_t s) { return s >> (2 * kIdxBits); }
+uint64_t chunks_of(uint64_t s) { return (s >> kIdxBits) & kIdxMask; }
+uint64_t next_of(uint64_t s) { return s & kIdxMask; }
+
+std::atomic<int> g_spin_us{[] {
+  const char* e = std::getenv("SPECDEC_SPIN_US");
+  return e && *e ? std::max(0, std::atoi(e)) : 50;
+}()};
+std::atomic<Backend> g_backend{Backend::kPool};
+thread_local bool t_in_region = false;  // inside a chunk (or a worker): nested loops run inline
+
+// Spins until pred() holds or the spin budget is spent; returns pred().
+template <class Pred>
+bool spin_until(const Pred& pred) {
+  using clock = std::chrono::steady_clock;
+  const auto limit = std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed));
+  const auto t0 = clock::now();
+  for (int i = 1;; ++i) {
+    if (pred()) return true;
+    SD_CPU_RELAX();
+    if ((i & 63) == 0 && clock::now() - t0 >= limit) return pred();
+  }
+}
+
+class Pool {
+ public:
+  ~Pool() { stop_workers(); }
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> run_lock(run_mu_);
+    if (n == size()) return;
+    stop_workers();
+    stop_ = false;
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
+  }
+
+  // False when another thread is running a job: the caller then runs the loop itself.
+  bool run(int64_t n, int64_t chunk, int64_t n_chunks, ChunkFn fn, const void* ctx) {
+    std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
+    if (!run_lock.owns_lock()) return false;
+    fn_.store(fn, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    n_.store(n, std::memory_order_relaxed);
+    chunk_.store(chunk, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    state_.store(pack(++gen_, static_cast<uint64_t>(n_chunks)), std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      wake_cv_.notify_all();
+    }
+    t_in_region = true;
+    work();
+    t_in_region = false;
+    const auto finished = [&] { return done_.load(std::memory_order_seq_cst) == n_chunks; };
+    if (!spin_until(finished)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      caller_sleeping_.store(true, std::memory_order_seq_cst);
+      done_cv_.wait(lock, finished);
+      caller_sleeping_.store(false, std::memory_order_relaxed);
+    }
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+
+ private:
+  // Claims and runs chunks of the current job until none is left.
+  void work() {
+    for (;;) {
+      uint64_t s = state_.load(std::memory_order_acquire);
+      if (next_of(s) >= chunks_of(s)) return;
+      const ChunkFn fn = fn_.load(std::memory_order_relaxed);
+      const void* ctx = ctx_.load(std::memory_order_relaxed);
+      const int64_t n = n_.load(std::memory_order_relaxed), chunk = chunk_.load(std::memory_order_relaxed);
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;  // another thread took it, or a new job started: read again
+      const int64_t begin = static_cast<int64_t>(next_of(s)) * chunk;
+      try {
+        fn(ctx, begin, std::min(n, begin + chunk));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == static_cast<int64_t>(chunks_of(s)) &&
+          caller_sleeping_.load(std::memory_order_seq_cst)) {
+        { std::lock_guard<std::mutex> lock(mu_); }
+        done_cv_.notify_all();
+      }
+    }
+  }
+
+  void worker_main() {
+    omp_set_num_threads(1);  // library calls made from a chunk stay single-threaded
+    t_in_region = true;
+    uint64_t seen = gen_of(state_.load(std::memory_order_acquire));
+    const auto woken = [&] { return stop_.load() || gen_of(state_.load(std::memory_order_seq_cst)) != seen; };
+    for (;;) {
+      if (!spin_until(woken)) {
+        std::unique_lock<std::mutex> lock(mu_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_cv_.wait(lock, woken);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      if (stop_.load()) return;
+      seen = gen_of(state_.load(std::memory_order_acquire));
+      work();
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // one job at a time
+  std::mutex mu_;      // sleeping and waking, and error_
+  std::condition_variable wake_cv_, done_cv_;
+  std::atomic<uint64_t> state_{0};
+  uint64_t gen_ = 0;
+  std::atomic<ChunkFn> fn_{nullptr};
+  std::atomic<const void*> ctx_{nullptr};
+  std::atomic<int64_t> n_{0}, chunk_{1}, done_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false}, stop_{false};
+  std::exception_ptr error_;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+// The previous engine's scheme: an OpenMP region, one static piece per thread (its chunks
+// run in order), and a barrier at the end.
+void run_openmp(int64_t n, int64_t chunk, int64_t n_chunks, ChunkFn fn, const void* ctx) {
+  const int n_threads = static_cast<int>(std::min<int64_t>(num_threads(), n_chunks));
+  const int64_t piece = (n_chunks + n_threads - 1) / n_threads * chunk;
+  std::exception_ptr error;
+  std::mutex mu;
+#pragma omp parallel num_threads(n_threads)
+  {
+    const int64_t begin = omp_get_thread_num() * piece, end = std::min(n, begin + piece);
+    t_in_region = true;
+    try {
+      for (int64_t b = begin; b < end; b += chunk) fn(ctx, b, std::min(end, b + chunk));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::current_exception();
+    }
+    t_in_region = false;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+int hardware_threads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void set_num_threads(int n, bool allow_oversubscribe) {
+  const int hw = hardware_threads();
+  SD_CHECK(n >= 1, "threads must be >= 1, got ", n);
+  SD_CHECK(n <= hw || allow_oversubscribe, "threads = ", n, " exceeds the ", hw,
+           " hardware threads this process may use (allow it with --threads-oversubscribe)");
+  SD_CHECK(n <= kMaxThreads, "threads = ", n, " exceeds the limit of ", kMaxThreads, " threads");
+  pool().resize(n);
+  omp_set_num_threads(1);
+}
+
+int num_threads() { return pool().size(); }
+
+void set_backend(Backend b) { g_backend = b; }
+Backend backend() { return g_backend; }
+const char* backend_name(Backend b) { return b == Backend::kPool ? "pool" : "openmp"; }
+
+void set_spin_us(int us) {
+  SD_CHECK(us >= 0, "spin time must be >= 0 microseconds, got ", us);
+  g_spin_us = us;
+}
+int spin_us() { return g_spin_us; }
+
+namespace detail {
+
+void run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
+  if (n <= 0) return;
+  int64_t chunk = std::max<int64_t>(1, grain);
+  int64_t n_chunks = (n + chunk - 1) / chunk;
+  if (n_chunks > kMaxChunks) {
+    chunk = (n + kMaxChunks - 1) / kMaxChunks;
+    n_chunks = (n + chunk - 1) / chunk;
+  }
+  if (n_chunks > 1 && num_threads() > 1 && !t_in_region) {
+    if (g_backend == Backend::kOpenMP) return run_openmp(n, chunk, n_chunks, fn, ctx);
+    if (pool().run(n, chunk, n_chunks, fn, ctx)) return;
+  }
+  for (int64_t b = 0; b < n; b += chunk) fn(ctx, b, std::min(n, b + chunk));
+}
+
+}  // namespace detail
+}  // namespace specdec::parallel

@@ -1,0 +1,63 @@
+#pragma once
+// The engine's thread pool: every parallel loop of the model runs through parallel_for.
+//
+// Why not OpenMP (ATen's at::parallel_for): a decode step opens ~150-200 parallel regions, and
+// an OpenMP region splits its range statically, one piece per thread, then waits at a barrier
+// for the slowest thread. On a machine where another process shares the cores, one of our
+// threads is often descheduled for a whole time slice (milliseconds), and every region waits
+// for it: one busy neighbour made SmolLM2's speculative decoding ~50x slower (issue 10).
+//
+// Here a loop is cut into many small chunks that threads claim one at a time from a shared
+// counter, and the calling thread claims chunks too. A thread that is not running simply claims
+// nothing: the others finish its share, and the caller waits only for chunks already being
+// worked on. Idle workers spin for a short while (the next region of the same step usually
+// starts within microseconds) and then sleep on a condition variable, so an idle engine costs
+// no CPU.
+//
+// ATen, OpenBLAS and oneDNN are kept single-threaded (set_num_threads sets their OpenMP thread
+// count to 1 in every thread of the pool), so no second set of spinning threads competes with
+// this one.
+#include <cstdint>
+
+namespace specdec::parallel {
+
+// How parallel_for runs a loop. kPool is the default; kOpenMP reproduces the previous
+// engine's behaviour (one static piece per thread in an OpenMP region, as at::parallel_for)
+// for A/B measurements (experiments/micro/bench_model_contention.cpp).
+enum class Backend { kPool, kOpenMP };
+void set_backend(Backend b);
+Backend backend();
+const char* backend_name(Backend b);
+
+// Threads used by parallel_for, the calling thread included (>= 1). More threads than the
+// hardware runs at once only slow a memory-bound engine down and, in the extreme, exhaust
+// the process (--threads 100000): they are refused unless allow_oversubscribe is set.
+// Throws specdec::Error naming the value and the limit.
+void set_num_threads(int n, bool allow_oversubscribe = false);
+int num_threads();
+int hardware_threads();
+
+// How long (microseconds) an idle worker, or a caller waiting for the last chunks, spins
+// before it sleeps. Default 50 us; SPECDEC_SPIN_US overrides it at start-up.
+void set_spin_us(int us);
+int spin_us();
+
+namespace detail {
+using ChunkFn = void (*)(const void* ctx, int64_t begin, int64_t end);
+void run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx);
+}  // namespace detail
+
+// Calls f(begin, end) on disjoint ranges that together cover [0, n), each of at most `grain`
+// items (grain >= 1; larger ranges when n / grain would exceed the chunk limit). Runs inline
+// when there is one thread, one chunk, or when called from inside another parallel_for.
+// Returns when every call has returned; the first exception thrown by f is rethrown here.
+// f must not depend on which thread runs which range.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, const F& f) {
+  detail::run(
+      n, grain,
+      [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      &f);
+}
+
+}  // namespace specdec::parallel

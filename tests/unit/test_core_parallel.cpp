@@ -1,0 +1,154 @@
+// The thread pool (core/parallel.h): every index exactly once, for any range, grain, thread
+// count and backend; exceptions reach the caller; nested and concurrent calls; thread-count
+// limits.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace sp = specdec::parallel;
+
+namespace {
+
+// Runs parallel_for over [0, n) and returns how often each index was visited.
+std::vector<int> visits(int64_t n, int64_t grain) {
+  std::vector<std::atomic<int>> count(static_cast<size_t>(n));
+  for (auto& c : count) c = 0;
+  sp::parallel_for(n, grain, [&](int64_t b, int64_t e) {
+    ASSERT_LE(e - b, std::max<int64_t>(grain, 1));
+    for (int64_t i = b; i < e; ++i) ++count[static_cast<size_t>(i)];
+  });
+  std::vector<int> out;
+  for (auto& c : count) out.push_back(c.load());
+  return out;
+}
+
+struct Restore {
+  ~Restore() {
+    sp::set_backend(sp::Backend::kPool);
+    sp::set_num_threads(std::min(2, sp::hardware_threads()));
+  }
+};
+
+}  // namespace
+
+TEST(Parallel, EveryIndexExactlyOnceForEveryThreadCountAndBackend) {
+  Restore restore;
+  for (sp::Backend be : {sp::Backend::kPool, sp::Backend::kOpenMP}) {
+    sp::set_backend(be);
+    for (int threads : {1, 2, 3, 8}) {
+      sp::set_num_threads(threads, /*allow_oversubscribe=*/true);
+      EXPECT_EQ(sp::num_threads(), threads);
+      for (int64_t n : {0, 1, 2, 7, 64, 1000, 4097})
+        for (int64_t grain : {1, 3, 64, 5000}) {
+          const std::vector<int> v = visits(n, grain);
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(v[static_cast<size_t>(i)], 1)
+                << sp::backend_name(be) << " threads " << threads << " n " << n << " grain " << grain << " index " << i;
+        }
+    }
+  }
+}
+
+// Many tiny back-to-back jobs: the claim/complete protocol must never lose or repeat a chunk
+// when a worker arrives late at one job while the next one is already published.
+TEST(Parallel, ManySmallJobsInARow) {
+  Restore restore;
+  sp::set_num_threads(4, true);
+  int64_t total = 0;
+  for (int job = 0; job < 20000; ++job) {
+    std::atomic<int64_t> sum{0};
+    const int64_t n = 1 + job % 17;
+    sp::parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i + 1;
+    });
+    ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
+    total += sum;
+  }
+  EXPECT_GT(total, 0);
+}
+
+TEST(Parallel, HugeRangesAreCutIntoAtMostTheChunkLimit) {
+  Restore restore;
+  sp::set_num_threads(2, true);
+  std::atomic<int64_t> calls{0}, covered{0};
+  const int64_t n = int64_t{1} << 24;  // more than the 2^18 - 1 chunks a job can hold
+  sp::parallel_for(n, 1, [&](int64_t b, int64_t e) {
+    ++calls;
+    covered += e - b;
+  });
+  EXPECT_EQ(covered.load(), n);
+  EXPECT_LT(calls.load(), int64_t{1} << 18);
+}
+
+TEST(Parallel, FirstExceptionReachesTheCallerAfterEveryChunkFinished) {
+  Restore restore;
+  for (sp::Backend be : {sp::Backend::kPool, sp::Backend::kOpenMP}) {
+    sp::set_backend(be);
+    sp::set_num_threads(2, true);
+    std::atomic<int> finished{0};
+    EXPECT_THROW(sp::parallel_for(100, 1,
+                                  [&](int64_t b, int64_t) {
+                                    if (b == 37) throw std::runtime_error("chunk 37");
+                                    ++finished;
+                                  }),
+                 std::runtime_error);
+    // With the pool every other chunk still ran; an OpenMP thread stops its piece at the throw.
+    if (be == sp::Backend::kPool) EXPECT_EQ(finished.load(), 99);
+    // The pool is usable afterwards.
+    EXPECT_EQ(visits(50, 1), std::vector<int>(50, 1));
+  }
+}
+
+TEST(Parallel, NestedCallsRunInlineAndConcurrentCallersBothFinish) {
+  Restore restore;
+  sp::set_num_threads(2, true);
+  std::atomic<int64_t> inner{0};
+  sp::parallel_for(8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      sp::parallel_for(10, 1, [&](int64_t ib, int64_t ie) { inner += ie - ib; });
+  });
+  EXPECT_EQ(inner.load(), 80);
+
+  // Two threads submitting at once: one gets the pool, the other runs its loop itself.
+  std::atomic<int64_t> a{0}, b{0};
+  auto submit = [](std::atomic<int64_t>& sum) {
+    for (int r = 0; r < 2000; ++r)
+      sp::parallel_for(64, 4, [&](int64_t lo, int64_t hi) { sum += hi - lo; });
+  };
+  std::thread t1(submit, std::ref(a)), t2(submit, std::ref(b));
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a.load(), 2000 * 64);
+  EXPECT_EQ(b.load(), 2000 * 64);
+}
+
+TEST(Parallel, ThreadCountsAreBoundedByTheHardware) {
+  Restore restore;
+  const int hw = sp::hardware_threads();
+  EXPECT_GE(hw, 1);
+  EXPECT_THROW(sp::set_num_threads(0), specdec::Error);
+  EXPECT_THROW(sp::set_num_threads(-3), specdec::Error);
+  try {
+    sp::set_num_threads(hw + 1);
+    FAIL() << "threads above the hardware count were accepted";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--threads-oversubscribe"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(sp::set_num_threads(hw + 1, /*allow_oversubscribe=*/true));
+  EXPECT_EQ(sp::num_threads(), hw + 1);
+  // Even when allowed, 100000 threads would exhaust the process: refused with the limit.
+  try {
+    sp::set_num_threads(100000, true);
+    FAIL() << "100000 threads were accepted";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1024"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(sp::num_threads(), hw + 1);  // a refused count leaves the pool as it was
+  EXPECT_THROW(sp::set_spin_us(-1), specdec::Error);
+}
