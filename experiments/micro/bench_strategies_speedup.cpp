@@ -43,7 +43,7 @@ const model::LoadedModel* smollm2() {
 
 // Wall time outside model forwards: ngram drafting, processors, verification, stop handling.
 double overhead_ms(const Stats& s, bool model_drafter) {
-  return s.ms_total - s.ms_prefill - s.ms_verify - (model_drafter ? s.ms_draft : 0.0);
+  return s.ms_total - s.phase_ms.prefill - s.phase_ms.verify - (model_drafter ? s.phase_ms.draft : 0.0);
 }
 
 void BM_NgramVsGreedyInterleaved(benchmark::State& state) {
@@ -69,8 +69,8 @@ void BM_NgramVsGreedyInterleaved(benchmark::State& state) {
       const Result g = greedy->generate(req, {});
       const Result s = spec->generate(req, {});
       n_mismatch += g.tokens != s.tokens;
-      ms_greedy += g.stats.ms_total - g.stats.ms_prefill;
-      ms_spec += s.stats.ms_total - s.stats.ms_prefill;
+      ms_greedy += g.stats.ms_total - g.stats.phase_ms.prefill;
+      ms_spec += s.stats.ms_total - s.stats.phase_ms.prefill;
       over_greedy += overhead_ms(g.stats, false) / g.stats.ms_total;
       over_spec += overhead_ms(s.stats, false) / s.stats.ms_total;
       n_tok += double(s.stats.n_generated);

@@ -1,6 +1,7 @@
 // `specdec generate`: one prompt, one strategy; streams text, then prints one stats line
-// (or a JSON object with --json).
+// (or a JSON object with --json), and with --stats the time per phase.
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "harness/metrics.h"
 #include "harness/model_catalog.h"
 #include "model/causal_lm.h"
 #include "strategies/registry.h"
@@ -27,7 +29,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 2;
   double timeout_s = 0;
-  bool chat = false, json = false;
+  bool chat = false, json = false, stats = false, threads_oversubscribe = false;
 };
 
 strategies::Params parse_sets(const std::vector<std::string>& sets) {
@@ -53,22 +55,35 @@ std::string read_prompt(const GenerateOptions& o) {
 model::LoadedModel load_model(const std::string& name, const GenerateOptions& o) {
   model::ModelSpec spec = harness::resolve_model(name);
   spec.threads = o.threads;
+  spec.threads_oversubscribe = o.threads_oversubscribe;
   spec.dtype = o.dtype;
   return model::load(spec);
 }
 
+// The generation's phases in the harness's format (one generation; a round is a verification
+// round, or one decode step for autoregressive strategies).
+harness::PhaseBreakdown phase_breakdown(const strategies::Stats& s) {
+  harness::PhaseBreakdown p;
+  p.ms = s.phase_ms;
+  p.wall_ms = s.ms_total;
+  p.n_rounds = s.n_rounds > 0 ? s.n_rounds : std::max<int64_t>(0, s.n_target_forwards - 1);
+  p.n_generations = 1;
+  return p;
+}
+
 nlohmann::json stats_json(const strategies::Result& r, const std::string& strategy) {
   const auto& s = r.stats;
-  const double ms_decode = s.ms_total - s.ms_prefill;
+  const double ms_decode = s.ms_total - s.phase_ms.prefill;
   nlohmann::json j = {
       {"strategy", strategy}, {"finish", strategies::to_string(r.finish)}, {"n_prompt", s.n_prompt},
       {"n_generated", s.n_generated}, {"n_target_forwards", s.n_target_forwards},
       {"n_draft_forwards", s.n_draft_forwards}, {"n_drafted", s.n_drafted}, {"n_accepted", s.n_accepted},
       {"n_rounds", s.n_rounds}, {"alpha", s.alpha()}, {"tau", s.tau()},
       {"accepted_per_position", s.accepted_per_position}, {"drafted_per_position", s.drafted_per_position},
-      {"ms_prefill", s.ms_prefill}, {"ms_draft", s.ms_draft}, {"ms_verify", s.ms_verify},
-      {"ms_sample", s.ms_sample}, {"ms_rollback", s.ms_rollback}, {"ms_total", s.ms_total},
-      {"ms_first_token", s.ms_first_token},
+      // ms_<phase> for the phases older readers know; "phases" has them all.
+      {"ms_prefill", s.phase_ms.prefill}, {"ms_draft", s.phase_ms.draft}, {"ms_verify", s.phase_ms.verify},
+      {"ms_sample", s.phase_ms.sample}, {"ms_rollback", s.phase_ms.rollback}, {"ms_total", s.ms_total},
+      {"ms_first_token", s.ms_first_token}, {"phases", harness::to_json(phase_breakdown(s))},
       {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
       {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
   return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
@@ -76,17 +91,36 @@ nlohmann::json stats_json(const strategies::Result& r, const std::string& strate
 
 void print_stats_line(const strategies::Result& r, const std::string& strategy) {
   const auto& s = r.stats;
-  const double ms_decode = s.ms_total - s.ms_prefill;
+  const double ms_decode = s.ms_total - s.phase_ms.prefill;
   std::cout << std::fixed << std::setprecision(1) << "[" << strategy << "] " << s.n_generated << " tokens ("
-            << strategies::to_string(r.finish) << ") | prefill " << s.ms_prefill << " ms (" << s.n_prompt
+            << strategies::to_string(r.finish) << ") | prefill " << s.phase_ms.prefill << " ms (" << s.n_prompt
             << " tokens) | decode " << std::setprecision(2) << (s.n_generated ? ms_decode / s.n_generated : 0.0)
             << " ms/token | " << (ms_decode > 0 ? 1000.0 * s.n_generated / ms_decode : 0.0) << " tok/s";
   if (s.n_rounds > 0) std::cout << " | alpha " << std::setprecision(3) << s.alpha() << " tau " << s.tau();
   std::cout << "\n";
 }
 
+// --stats: one line per phase with ms, % of wall and ms per round, then their sum.
+void print_phase_table(const strategies::Stats& s) {
+  const harness::PhaseBreakdown p = phase_breakdown(s);
+  char line[160];
+  std::snprintf(line, sizeof line, "%-16s %10s %8s %10s\n", "phase", "ms", "% wall", "ms/round");
+  std::cout << line;
+  for (const auto& f : strategies::PhaseTimes::fields()) {
+    const std::string name = f.summed ? f.name : "  " + std::string(f.name);  // a sub-figure is indented
+    std::snprintf(line, sizeof line, "%-16s %10.2f %7.1f%% %10.3f%s\n", name.c_str(), p.ms.*f.ms,
+                  100 * p.fraction(f.ms), p.per_round(f.ms), f.summed ? "" : "  (part of draft)");
+    std::cout << line;
+  }
+  const double sum = s.phase_ms.sum();
+  std::snprintf(line, sizeof line, "%-16s %10.2f %7.1f%%\n%-16s %10.2f %7.1f%%   (%lld rounds)\n", "sum of phases", sum,
+                s.ms_total > 0 ? 100 * sum / s.ms_total : 0.0, "wall", s.ms_total, 100.0,
+                static_cast<long long>(p.n_rounds));
+  std::cout << line;
+}
+
 int run_generate(const GenerateOptions& o) {
-  model::set_threads(o.threads);
+  model::set_threads(o.threads, o.threads_oversubscribe);
   const strategies::Params params = parse_sets(o.sets);
   auto strategy = strategies::create(o.strategy, params);  // fails early on bad names/params
   const model::LoadedModel tgt = load_model(o.model, o);
@@ -119,6 +153,7 @@ int run_generate(const GenerateOptions& o) {
   // Invalid UTF-8 (a generation cut inside a multi-byte character) becomes U+FFFD.
   if (o.json) std::cout << stats_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_stats_line(r, o.strategy);
+  if (o.stats && !o.json) print_phase_table(r.stats);
   return 0;
 }
 
@@ -138,11 +173,15 @@ int cmd_generate(const Args& args) {
       ("chat", po::bool_switch(&o.chat), "wrap the prompt in the model's chat template (user turn)")
       ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(128), "generated tokens at most")
       ("seed", po::value(&o.seed)->default_value(0), "random seed (sampling, speculative sampling)")
-      ("threads", po::value(&o.threads)->default_value(2), "LibTorch intra-op threads")
+      ("threads", po::value(&o.threads)->default_value(2), "engine threads (0 = all cores; at most the cores this process may use)")
+      ("threads-oversubscribe", po::bool_switch(&o.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
       ("dtype", po::value(&o.dtype)->default_value("float32"), "weights of linear layers: float32 | bfloat16")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")
-      ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line");
+      ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line")
+      ("stats", po::bool_switch(&o.stats),
+       "after the stats line, print where the time went: ms, % of wall and ms per round for each phase "
+       "(with --json: always in stats.phases)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);

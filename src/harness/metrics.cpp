@@ -20,7 +20,55 @@ Spread spread_from(const json& j) {
   return {j.at("median").get<double>(), j.at("min").get<double>(), j.at("max").get<double>(),
           j.at("q25").get<double>(), j.at("q75").get<double>()};
 }
+
+// Phases missing from the record (written before a phase existed) read as 0.
+PhaseBreakdown phases_from(const json& j) {
+  PhaseBreakdown p;
+  p.wall_ms = j.at("wall_ms").get<double>();
+  p.n_rounds = j.at("n_rounds").get<int64_t>();
+  p.n_generations = j.at("n_generations").get<int64_t>();
+  const json& ms = j.at("ms");
+  for (const auto& f : strategies::PhaseTimes::fields()) p.ms.*f.ms = ms.value(f.name, 0.0);
+  return p;
+}
 }  // namespace
+
+json to_json(const PhaseBreakdown& p) {
+  json ms = json::object(), fraction = json::object();
+  for (const auto& f : strategies::PhaseTimes::fields()) {
+    ms[f.name] = p.ms.*f.ms;
+    fraction[f.name] = p.fraction(f.ms);
+  }
+  return {{"wall_ms", p.wall_ms}, {"n_rounds", p.n_rounds}, {"n_generations", p.n_generations},
+          {"ms", ms}, {"fraction", fraction}};
+}
+
+json to_json(const LoadSample& l) {
+  return {{"verdict", l.verdict()}, {"contended", l.contended()}, {"wall_s", l.wall_s},
+          {"loadavg_start", l.loadavg_start}, {"loadavg_end", l.loadavg_end}, {"loadavg_max", l.loadavg_max},
+          {"involuntary_switches", l.involuntary_switches},
+          {"involuntary_switches_per_s", l.involuntary_switches_per_s}, {"own_cpu_s", l.own_cpu_s},
+          {"foreign_cpu_s", l.foreign_cpu_s}, {"foreign_cores", l.foreign_cores},
+          {"steal_fraction", l.steal_fraction}, {"resolution_cores", l.resolution_cores}, {"n_cpus", l.n_cpus}};
+}
+
+// "verdict" and "contended" are derived, so they are recomputed rather than read.
+LoadSample load_from_json(const json& j) {
+  LoadSample l;
+  l.wall_s = j.value("wall_s", 0.0);
+  l.loadavg_start = j.value("loadavg_start", -1.0);
+  l.loadavg_end = j.value("loadavg_end", -1.0);
+  l.loadavg_max = j.value("loadavg_max", -1.0);
+  l.involuntary_switches = j.value("involuntary_switches", int64_t{-1});
+  l.involuntary_switches_per_s = j.value("involuntary_switches_per_s", -1.0);
+  l.own_cpu_s = j.value("own_cpu_s", -1.0);
+  l.foreign_cpu_s = j.value("foreign_cpu_s", -1.0);
+  l.foreign_cores = j.value("foreign_cores", -1.0);
+  l.steal_fraction = j.value("steal_fraction", -1.0);
+  l.resolution_cores = j.value("resolution_cores", -1.0);
+  l.n_cpus = j.value("n_cpus", -1);
+  return l;
+}
 
 json to_json(const CellMetrics& m) {
   json checks = json::array();
@@ -40,7 +88,8 @@ json to_json(const CellMetrics& m) {
           {"acceptance_per_position", m.acceptance_per_position}, {"draft_step_ms", m.draft_step_ms},
           {"target_step_ms", m.target_step_ms}, {"cost_ratio", m.cost_ratio},
           {"predicted_speedup", m.predicted_speedup}, {"measured_over_predicted", m.measured_over_predicted},
-          {"categories", cats}, {"checks", checks}, {"wall_s", m.wall_s}};
+          {"categories", cats}, {"checks", checks}, {"wall_s", m.wall_s}, {"phases", to_json(m.phases)},
+          {"baseline_phases", to_json(m.baseline_phases)}, {"load", to_json(m.load)}};
 }
 
 CellMetrics cell_from_json(const json& j) {
@@ -80,6 +129,9 @@ CellMetrics cell_from_json(const json& j) {
                           c.at("significance").get<double>(), c.at("n_samples").get<int64_t>(),
                           c.at("detectable_tv").get<double>(), c.at("detail").get<std::string>()});
     m.wall_s = j.at("wall_s").get<double>();
+    if (j.contains("phases")) m.phases = phases_from(j.at("phases"));
+    if (j.contains("baseline_phases")) m.baseline_phases = phases_from(j.at("baseline_phases"));
+    if (j.contains("load")) m.load = load_from_json(j.at("load"));
   } catch (const json::exception& e) {
     fail("cell record ", j.contains("key") ? j["key"].dump() : std::string("(no key)"), ": ", e.what());
   }

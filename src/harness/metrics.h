@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/load.h"
 #include "harness/sweep.h"
+#include "strategies/phases.h"
 
 namespace specdec::harness {
 
@@ -32,6 +34,17 @@ struct CategoryMetrics {
   double speedup = 0;        // median over repeats (0 when no baseline run)
 };
 
+// Where one side's measured generations spent their wall time (strategies::PhaseTimes summed
+// over every measured generation of the cell; warm-up and check runs are not included).
+struct PhaseBreakdown {
+  strategies::PhaseTimes ms;   // total ms per phase
+  double wall_ms = 0;          // total wall time of those generations, timed around generate()
+  int64_t n_rounds = 0;        // speculative rounds, or decode steps (target forwards after prefill)
+  int64_t n_generations = 0;   // 0: the side did not run (no baseline, or an old record)
+  double fraction(double strategies::PhaseTimes::*phase) const { return wall_ms > 0 ? ms.*phase / wall_ms : 0; }
+  double per_round(double strategies::PhaseTimes::*phase) const { return n_rounds ? ms.*phase / n_rounds : 0; }
+};
+
 struct CellMetrics {
   Cell cell;
   std::string baseline;          // baseline strategy ("" when the cell is its own baseline)
@@ -48,6 +61,9 @@ struct CellMetrics {
   std::vector<double> acceptance_per_position;  // [gamma_max]: accepted_i / drafted_i
   double draft_step_ms = 0, target_step_ms = 0, cost_ratio = 0;
   double predicted_speedup = 0, measured_over_predicted = 0;
+  PhaseBreakdown phases;           // the candidate's
+  PhaseBreakdown baseline_phases;  // the interleaved baseline's (n_generations 0 when none)
+  LoadSample load;                 // machine load while the cell was measured (warm-up included)
   std::map<std::string, CategoryMetrics> categories;
   std::vector<CheckOutcome> checks;
   double wall_s = 0;
@@ -55,6 +71,14 @@ struct CellMetrics {
 };
 
 nlohmann::json to_json(const CellMetrics& m);
-CellMetrics cell_from_json(const nlohmann::json& j);  // throws specdec::Error on a bad record
+// Throws specdec::Error on a bad record. "phases", "baseline_phases" and "load" are optional
+// (records written before they existed read as not measured / load unknown).
+CellMetrics cell_from_json(const nlohmann::json& j);
+
+// {"wall_ms", "n_rounds", "n_generations", "ms": {phase: ms}, "fraction": {phase: of wall}};
+// every phase of strategies::PhaseTimes::fields(), draft_catchup included.
+nlohmann::json to_json(const PhaseBreakdown& p);
+nlohmann::json to_json(const LoadSample& l);
+LoadSample load_from_json(const nlohmann::json& j);
 
 }  // namespace specdec::harness

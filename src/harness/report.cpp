@@ -27,6 +27,9 @@ std::string fmt(double v, int prec = 2) {
   return buf;
 }
 
+// Milliseconds to about 3 significant digits: 0.0312, 0.250, 2.25, 12.50, 190.3.
+std::string fmt_ms(double v) { return fmt(v, v >= 100 ? 1 : v >= 1 ? 2 : v >= 0.1 ? 3 : 4); }
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -40,6 +43,27 @@ std::string checks_verdict(const CellMetrics& m) {
 }
 
 bool is_speculative(const CellMetrics& m) { return m.n_drafted > 0 || !m.acceptance_per_position.empty(); }
+
+// "quiet", "unknown (...)", or the warning marker of a contended cell.
+std::string load_marker(const LoadSample& l) {
+  if (l.contended()) return "⚠ contended (" + l.describe() + ")";
+  if (l.quiet() || !l.known()) return l.verdict();
+  return std::string(l.verdict()) + " (" + l.describe() + ")";
+}
+
+// CSV columns of one side's phase breakdown: wall, rounds, then ms and fraction per phase.
+std::string phase_csv_header(const std::string& prefix) {
+  std::string h = prefix + "wall_ms," + prefix + "n_rounds";
+  for (const auto& f : strategies::PhaseTimes::fields())
+    h += "," + prefix + "ms_" + f.name + "," + prefix + "frac_" + f.name;
+  return h;
+}
+
+std::string phase_csv_fields(const PhaseBreakdown& p) {
+  std::string r = fmt(p.wall_ms, 3) + "," + std::to_string(p.n_rounds);
+  for (const auto& f : strategies::PhaseTimes::fields()) r += "," + fmt(p.ms.*f.ms, 3) + "," + fmt(p.fraction(f.ms), 4);
+  return r;
+}
 }  // namespace
 
 json metrics_json(const RunInfo& info, const std::vector<CellMetrics>& cells) {
@@ -64,7 +88,9 @@ std::string summary_csv(const std::vector<CellMetrics>& cells) {
   std::ostringstream os;
   os << "key,label,strategy,params,n_prompts,n_repeats,tok_s_median,tok_s_min,tok_s_max,ms_per_token,ttft_ms,"
         "baseline,baseline_tok_s,speedup_median,speedup_min,speedup_max,alpha,tau,gamma,cost_ratio,"
-        "predicted_speedup,measured_over_predicted,checks\n";
+        "predicted_speedup,measured_over_predicted,checks,"
+     << phase_csv_header("") << ',' << phase_csv_header("base_")
+     << ",load,contended,foreign_cores,steal_fraction,loadavg_max,involuntary_switches_per_s\n";
   for (const auto& m : cells) {
     os << csv_field(m.cell.key) << ',' << csv_field(m.cell.label) << ',' << csv_field(m.cell.strategy) << ','
        << csv_field(format_params(m.cell.params)) << ',' << m.n_prompts << ',' << m.n_repeats << ','
@@ -73,7 +99,10 @@ std::string summary_csv(const std::vector<CellMetrics>& cells) {
        << fmt(m.baseline_tok_s.median, 3) << ',' << fmt(m.speedup.median, 4) << ',' << fmt(m.speedup.min, 4) << ','
        << fmt(m.speedup.max, 4) << ',' << fmt(m.alpha, 4) << ',' << fmt(m.tau, 4) << ',' << m.gamma << ','
        << fmt(m.cost_ratio, 4) << ',' << fmt(m.predicted_speedup, 4) << ',' << fmt(m.measured_over_predicted, 4)
-       << ',' << checks_verdict(m) << '\n';
+       << ',' << checks_verdict(m) << ',' << phase_csv_fields(m.phases) << ',' << phase_csv_fields(m.baseline_phases)
+       << ',' << m.load.verdict() << ',' << (m.load.contended() ? "true" : "false") << ','
+       << fmt(m.load.foreign_cores, 3) << ',' << fmt(m.load.steal_fraction, 4) << ',' << fmt(m.load.loadavg_max, 2)
+       << ',' << fmt(m.load.involuntary_switches_per_s, 1) << '\n';
   }
   return os.str();
 }
@@ -85,7 +114,7 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
         "process; median [min, max] over repeats. Predicted = Leviathan et al. "
         "(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).\n\n"
      << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | c | predicted | "
-        "measured/predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "measured/predicted | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& m : cells) {
     const bool spec = is_speculative(m);
     os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << fmt(m.tok_s.median) << " | "
@@ -93,7 +122,48 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
        << " | " << fmt(m.speedup.median, 3) << " [" << fmt(m.speedup.min, 3) << ", " << fmt(m.speedup.max, 3)
        << "] | " << (spec ? fmt(m.alpha, 3) : "-") << " | " << (spec ? fmt(m.tau, 3) : "-") << " | "
        << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
-       << " | " << (spec && m.gamma > 0 ? fmt(m.measured_over_predicted, 3) : "-") << " |\n";
+       << " | " << (spec && m.gamma > 0 ? fmt(m.measured_over_predicted, 3) : "-") << " | " << load_marker(m.load)
+       << " |\n";
+  }
+  os << "\n";
+}
+
+// Warns above the tables when any figure was taken on a busy machine.
+void load_note(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  int64_t n = 0;
+  for (const auto& m : cells) n += m.load.contended();
+  if (n == 0) return;
+  os << "> ⚠ **" << n << " of " << cells.size() << " cells were measured on a contended machine**: during their "
+     << "measurement other processes used at least " << fmt(kContendedForeignCores) << " cores on average, or the "
+     << "hypervisor stole at least " << fmt(100 * kContendedStealFraction, 0) << "% of the CPU time (column "
+     << "\"load\"). Their tok/s, speedup and phase figures are not to be trusted; rerun them on a quiet machine "
+     << "before comparing.\n\n";
+}
+
+// One row per cell: where the candidate's wall time went, as % of it and ms per round.
+void phase_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  bool any = false;
+  for (const auto& m : cells) any = any || m.phases.n_generations > 0;
+  if (!any) return;
+  const auto& fields = strategies::PhaseTimes::fields();
+  os << "## Where the time goes\n\n"
+     << "The candidate's wall time over its measured generations, split into phases: % of wall (ms per round). "
+        "A round is a verification round (autoregressive strategies: one decode step). draft_catchup is the part of "
+        "draft spent in each round's first draft forward (it feeds the tokens the previous round committed). "
+        "unattributed = wall - the phases (time outside the strategy's own clock; near 0).\n\n"
+     << "| strategy | params | ms/round |";
+  for (const auto& f : fields) os << ' ' << f.name << " |";
+  os << " unattributed |\n|---|---|---|";
+  for (size_t i = 0; i <= fields.size(); ++i) os << "---|";
+  os << "\n";
+  for (const auto& m : cells) {
+    const PhaseBreakdown& p = m.phases;
+    if (p.n_generations == 0) continue;
+    os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | "
+       << (p.n_rounds ? fmt_ms(p.wall_ms / p.n_rounds) : "-") << " |";
+    for (const auto& f : fields)
+      os << ' ' << fmt(100 * p.fraction(f.ms), 1) << "% (" << (p.n_rounds ? fmt_ms(p.per_round(f.ms)) : "-") << ") |";
+    os << ' ' << fmt(p.wall_ms > 0 ? 100 * (1 - p.ms.sum() / p.wall_ms) : 0, 1) << "% |\n";
   }
   os << "\n";
 }
@@ -150,6 +220,22 @@ void checks_table(std::ostringstream& os, const std::vector<CellMetrics>& cells)
          << " | " << c.detail << " |\n";
   os << "\n";
 }
+
+// "- load: 1-min load average 0.12 at start, 0.30 at end; 0 of 4 cells contended".
+void load_line(std::ostringstream& os, const RunInfo& info, const std::vector<CellMetrics>& cells) {
+  int64_t n_contended = 0, n_quiet = 0;
+  for (const auto& m : cells) {
+    n_contended += m.load.contended();
+    n_quiet += m.load.quiet();
+  }
+  const json load = info.env.is_object() ? info.env.value("load", json::object()) : json::object();
+  const double start = load.value("loadavg_start", -1.0), end = load.value("loadavg_end", -1.0);
+  os << "- load: 1-min load average " << (start >= 0 ? fmt(start) : "?") << " at start, "
+     << (end >= 0 ? fmt(end) : "?") << " at end; " << n_contended << " of " << cells.size() << " cells contended";
+  const int64_t n_unknown = static_cast<int64_t>(cells.size()) - n_contended - n_quiet;
+  if (n_unknown > 0) os << " (" << n_unknown << " unknown)";
+  os << "\n";
+}
 }  // namespace
 
 std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>& cells,
@@ -160,16 +246,20 @@ std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>&
   os << "- target: " << info.target << (info.draft.empty() ? "" : ", draft: " + info.draft) << "\n";
   if (info.env.is_object()) {
     os << "- machine: " << info.env.value("cpu_model", "?") << ", " << info.env.value("cores", 0) << " cores, "
-       << info.env.value("threads", 0) << " threads; LibTorch " << info.env.value("libtorch_version", "?")
+       << info.env.value("threads_in_use", info.env.value("threads", 0)) << " threads; LibTorch "
+       << info.env.value("libtorch_version", "?")
        << "; BLAS " << info.env.value("blas", "?") << "\n"
        << "- git " << info.env.value("git_revision", "?") << "; started " << info.env.value("start_time", "?")
        << (info.env.contains("end_time") ? ", ended " + info.env.value("end_time", "") : "") << "\n";
   }
+  load_line(os, info, cells);
   bool all_pass = true;
   for (const auto& m : cells) all_pass = all_pass && m.checks_passed();
   os << "- cells finished: " << cells.size() << " of " << info.n_cells_planned
      << "; checks: " << (all_pass ? "all pass" : "**SOME FAIL**") << "\n\n";
+  load_note(os, cells);
   performance_table(os, cells);
+  phase_table(os, cells);
   acceptance_table(os, cells);
   category_table(os, cells);
   checks_table(os, cells);
@@ -197,15 +287,18 @@ std::string compare_runs(const std::string& run_a, const std::string& run_b) {
   }
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-60s | %9s %9s %7s | %9s %9s %7s | %7s\n", "cell", "A tok/s", "A speedup",
+  std::snprintf(line, sizeof line, "%-60s | %10s %9s %7s | %10s %9s %7s | %7s\n", "cell", "A tok/s", "A speedup",
                 "A alpha", "B tok/s", "B speedup", "B alpha", "B/A tok");
-  os << "A: " << run_a << "\nB: " << run_b << "\n" << line << std::string(134, '-') << "\n";
+  os << "A: " << run_a << "\nB: " << run_b << "\n" << line << std::string(136, '-') << "\n";
+  // A contended cell's tok/s carries a '!' (its figures are not to be trusted).
   auto part = [](const CellMetrics* m) -> std::string {
     char buf[64];
-    if (!m) return "        -         -       -";
-    std::snprintf(buf, sizeof buf, "%9.2f %9.3f %7.3f", m->tok_s.median, m->speedup.median, m->alpha);
+    if (!m) return "         -         -       -";
+    std::snprintf(buf, sizeof buf, "%9.2f%s %9.3f %7.3f", m->tok_s.median, m->load.contended() ? "!" : " ",
+                  m->speedup.median, m->alpha);
     return buf;
   };
+  bool any_contended = false;
   for (const auto& key : order) {
     const auto& [ma, mb] = rows[key];
     std::string ratio = "-";
@@ -214,7 +307,12 @@ std::string compare_runs(const std::string& run_a, const std::string& run_b) {
     std::snprintf(line, sizeof line, "%-60s | %s | %s | %7s\n", name.c_str(), part(ma).c_str(), part(mb).c_str(),
                   ratio.c_str());
     os << line;
+    any_contended = any_contended || (ma && ma->load.contended()) || (mb && mb->load.contended());
   }
+  if (any_contended)
+    os << "! measured on a contended machine (other processes used >= " << fmt(kContendedForeignCores)
+       << " cores, or steal >= " << fmt(100 * kContendedStealFraction, 0)
+       << "%): not to be trusted, see the run's report.md\n";
   return os.str();
 }
 

@@ -20,8 +20,10 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "core/timer.h"
 #include "harness/checks.h"
+#include "harness/load.h"
 #include "harness/model_catalog.h"
 #include "harness/paths.h"
 #include "harness/plan.h"
@@ -65,23 +67,24 @@ struct Models {
   std::optional<model::LoadedModel> draft;
 };
 
-model::LoadedModel load_one(const ModelChoice& m) {
+model::LoadedModel load_one(const ModelChoice& m, bool oversubscribe) {
   model::ModelSpec spec = resolve_model(m.name);
   spec.dtype = m.dtype;
   spec.threads = m.threads;
+  spec.threads_oversubscribe = oversubscribe;
   spec.seed = m.seed;
   return model::load(spec);
 }
 
-Models load_models(const ExperimentConfig& cfg) {
-  model::set_threads(cfg.target.threads);
+Models load_models(const ExperimentConfig& cfg, bool oversubscribe) {
+  model::set_threads(cfg.target.threads, oversubscribe);
   Models m;
-  m.target = load_one(cfg.target);
+  m.target = load_one(cfg.target, oversubscribe);
   if (cfg.draft) {
     const auto& d = *cfg.draft;
     // Self-drafting: the same weights serve both roles; each strategy run has its own caches.
     const bool same = d.name == cfg.target.name && d.dtype == cfg.target.dtype && d.seed == cfg.target.seed;
-    m.draft = same ? m.target : load_one(d);
+    m.draft = same ? m.target : load_one(d, oversubscribe);
   }
   return m;
 }
@@ -110,11 +113,12 @@ std::string decode_text(const Tokens& t, const model::LoadedModel& m) {
   return s;
 }
 
-// Sums over the candidate's generations of one cell.
+// Sums over one side's (candidate's or baseline's) measured generations of one cell.
 struct Totals {
   int64_t n_generated = 0, n_drafted = 0, n_accepted = 0, n_rounds = 0, n_target_forwards = 0, n_draft_forwards = 0;
-  double ms_draft = 0, ms_decode = 0;
+  double ms_decode = 0;
   int64_t n_decode_tokens = 0;
+  PhaseBreakdown phases;
   std::vector<int64_t> accepted_pos, drafted_pos;
   std::vector<double> ttft;
 
@@ -126,11 +130,15 @@ struct Totals {
     n_rounds += s.n_rounds;
     n_target_forwards += s.n_target_forwards;
     n_draft_forwards += s.n_draft_forwards;
-    ms_draft += s.ms_draft;
+    phases.ms += s.phase_ms;
+    phases.wall_ms += wall_ms;
+    // A round is a verification round, or for autoregressive decoding one decode step.
+    phases.n_rounds += s.n_rounds > 0 ? s.n_rounds : std::max<int64_t>(0, s.n_target_forwards - 1);
+    ++phases.n_generations;
     // The prefill forward yields the first token; each later token costs decode time. (Not
     // wall - TTFT: beam search emits everything at the end, so its TTFT is its wall time.)
     if (s.n_generated >= 2) {
-      ms_decode += wall_ms - s.ms_prefill;
+      ms_decode += wall_ms - s.phase_ms.prefill;
       n_decode_tokens += s.n_generated - 1;
     }
     ttft.push_back(ttft_ms);
@@ -286,6 +294,8 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
   m.speedup = base ? spread_of(speedups) : Spread{1, 1, 1, 1, 1};
   m.ms_per_token = cand_tot.n_decode_tokens ? cand_tot.ms_decode / cand_tot.n_decode_tokens : 0;
   m.ttft_ms = stats::median(cand_tot.ttft);
+  m.phases = cand_tot.phases;
+  if (base) m.baseline_phases = base_tot.phases;
   for (const auto& p : prompts_) ++m.categories[p.category].n_prompts;
   for (auto& [name, c] : m.categories) {
     c.tok_s = stats::median(cat_tps[name]);
@@ -309,7 +319,7 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
   const Totals& ar = base ? base_tot : cand_tot;  // autoregressive decode time per token
   m.target_step_ms = ar.n_decode_tokens ? ar.ms_decode / ar.n_decode_tokens : 0;
   const int64_t draft_steps = cand_tot.n_draft_forwards ? cand_tot.n_draft_forwards : cand_tot.n_drafted;
-  m.draft_step_ms = draft_steps ? cand_tot.ms_draft / draft_steps : 0;
+  m.draft_step_ms = draft_steps ? cand_tot.phases.ms.draft / draft_steps : 0;
   m.cost_ratio = m.target_step_ms > 0 ? m.draft_step_ms / m.target_step_ms : 0;
   m.gamma = pc.resolved.has("gamma") ? pc.resolved.get_int("gamma") : 0;
   if (m.gamma > 0 && m.n_drafted > 0) {
@@ -409,7 +419,10 @@ CellMetrics CellRunner::run(const PlannedCell& pc_in, std::vector<json>& samples
   m.cell = pc.cell;
   m.baseline = pc.baseline;
   std::vector<Tokens> base_out, cand_out;
+  LoadMonitor load;  // the speed figures come from measure(): judge the machine's load there
+  load.start();
   measure(pc, m, samples, base_out, cand_out);
+  m.load = load.stop();
   if (pc.checked && pc.greedy && cfg_.checks.greedy_equality && pc.baseline == "greedy") {
     std::vector<std::string> ids;
     for (const auto& p : prompts_) ids.push_back(p.id);
@@ -492,13 +505,32 @@ json torch_env(json env) {
   const auto target = std::filesystem::read_symlink("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ec);
   if (!ec) blas += " -> " + target.string();
   env["blas"] = blas;
-  env["intra_op_threads"] = at::get_num_threads();
+  env["intra_op_threads"] = at::get_num_threads();  // ATen's own pool (kept at 1: core/parallel.h)
+  // The engine's threads as running, not as configured ("threads"): what the figures used.
+  env["threads_in_use"] = parallel::num_threads();
   return env;
+}
+
+// Run-level load: the 1-minute load average around the run and how many finished cells
+// (resumed ones included) were measured on a contended machine.
+json load_summary(double loadavg_start, const std::vector<CellMetrics>& cells) {
+  int64_t n_contended = 0, n_unknown = 0;
+  double max_foreign = -1;
+  for (const auto& c : cells) {
+    n_contended += c.load.contended();
+    n_unknown += !c.load.contended() && !c.load.quiet();
+    max_foreign = std::max(max_foreign, c.load.foreign_cores);
+  }
+  return {{"loadavg_start", loadavg_start}, {"loadavg_end", read_load_snapshot().loadavg_1m},
+          {"n_cells", cells.size()}, {"n_cells_contended", n_contended}, {"n_cells_load_unknown", n_unknown},
+          {"max_foreign_cores", max_foreign}, {"contended_foreign_cores", kContendedForeignCores},
+          {"contended_steal_fraction", kContendedStealFraction}};
 }
 
 }  // namespace
 
 RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
+  const double loadavg_start = read_load_snapshot().loadavg_1m;
   const Plan plan = make_plan(cfg);
   RunOutcome out;
   out.run_dir = open_run_dir(cfg, opt);
@@ -511,10 +543,11 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
     log::info("resume: dropped ", dropped, " samples of an unfinished cell");
   out.n_resumed = static_cast<int64_t>(done.size());
 
-  const Models models = load_models(cfg);
+  const Models models = load_models(cfg, opt.threads_oversubscribe);
   std::vector<EncodedPrompt> prompts;
   for (const auto& p : cfg.prompts) prompts.push_back({p.id, p.category, encode_prompt(p, models.target)});
   json env = torch_env(collect_env(cfg.target.threads, source_root()));
+  env["load"] = {{"loadavg_start", loadavg_start}};  // completed at the end of the run
   RunInfo info{cfg.name, cfg.description, fs::path(out.run_dir).filename().string(), cfg.target.name,
                cfg.draft ? cfg.draft->name : "", env, out.n_cells};
   write_atomic(store.path("env.json"), env.dump(2) + "\n");
@@ -539,14 +572,16 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
     store.commit_cell(samples, m);  // durable before anything else refers to it
     done.push_back(m);
     write_outputs(store, info, done, {});
-    char line[256];
-    std::snprintf(line, sizeof line, "%s %s: %.2f tok/s, speedup %.3f, alpha %.3f%s", pc.cell.label.c_str(),
+    char line[384];
+    const std::string load_note = m.load.contended() ? ", CONTENDED: " + m.load.describe() : "";
+    std::snprintf(line, sizeof line, "%s %s: %.2f tok/s, speedup %.3f, alpha %.3f%s%s", pc.cell.label.c_str(),
                   format_params(pc.cell.point).c_str(), m.tok_s.median, m.speedup.median, m.alpha,
-                  m.checks.empty() ? "" : (m.checks_passed() ? ", checks pass" : ", CHECKS FAIL"));
+                  m.checks.empty() ? "" : (m.checks_passed() ? ", checks pass" : ", CHECKS FAIL"), load_note.c_str());
     progress.finish_cell(line);
   }
   env["end_time"] = utc_now_iso();
   env["interrupted"] = out.interrupted;
+  env["load"] = load_summary(loadavg_start, done);
   info.env = env;
   write_atomic(store.path("env.json"), env.dump(2) + "\n");
   const auto plots = cfg.plots && !done.empty() ? make_plots(out.run_dir) : std::vector<std::string>{};

@@ -14,6 +14,7 @@ struct RunOptions {
   std::string results_root = "results";
   bool resume = false;       // continue out_dir (or the latest run of the experiment)
   bool progress = true;      // progress on stderr
+  bool threads_oversubscribe = false;  // allow models.threads above the cores (--threads-oversubscribe)
 };
 
 struct RunOutcome {

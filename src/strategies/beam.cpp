@@ -167,7 +167,7 @@ Result Beam::generate(const Request& req, const TokenCallback& on_token) {
   model::KVCache cache = req.target->make_cache(n_beams, capacity);
   at::Tensor logits;  // [B, V]
   {
-    ScopedTimer t(st.ms_prefill);
+    ScopedTimer t(st.phase_ms.prefill);
     model::KVCache one = req.target->make_cache(1, capacity);
     logits = forward_tokens(*req.target, one, req.prompt.data(), st.n_prompt, 0);
     logits = logits.select(0, st.n_prompt - 1).unsqueeze(0).expand({n_beams, logits.size(1)}).contiguous();
@@ -186,7 +186,7 @@ Result Beam::generate(const Request& req, const TokenCallback& on_token) {
     std::vector<Hypothesis> next(n_beams);
     std::vector<int64_t> parents(n_beams);
     {
-      ScopedTimer t(st.ms_sample);
+      ScopedTimer t(st.phase_ms.sample);
       cands = top_candidates(logits, running, req, n_keep, step);
       std::vector<float> masked(cands.size());
       for (size_t c = 0; c < cands.size(); ++c) masked[c] = cands[c].logprob + (cands[c].hits_stop ? kMask : 0.0f);
@@ -210,13 +210,17 @@ Result Beam::generate(const Request& req, const TokenCallback& on_token) {
       finished = running;
       break;
     }
-    ScopedTimer t(st.ms_verify);
+    ScopedTimer t(st.phase_ms.verify);
     cache.reorder(parents);
     at::Tensor tokens = at::empty({n_beams, 1}, at::kLong);
     int64_t* tok = tokens.data_ptr<int64_t>();
     for (int64_t b = 0; b < n_beams; ++b) tok[b] = running[b].tokens.back();
     logits = req.target->forward(tokens, std::vector<int64_t>(n_beams, st.n_prompt + step), cache)
                  .select(1, 0).to(at::kFloat).contiguous();  // [B, V]
+    for (int64_t b = 0; b < n_beams; ++b) {  // every beam is one token at the same position
+      const TokenId id = running[b].tokens.back();
+      check_finite_logits(logits.narrow(0, b, 1), *req.target, &id, st.n_prompt + step);
+    }
     ++st.n_target_forwards;
   }
 

@@ -1,6 +1,8 @@
 #include "strategies/common.h"
 
 #include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -60,6 +62,13 @@ bool Params::get_bool(const std::string& key) const {
 void check_request(const Request& req) {
   SD_CHECK(req.target != nullptr, "request has no target model");
   SD_CHECK(!req.prompt.empty(), "request has an empty prompt (at least one token, e.g. BOS, is needed)");
+  SD_CHECK(req.stop.max_new_tokens >= 0, "max_new_tokens must be >= 0, got ", req.stop.max_new_tokens);
+  // Without a trained context length the KV cache is sized from the request alone: bound it.
+  const int64_t n_ctx = req.target->config().n_ctx;
+  const int64_t limit = n_ctx > 0 ? n_ctx : k_max_positions;
+  SD_CHECK(req.stop.max_new_tokens <= limit && static_cast<int64_t>(req.prompt.size()) + req.stop.max_new_tokens <= limit,
+           "prompt (", req.prompt.size(), " tokens) + max_new_tokens (", req.stop.max_new_tokens, ") exceeds ",
+           n_ctx > 0 ? "the model context of " : "the position limit of ", limit, " tokens");
   const int64_t n_vocab = req.target->config().n_vocab;
   for (size_t i = 0; i < req.prompt.size(); ++i)
     SD_CHECK(req.prompt[i] >= 0 && req.prompt[i] < n_vocab, "prompt token ", i, " = ", req.prompt[i],
@@ -72,7 +81,35 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
   int64_t* t = tokens.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) t[i] = ids[i];
   at::Tensor logits = model.forward(tokens, {start_pos}, cache);  // [1, n, V]
-  return logits.select(0, 0).to(at::kFloat).contiguous();
+  at::Tensor rows = logits.select(0, 0).to(at::kFloat).contiguous();  // [n, V]
+  check_finite_logits(rows, model, ids, start_pos);
+  return rows;
+}
+
+// One pass over the rows (a few microseconds per decode step at V = 49,152); only on failure
+// do we look for the first bad entry, to name it.
+void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model, const TokenId* ids,
+                         int64_t start_pos) {
+  const int64_t n = logits.size(0), n_vocab = logits.size(1);
+  const float* p = logits.data_ptr<float>();
+  const int64_t total = n * n_vocab;
+  // inf and NaN are the floats whose exponent bits are all ones; OR-reducing that test over
+  // the bit patterns is an integer reduction, which the compiler vectorises.
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!bad) return;
+  for (int64_t i = 0; i < total; ++i) {
+    if (std::isfinite(p[i])) continue;
+    const int64_t row = i / n_vocab;
+    fail(model.config().arch, " model (", model.config().n_layers, " layers, vocabulary ", n_vocab,
+         ") produced non-finite logits: ", p[i], " for vocabulary entry ", i % n_vocab, " at position ",
+         start_pos + row, " (token index ", row, " of this forward, token id ", ids ? ids[row] : -1,
+         "); the weights or the model config (e.g. norm epsilon) are corrupt");
+  }
 }
 
 int64_t cache_capacity(const Request& req, int64_t slack) {
@@ -101,37 +138,39 @@ namespace specdec::strategies {
 
 Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick) {
   Stopwatch clock;
-  check_request(req);
   Stats st;
+  PhaseClock phase(st.phase_ms);  // every interval of this call is charged to one phase
+  check_request(req);
   st.n_prompt = static_cast<int64_t>(req.prompt.size());
   StopTracker tracker(req.stop, req.tokenizer.get(), &on_token);
-  if (tracker.done()) return make_result(tracker, st, clock);
-
+  if (tracker.done()) {
+    phase.charge(&PhaseTimes::setup);
+    return make_result(tracker, st, clock);
+  }
   model::KVCache cache = req.target->make_cache(1, cache_capacity(req, 0));
   Tokens context = req.prompt;
-  at::Tensor logits;  // [T, V]
-  {
-    ScopedTimer t(st.ms_prefill);
-    logits = forward_tokens(*req.target, cache, context.data(), st.n_prompt, 0);
-  }
+  phase.charge(&PhaseTimes::setup);
+  const at::Tensor logits = forward_tokens(*req.target, cache, context.data(), st.n_prompt, 0);  // [T, V]
   ++st.n_target_forwards;
   at::Tensor row = logits.select(0, logits.size(0) - 1);  // [V]
+  phase.charge(&PhaseTimes::prefill);
   while (true) {
-    TokenId token;
-    {
-      ScopedTimer t(st.ms_sample);
-      token = pick(row, context);
-    }
+    const TokenId token = pick(row, context);
+    phase.charge(&PhaseTimes::sample);
     context.push_back(token);
     if (st.ms_first_token == 0) st.ms_first_token = clock.ms();
     const bool stop = tracker.push(token);
     tracker.flush();
+    phase.charge(&PhaseTimes::accept);
     if (stop || tracker.timed_out()) break;
-    ScopedTimer t(st.ms_verify);  // target decode forwards count as "verify" time
+    // The target's decode forwards count as "verify": the phase a speculative round spends
+    // in the target, so baseline and candidate breakdowns line up.
     row = forward_tokens(*req.target, cache, &token, 1, static_cast<int64_t>(context.size()) - 1).select(0, 0);
     ++st.n_target_forwards;
+    phase.charge(&PhaseTimes::verify);
   }
   tracker.flush();
+  phase.charge(&PhaseTimes::accept);
   return make_result(tracker, st, clock);
 }
 

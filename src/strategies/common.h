@@ -10,8 +10,21 @@
 
 namespace specdec::strategies {
 
-// Checks the parts every strategy needs (target model, prompt, token ids inside the vocab).
+// Positions a request may span when the model has no trained context length (n_ctx = 0):
+// the KV cache is sized from the request, so an unbounded max_new_tokens would be bad_alloc.
+constexpr int64_t k_max_positions = 1 << 16;
+
+// Checks the parts every strategy needs (target model, prompt, token ids inside the vocab,
+// 0 <= max_new_tokens, prompt + max_new_tokens within n_ctx or k_max_positions).
 void check_request(const Request& req);
+
+// Throws specdec::Error naming the model, the position and the token when a logits row holds
+// NaN or inf (corrupt weights, a NaN norm epsilon): caught at the step it happens, instead of
+// sampling junk. logits: [n, V] float32 contiguous, row i for token ids[i] (ids may be null)
+// at position start_pos + i. forward_tokens() calls it; strategies with their own forward
+// calls (beam) call it too.
+void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model, const TokenId* ids,
+                         int64_t start_pos);
 
 // Runs `n` tokens of sequence 0 starting at cache position `start_pos`.
 // returns: [n, V] float32 logits, contiguous.

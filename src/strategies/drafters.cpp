@@ -49,19 +49,23 @@ void ModelDrafter::rollback(int64_t n_valid) {
 DraftProposal ModelDrafter::propose(const Tokens& seq, int64_t gamma) {
   DraftProposal out;
   if (gamma <= 0) return out;
+  PhaseClock clock(out.ms);
   const int64_t n = static_cast<int64_t>(seq.size());
   const int64_t n_cached = cache_.length(0);
   SD_CHECK(n_cached < n, "draft cache (", n_cached, ") is ahead of the sequence (", n, ")");
   at::Tensor logits = forward_tokens(*model_, cache_, seq.data() + n_cached, n - n_cached, n_cached);  // [T, V]
   at::Tensor row = logits.select(0, logits.size(0) - 1);  // [V]
   ++out.n_forwards;
+  out.ms.draft_catchup += clock.charge(&PhaseTimes::draft);
   Tokens context = seq;
   std::vector<at::Tensor> q_rows;
   for (int64_t i = 0; i < gamma; ++i) {
+    clock.charge(&PhaseTimes::other);  // the context copy, appending x_i
     if (i > 0) {
       const TokenId prev = out.tokens.back();
       row = forward_tokens(*model_, cache_, &prev, 1, n + i - 1).select(0, 0);
       ++out.n_forwards;
+      clock.charge(&PhaseTimes::draft);
     }
     TokenId x;
     if (cfg_.greedy()) {
@@ -71,10 +75,14 @@ DraftProposal ModelDrafter::propose(const Tokens& seq, int64_t gamma) {
       x = sampling::sample_from(q.data_ptr<float>(), q.size(1), rng_.uniform());
       q_rows.push_back(q);
     }
+    clock.charge(&PhaseTimes::sample);
     out.tokens.push_back(x);
     context.push_back(x);
   }
-  if (!q_rows.empty()) out.q = at::cat(q_rows, 0).contiguous();  // [gamma, V]
+  clock.charge(&PhaseTimes::other);
+  if (q_rows.empty()) return out;
+  out.q = at::cat(q_rows, 0).contiguous();  // [gamma, V]
+  clock.charge(&PhaseTimes::logits_copy);
   return out;
 }
 

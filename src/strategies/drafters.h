@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "model/causal_lm.h"
 #include "sampling/processors.h"
+#include "strategies/phases.h"
 
 namespace specdec::strategies {
 
@@ -17,6 +18,9 @@ struct DraftProposal {
   at::Tensor q;   // [k, V] processed draft probabilities of x_1..x_k; undefined for drafters
                   // without a distribution (n-gram)
   int64_t n_forwards = 0;  // draft-model forwards spent
+  // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
+  // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
+  PhaseTimes ms;
 };
 
 class Drafter {

@@ -45,7 +45,18 @@ class Speculative : public Strategy {
     SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),
              "speculative: need 0 <= gamma <= gamma_max and gamma_max >= 1, got gamma=", cfg_.gamma,
              " gamma_max=", cfg_.gamma_max);
+    // Each round sizes buffers and the KV cache by gamma_max: bound it before anything is allocated.
+    SD_CHECK(cfg_.gamma_max <= k_max_gamma, "speculative: gamma_max=", cfg_.gamma_max, " (gamma=", cfg_.gamma,
+             ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
+    SD_CHECK(cfg_.adaptive == "off" || cfg_.adaptive == "hf" || cfg_.adaptive == "cost",
+             "speculative: adaptive_gamma must be off, hf or cost, got '", cfg_.adaptive, "'");
+    SD_CHECK(cfg_.ngram_min >= 1 && cfg_.ngram_max >= cfg_.ngram_min && cfg_.ngram_max <= k_max_ngram,
+             "speculative: need 1 <= ngram_min <= ngram_max <= ", k_max_ngram, ", got ngram_min=", cfg_.ngram_min,
+             " ngram_max=", cfg_.ngram_max);
   }
+
+  static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
+  static constexpr int64_t k_max_ngram = 64;
 
   Result generate(const Request& req, const TokenCallback& on_token) override;
 
@@ -101,55 +112,64 @@ Verdict Speculative::verify(const DraftProposal& d, const at::Tensor& p, Rng& rn
   return v;
 }
 
+// Counts one verification round into the statistics.
+void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
+  const int64_t k = static_cast<int64_t>(d.tokens.size());
+  ++st.n_target_forwards;
+  ++st.n_rounds;
+  st.n_draft_forwards += d.n_forwards;
+  st.n_drafted += k;
+  st.n_accepted += v.n_accepted;
+  for (int64_t i = 0; i < k; ++i) ++st.drafted_per_position[i];
+  for (int64_t i = 0; i < v.n_accepted; ++i) ++st.accepted_per_position[i];
+}
+
 Result Speculative::generate(const Request& req, const TokenCallback& on_token) {
   Stopwatch clock;
-  check_request(req);
   Stats st;
+  PhaseClock phase(st.phase_ms);  // every interval of this call is charged to one phase
+  check_request(req);
   st.n_prompt = static_cast<int64_t>(req.prompt.size());
   StopTracker tracker(req.stop, req.tokenizer.get(), &on_token);
-  if (tracker.done()) return make_result(tracker, st, clock);
+  if (tracker.done()) {
+    phase.charge(&PhaseTimes::setup);
+    return make_result(tracker, st, clock);
+  }
   Rng rng(req.seed);
   const int64_t capacity = cache_capacity(req, cfg_.gamma_max + 1);
   std::unique_ptr<Drafter> drafter = make_drafter(req, rng, capacity);
   GammaController ctl(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
   st.accepted_per_position.assign(cfg_.gamma_max, 0);
   st.drafted_per_position.assign(cfg_.gamma_max, 0);
-
   // Invariant: both caches hold seq[0 .. n-1); the last committed token is fed next round.
   model::KVCache cache = req.target->make_cache(1, capacity);
   Tokens seq = req.prompt;
-  {
-    ScopedTimer t(st.ms_prefill);
-    const Tokens head(seq.begin(), seq.end() - 1);
-    if (!head.empty()) forward_tokens(*req.target, cache, head.data(), st.n_prompt - 1, 0);
-    drafter->prefill(head);
-  }
+  phase.charge(&PhaseTimes::setup);
+  const Tokens head(seq.begin(), seq.end() - 1);
+  if (!head.empty()) forward_tokens(*req.target, cache, head.data(), st.n_prompt - 1, 0);
+  drafter->prefill(head);
   ++st.n_target_forwards;
+  phase.charge(&PhaseTimes::prefill);
 
   while (!tracker.timed_out()) {
     const int64_t n = static_cast<int64_t>(seq.size());
-    // 1. draft
-    Stopwatch sw;
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
-    const int64_t n_left = req.stop.max_new_tokens - tracker.n_tokens();
-    const DraftProposal d = drafter->propose(seq, std::min(ctl.next(), n_left - 1));
-    const double ms_draft = sw.ms();
-    st.ms_draft += ms_draft;
-    const int64_t k = static_cast<int64_t>(d.tokens.size());
+    const int64_t gamma = std::min(ctl.next(), req.stop.max_new_tokens - tracker.n_tokens() - 1);
+    phase.charge(&PhaseTimes::other);
+    // 1. draft (the drafter splits its own time: forwards, sampling q, copies)
+    const DraftProposal d = drafter->propose(seq, gamma);
+    const double ms_draft = phase.charge_parts(d.ms, &PhaseTimes::draft);
     // 2. score: the target sees [last, x_1..x_k] in one forward -> k+1 next-token rows
-    sw.reset();
+    const int64_t k = static_cast<int64_t>(d.tokens.size());
     Tokens fed = {seq.back()};
     fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
+    phase.charge(&PhaseTimes::other);
     const at::Tensor logits = forward_tokens(*req.target, cache, fed.data(), k + 1, n - 1);  // [k+1, V]
-    const double ms_verify = sw.ms();
-    st.ms_verify += ms_verify;
+    const double ms_verify = phase.charge(&PhaseTimes::verify);
     // 3. verify
-    Verdict v;
-    {
-      ScopedTimer t(st.ms_sample);
-      const at::Tensor p = sampling::probabilities(logits, cfg_.proc, seq, d.tokens);  // [k+1, V]
-      v = verify(d, p, rng);
-    }
+    const at::Tensor p = sampling::probabilities(logits, cfg_.proc, seq, d.tokens);  // [k+1, V]
+    const Verdict v = verify(d, p, rng);
+    phase.charge(&PhaseTimes::sample);
     // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
     for (TokenId t : v.emitted) {
       seq.push_back(t);
@@ -157,23 +177,18 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     }
     if (st.ms_first_token == 0) st.ms_first_token = clock.ms();
     tracker.flush();
+    phase.charge(&PhaseTimes::accept);
     // 5. roll back both caches to the committed prefix (all but the newest token)
-    {
-      ScopedTimer t(st.ms_rollback);
-      cache.truncate(0, std::min(cache.length(0), static_cast<int64_t>(seq.size()) - 1));
-      drafter->rollback(static_cast<int64_t>(seq.size()) - 1);
-    }
-    ++st.n_target_forwards;
-    ++st.n_rounds;
-    st.n_draft_forwards += d.n_forwards;
-    st.n_drafted += k;
-    st.n_accepted += v.n_accepted;
-    for (int64_t i = 0; i < k; ++i) ++st.drafted_per_position[i];
-    for (int64_t i = 0; i < v.n_accepted; ++i) ++st.accepted_per_position[i];
+    cache.truncate(0, std::min(cache.length(0), static_cast<int64_t>(seq.size()) - 1));
+    drafter->rollback(static_cast<int64_t>(seq.size()) - 1);
+    phase.charge(&PhaseTimes::rollback);
+    count_round(st, d, v);
     ctl.update(k, v.n_accepted, ms_draft, ms_verify);
     if (tracker.done()) break;
   }
+  phase.charge(&PhaseTimes::other);
   tracker.flush();
+  phase.charge(&PhaseTimes::accept);
   return make_result(tracker, st, clock);
 }
 

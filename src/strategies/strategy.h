@@ -10,6 +10,7 @@
 
 #include "core/types.h"
 #include "sampling/processors.h"
+#include "strategies/phases.h"
 
 namespace specdec::model { class CausalLM; }
 namespace specdec::tokenizer { class Tokenizer; }
@@ -56,9 +57,11 @@ struct Stats {
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }
   // mean tokens produced per target forward after prefill
   double tau() const;
-  // time per phase (ms)
-  double ms_prefill = 0, ms_draft = 0, ms_verify = 0, ms_sample = 0, ms_rollback = 0;
-  double ms_total = 0;
+  // Time per phase (ms). Strategies built on autoregressive_decode and speculative decoding
+  // charge all of generate() to some phase, so phase_ms.sum() equals ms_total (within the
+  // microseconds of assembling the Result); beam search times its main phases only.
+  PhaseTimes phase_ms;
+  double ms_total = 0;                         // wall time of generate()
   double ms_first_token = 0;                   // time to first token (from start)
 };
 

@@ -2,6 +2,7 @@
 // metrics.json, summary.csv, report.md and the compare table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -27,6 +28,23 @@ std::string slurp(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+LoadSample quiet_load() {
+  LoadSample l;
+  l.wall_s = 10;
+  l.loadavg_start = 0.1;
+  l.loadavg_end = 0.3;
+  l.loadavg_max = 0.3;
+  l.involuntary_switches = 20;
+  l.involuntary_switches_per_s = 2;
+  l.own_cpu_s = 19.5;
+  l.foreign_cpu_s = 0.5;
+  l.foreign_cores = 0.05;
+  l.steal_fraction = 0;
+  l.resolution_cores = 0.004;
+  l.n_cpus = 2;
+  return l;
 }
 
 CellMetrics make_cell(const std::string& label, const std::string& gamma, double speedup) {
@@ -58,6 +76,23 @@ CellMetrics make_cell(const std::string& label, const std::string& gamma, double
   c.n_samples = 2;
   c.detail = "exact-match rate 100.0% (2/2)";
   m.checks.push_back(c);
+  m.phases.n_generations = 6;
+  m.phases.n_rounds = 40;
+  m.phases.wall_ms = 1000;
+  m.phases.ms.setup = 10;
+  m.phases.ms.prefill = 90;
+  m.phases.ms.draft = 300;
+  m.phases.ms.draft_catchup = 100;
+  m.phases.ms.verify = 500;
+  m.phases.ms.sample = 40;
+  m.phases.ms.accept = 30;
+  m.phases.ms.rollback = 5;
+  m.phases.ms.logits_copy = 15;
+  m.phases.ms.other = 8;  // 2 ms unattributed
+  m.baseline_phases.n_generations = 6;
+  m.baseline_phases.wall_ms = 1500;
+  m.baseline_phases.ms.verify = 1400;
+  m.load = quiet_load();
   return m;
 }
 
@@ -68,6 +103,35 @@ TEST(HarnessResults, CellJsonRoundTrip) {
   const auto back = cell_from_json(to_json(m));
   EXPECT_EQ(to_json(back), to_json(m));
   EXPECT_THROW(cell_from_json(nlohmann::json{{"key", "x"}}), Error);
+  const auto j = to_json(m);
+  EXPECT_DOUBLE_EQ(j["phases"]["ms"]["draft_catchup"].get<double>(), 100);
+  EXPECT_DOUBLE_EQ(j["phases"]["fraction"]["verify"].get<double>(), 0.5);
+  EXPECT_EQ(j["phases"]["n_rounds"], 40);
+  EXPECT_DOUBLE_EQ(j["baseline_phases"]["ms"]["verify"].get<double>(), 1400);
+  EXPECT_EQ(j["load"]["verdict"], "quiet");
+  EXPECT_EQ(j["load"]["contended"], false);
+  EXPECT_DOUBLE_EQ(j["load"]["foreign_cores"].get<double>(), 0.05);
+}
+
+// Records written before the phase breakdown and the load monitor existed (old runs resumed,
+// committed results read by `specdec compare`) still load: not measured / load unknown.
+TEST(HarnessResults, OldRecordsWithoutPhasesOrLoadStillLoad) {
+  auto j = to_json(make_cell("spec", "4", 1.7));
+  for (const char* k : {"phases", "baseline_phases", "load"}) j.erase(k);
+  const CellMetrics old = cell_from_json(j);
+  EXPECT_EQ(old.phases.n_generations, 0);
+  EXPECT_EQ(old.phases.ms.sum(), 0);
+  EXPECT_FALSE(old.load.known());
+  EXPECT_STREQ(old.load.verdict(), "unknown");
+  EXPECT_DOUBLE_EQ(old.speedup.median, 1.7);
+  // A record from a build with fewer phases reads the missing ones as 0.
+  auto k = to_json(make_cell("spec", "4", 1.7));
+  k["phases"]["ms"].erase("logits_copy");
+  EXPECT_EQ(cell_from_json(k).phases.ms.logits_copy, 0);
+  EXPECT_EQ(cell_from_json(k).phases.ms.verify, 500);
+  // Present but malformed is still an error naming the cell.
+  k["phases"]["ms"]["verify"] = "slow";
+  EXPECT_THROW(cell_from_json(k), Error);
 }
 
 TEST(HarnessResults, CommitLoadTornLineAndPrune) {
@@ -111,20 +175,71 @@ TEST(HarnessResults, SummaryCsvAndReport) {
   std::getline(in, row2);
   EXPECT_FALSE(std::getline(in, extra));
   EXPECT_EQ(header.rfind("key,label,strategy,params,n_prompts,n_repeats,tok_s_median", 0), 0u);
-  EXPECT_EQ(row1, "\"spec|gamma=2,temperature=0\",spec,speculative,gamma=2 temperature=0,2,3,40.000,38.000,42.000,"
-                  "0.000,0.000,greedy,0.000,1.2500,1.1500,1.3500,0.8000,3.1000,2,0.1000,2.4000,0.5208,pass");
-  EXPECT_NE(row2.find(",FAIL"), std::string::npos);
+  const std::string old_columns =
+      "\"spec|gamma=2,temperature=0\",spec,speculative,gamma=2 temperature=0,2,3,40.000,38.000,42.000,"
+      "0.000,0.000,greedy,0.000,1.2500,1.1500,1.3500,0.8000,3.1000,2,0.1000,2.4000,0.5208,pass,";
+  EXPECT_EQ(row1.substr(0, old_columns.size()), old_columns);  // new columns only ever go at the end
+  EXPECT_NE(row2.find(",FAIL,"), std::string::npos);
+  // Column by name: phases of candidate and baseline, load.
+  auto column = [&](const std::string& row, const std::string& name) {
+    std::vector<std::string> h, r;
+    std::string cell;
+    for (std::istringstream hs(header); std::getline(hs, cell, ',');) h.push_back(cell);
+    // row1's first field is quoted and holds a comma: rejoin it
+    std::istringstream rs(row);
+    for (bool quoted = false; std::getline(rs, cell, ',');) {
+      if (quoted) r.back() += "," + cell; else r.push_back(cell);
+      quoted = std::count(r.back().begin(), r.back().end(), '"') % 2 == 1;
+    }
+    EXPECT_EQ(h.size(), r.size()) << header << "\n" << row;
+    const auto it = std::find(h.begin(), h.end(), name);
+    return it == h.end() || size_t(it - h.begin()) >= r.size() ? std::string("<no column ") + name + ">"
+                                                                : r[size_t(it - h.begin())];
+  };
+  EXPECT_EQ(column(row1, "wall_ms"), "1000.000");
+  EXPECT_EQ(column(row1, "ms_verify"), "500.000");
+  EXPECT_EQ(column(row1, "frac_verify"), "0.5000");
+  EXPECT_EQ(column(row1, "ms_draft_catchup"), "100.000");
+  EXPECT_EQ(column(row1, "base_ms_verify"), "1400.000");
+  EXPECT_EQ(column(row1, "base_frac_verify"), "0.9333");
+  EXPECT_EQ(column(row1, "foreign_cores"), "0.050");
+  EXPECT_EQ(column(row1, "contended"), "false");
+  EXPECT_EQ(column(row1, "load"), "quiet");
 
-  RunInfo info{"exp", "a test", "20260101-000000", "tiny-llama", "", nlohmann::json{{"cpu_model", "CPU X"}}, 3};
+  RunInfo info{"exp", "a test", "20260101-000000", "tiny-llama", "",
+               nlohmann::json{{"cpu_model", "CPU X"}, {"load", {{"loadavg_start", 0.12}, {"loadavg_end", 0.34}}}}, 3};
   const std::string md = report_markdown(info, cells, {"speedup_vs_gamma.png"});
   for (const char* s : {"# exp — run 20260101-000000", "CPU X", "cells finished: 2 of 3", "**SOME FAIL**",
                         "| spec | gamma=2 temperature=0 | 40.00 |", "1.250 [1.150, 1.350]", "| 0.800 | 3.100 |",
                         "## Acceptance by draft position", "| 0.900 | 0.800 | 0.700 |", "| code | 1 | 44.00 | 1.500 |",
-                        "prompt p1 differs at position 3", "**FAIL**", "![speedup_vs_gamma.png]"})
+                        "prompt p1 differs at position 3", "**FAIL**", "![speedup_vs_gamma.png]",
+                        "load average 0.12 at start, 0.34 at end; 0 of 2 cells contended", "| quiet |",
+                        "## Where the time goes", "| spec | gamma=2 temperature=0 | 25.00 | 1.0% (0.250) | 9.0% (2.25) | "
+                        "30.0% (7.50) | 10.0% (2.50) | 50.0% (12.50) | 4.0% (1.00) | 3.0% (0.750) | 0.5% (0.125) | "
+                        "1.5% (0.375) | 0.8% (0.200) | 0.2% |"})
     EXPECT_NE(md.find(s), std::string::npos) << "missing '" << s << "' in\n" << md;
+  EXPECT_EQ(md.find("contended machine"), std::string::npos) << md;
   const auto j = metrics_json(info, cells);
   EXPECT_EQ(j["n_cells_finished"], 2);
   EXPECT_EQ(j["checks_passed"], false);
+  EXPECT_EQ(j["cells"][0]["load"]["verdict"], "quiet");
+  EXPECT_DOUBLE_EQ(j["cells"][0]["phases"]["ms"]["verify"].get<double>(), 500);
+}
+
+TEST(HarnessResults, ReportAndCsvFlagContendedCells) {
+  std::vector<CellMetrics> cells = {make_cell("spec", "2", 1.25), make_cell("spec", "4", 1.5),
+                                    make_cell("spec", "6", 1.6)};
+  cells[1].load.foreign_cores = 0.9;
+  cells[1].load.foreign_cpu_s = 9;
+  cells[2].load = LoadSample{};  // /proc unreadable
+  const std::string md = report_markdown({"exp", "", "r", "tiny-llama", "", nlohmann::json::object(), 3}, cells, {});
+  for (const char* s : {"⚠ **1 of 3 cells were measured on a contended machine**", "not to be trusted",
+                        "| ⚠ contended (other processes used 0.90 cores) |", "| quiet |", "| unknown |",
+                        "1 of 3 cells contended (1 unknown)"})
+    EXPECT_NE(md.find(s), std::string::npos) << "missing '" << s << "' in\n" << md;
+  const std::string csv = summary_csv(cells);
+  EXPECT_NE(csv.find(",contended,true,0.900,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",unknown,false,-1.000,"), std::string::npos) << csv;
 }
 
 TEST(HarnessResults, CompareRuns) {
@@ -138,7 +253,14 @@ TEST(HarnessResults, CompareRuns) {
   EXPECT_NE(t.find("1.400"), std::string::npos) << t;
   EXPECT_NE(t.find("1.000\n"), std::string::npos) << t;  // same tok/s -> ratio 1
   EXPECT_NE(t.find("spec|gamma=4,temperature=0"), std::string::npos) << t;
+  EXPECT_EQ(t.find('!'), std::string::npos) << t;  // no contended cell, no marker
   EXPECT_THROW(compare_runs(a.string(), (a / "nope").string()), Error);
+  CellMetrics busy = make_cell("spec", "8", 1.1);
+  busy.load.foreign_cores = 1.2;
+  RunStore(b.string()).commit_cell({}, busy);
+  const std::string t2 = compare_runs(a.string(), b.string());
+  EXPECT_NE(t2.find("40.00!"), std::string::npos) << t2;
+  EXPECT_NE(t2.find("! measured on a contended machine"), std::string::npos) << t2;
   fs::remove_all(a);
   fs::remove_all(b);
 }

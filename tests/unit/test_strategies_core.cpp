@@ -186,8 +186,8 @@ TEST(Speculative, StatsAreConsistent) {
   EXPECT_EQ(acc, s.n_accepted);
   EXPECT_EQ(dr, s.n_drafted);
   EXPECT_GE(s.n_accepted + s.n_rounds, s.n_generated);  // each round emits a + 1 (last may be cut)
-  EXPECT_GT(s.ms_verify, 0);
-  EXPECT_GT(s.ms_draft, 0);
+  EXPECT_GT(s.phase_ms.verify, 0);
+  EXPECT_GT(s.phase_ms.draft, 0);
 }
 
 TEST(Speculative, EosInsideAnAcceptedBlockEndsExactlyThere) {
