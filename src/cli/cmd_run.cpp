@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "harness/experiment.h"
+#include "harness/plan.h"
 #include "harness/runner.h"
 
 namespace specdec::cli {
@@ -30,6 +31,7 @@ int cmd_run(const Args& args) {
   if (auto code = parse_command("run", args, opts, 1, "EXPERIMENT.yaml", positional, vm)) return *code;
   const std::string& experiment = positional[0];
   const harness::ExperimentConfig cfg = harness::load_experiment(experiment, sets);
+  check_plan_strategies(cfg, harness::make_plan(cfg));  // before the run folder is created
   harness::RunOptions ro;
   ro.out_dir = out;
   ro.results_root = results_root;

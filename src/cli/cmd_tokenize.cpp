@@ -19,6 +19,7 @@ namespace po = boost::program_options;
 namespace {
 
 std::shared_ptr<tokenizer::Tokenizer> load_tokenizer(const std::string& path) {
+  SD_CHECK(path.rfind("tiny-", 0) != 0, "model '", path, "' is a random test model without a tokenizer");
   if (std::filesystem::is_directory(path)) return tokenizer::Tokenizer::from_hf_json(path + "/tokenizer.json");
   return tokenizer::Tokenizer::from_gguf(*io::GgufFile::open(path));
 }
@@ -49,7 +50,8 @@ int cmd_tokenize(const Args& args) {
     j["ids"] = ids;
     auto& pieces = j["tokens"] = nlohmann::json::array();
     for (TokenId id : ids) pieces.push_back(tok->token_string(id));
-    std::cout << j.dump() << "\n";
+    // A vocabulary entry need not be valid UTF-8 (GGUF stores raw bytes): show U+FFFD there.
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];

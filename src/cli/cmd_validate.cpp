@@ -26,6 +26,7 @@ int cmd_validate(const Args& args) {
   const std::string& experiment = positional[0];
   const auto cfg = harness::load_experiment(experiment, sets);
   const auto plan = harness::make_plan(cfg);
+  check_plan_strategies(cfg, plan);
   std::cout << harness::format_plan(cfg, plan) << "valid\n";
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -44,6 +45,11 @@ int main(int argc, char** argv) {
     } catch (const specdec::CheckFailed& e) {
       std::cerr << "specdec " << c.name << ": check failed: " << e.what() << "\n";
       return 2;
+    } catch (const std::bad_alloc&) {
+      // Inputs are size-checked before allocation; this is the last resort, still exit 1.
+      std::cerr << "specdec " << c.name << ": error: out of memory (std::bad_alloc): the input asks for more "
+                << "memory than this machine has\n";
+      return 1;
     } catch (const std::exception& e) {
       std::cerr << "specdec " << c.name << ": error: " << e.what() << "\n";
       return 1;

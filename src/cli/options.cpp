@@ -2,6 +2,9 @@
 
 #include <iostream>
 
+#include "core/error.h"
+#include "strategies/registry.h"
+
 namespace specdec::cli {
 
 namespace po = boost::program_options;
@@ -31,6 +34,16 @@ std::optional<int> parse_command(const std::string& command, const Args& args, c
     return 1;
   }
   return std::nullopt;
+}
+
+void check_plan_strategies(const harness::ExperimentConfig& cfg, const harness::Plan& plan) {
+  for (const auto& pc : plan.cells) {
+    try {
+      strategies::create(pc.cell.strategy, pc.resolved);
+    } catch (const Error& e) {
+      fail(cfg.file, ": strategy '", pc.cell.label, "' (cell ", pc.cell.key, "): ", e.what());
+    }
+  }
 }
 
 }  // namespace specdec::cli

@@ -3,8 +3,10 @@
 // message carries the file, the key path and the offending value.
 #include "harness/experiment.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,11 +15,65 @@
 
 #include "core/error.h"
 #include "harness/paths.h"
+#include "io/json_limits.h"
 
 namespace specdec::harness {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Values quoted in messages are cut: a hostile value may be megabytes long.
+std::string clip(const std::string& text, size_t max = 80) {
+  return text.size() <= max ? text : text.substr(0, max) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+// Nesting depth and node count of a loaded tree, walked with an explicit stack (the tree may
+// be as deep as yaml-cpp's own parser guard allows, and shared through aliases).
+void check_yaml_shape(const YAML::Node& root, const std::string& what) {
+  std::vector<std::pair<YAML::Node, int>> stack = {{root, 1}};
+  int64_t n_nodes = 0;
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (++n_nodes > k_max_yaml_nodes)
+      fail(what, ": more than ", k_max_yaml_nodes, " YAML nodes (aliases counted at every use)");
+    if (depth > k_max_yaml_depth) fail(what, ": YAML nested deeper than ", k_max_yaml_depth, " levels");
+    if (node.IsSequence()) {
+      for (const auto& child : node) stack.push_back({child, depth + 1});
+    } else if (node.IsMap()) {
+      for (const auto& kv : node) {
+        stack.push_back({kv.first, depth + 1});
+        stack.push_back({kv.second, depth + 1});
+      }
+    }
+  }
+}
+
+// YAML::Load with the depth limits: yaml-cpp's own guard (YAML::DeepRecursion) stops its
+// recursive parser before the stack runs out, and check_yaml_shape applies ours.
+YAML::Node load_yaml(const std::string& text, const std::string& what) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion&) {
+    fail(what, ": YAML nested deeper than ", k_max_yaml_depth, " levels");
+  } catch (const YAML::Exception& e) {
+    fail(what, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
+  }
+  check_yaml_shape(root, what);
+  return root;
+}
+
+// A non-negative decimal index as written in "--set key[3]=..."; -1 when it is not one.
+int64_t parse_index(const std::string& text) {
+  if (text.empty() || text.size() > 9) return -1;
+  int64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return -1;
+    v = v * 10 + (ch - '0');
+  }
+  return v;
+}
 
 struct Ctx {
   std::string file;
@@ -28,17 +84,23 @@ struct Ctx {
 
   static std::string show(const YAML::Node& n) {
     if (!n || n.IsNull()) return "null";
-    if (n.IsScalar()) return "'" + n.Scalar() + "'";
+    if (n.IsScalar()) return "'" + clip(n.Scalar()) + "'";
     YAML::Emitter e;
     e << YAML::Flow << n;
-    return e.c_str();
+    return clip(e.c_str());
+  }
+
+  // A mapping key as text; a key that is itself a list or mapping is an error.
+  std::string key(const YAML::Node& k, const std::string& path) const {
+    if (!k.IsScalar()) bad(path.empty() ? "(top level)" : path, "keys must be strings, got " + show(k));
+    return k.Scalar();
   }
 
   // Every map rejects keys outside its schema, listing the valid ones.
   void check_keys(const YAML::Node& n, const std::string& path, const std::vector<std::string>& allowed) const {
     if (!n.IsMap()) bad(path.empty() ? "(top level)" : path, "expected a mapping, got " + show(n));
     for (const auto& kv : n) {
-      const std::string key = kv.first.as<std::string>();
+      const std::string key = this->key(kv.first, path);
       bool ok = false;
       for (const auto& a : allowed) ok = ok || a == key;
       if (ok) continue;
@@ -172,7 +234,7 @@ void parse_strategies(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) 
       if (const auto p = n[i]["params"]) {
         if (!p.IsMap()) c.bad(path + ".params", "expected a mapping, got " + Ctx::show(p));
         for (const auto& kv : p) {
-          const std::string key = kv.first.as<std::string>();
+          const std::string key = c.key(kv.first, path + ".params");
           s.params[key] = c.str(kv.second, path + ".params." + key);
         }
       }
@@ -189,7 +251,7 @@ void parse_sweep(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
   if (!n.IsMap()) c.bad("sweep", "expected a mapping of parameter -> list of values, got " + Ctx::show(n));
   for (const auto& kv : n) {
     SweepAxis axis;
-    axis.key = kv.first.as<std::string>();
+    axis.key = c.key(kv.first, "sweep");
     const std::string path = "sweep." + axis.key;
     axis.values = c.strings(kv.second, path);
     if (axis.values.empty()) c.bad(path, "empty list of values");
@@ -229,7 +291,7 @@ void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   if (const auto w = n["sampling_where"]) {
     if (!w.IsMap()) c.bad("checks.sampling_where", "expected a map of parameter: [values], got " + c.show(w));
     for (const auto& kv : w) {
-      const std::string key = kv.first.as<std::string>();
+      const std::string key = c.key(kv.first, "checks.sampling_where");
       k.sampling_where[key] = c.strings(kv.second, "checks.sampling_where." + key);
     }
   }
@@ -239,14 +301,9 @@ void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
 // "a.b[2].c=value": walks (creating maps as needed) and sets the node to YAML::Load(value).
 void apply_override(const Ctx& c, YAML::Node root, const std::string& text) {
   const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) fail("--set '", text, "': expected key.path=value");
+  if (eq == std::string::npos || eq == 0) fail("--set '", clip(text), "': expected key.path=value");
   const std::string path = text.substr(0, eq);
-  YAML::Node value;
-  try {
-    value = YAML::Load(text.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    fail("--set '", text, "': value is not valid YAML: ", e.msg);
-  }
+  const YAML::Node value = load_yaml(text.substr(eq + 1), "--set '" + clip(text) + "': value");
   YAML::Node cur = root;
   std::stringstream ss(path);
   std::string part;
@@ -257,16 +314,19 @@ void apply_override(const Ctx& c, YAML::Node root, const std::string& text) {
     int64_t index = -1;
     const auto br = key.find('[');
     if (br != std::string::npos) {
-      if (key.back() != ']') fail("--set '", text, "': bad index in '", key, "'");
-      index = std::stoll(key.substr(br + 1, key.size() - br - 2));
+      if (key.back() != ']') fail("--set '", clip(text), "': bad index in '", key, "'");
+      index = parse_index(key.substr(br + 1, key.size() - br - 2));
+      if (index < 0) fail("--set '", clip(text), "': bad index in '", key, "' (expected [0], [1], ...)");
       key = key.substr(0, br);
     }
-    if (key.empty()) fail("--set '", text, "': empty key in path '", path, "'");
+    if (key.empty()) fail("--set '", clip(text), "': empty key in path '", clip(path), "'");
+    if (cur.IsDefined() && !cur.IsNull() && !cur.IsMap())
+      fail("--set '", clip(text), "': cannot set key '", key, "' inside ", Ctx::show(cur), ", which is not a mapping");
     const bool last = i + 1 == parts.size();
     YAML::Node next = cur[key];
     if (index >= 0) {
       if (!next.IsSequence() || index >= static_cast<int64_t>(next.size()))
-        fail("--set '", text, "': ", key, " has no element [", index, "]");
+        fail("--set '", clip(text), "': ", key, " has no element [", index, "]");
       YAML::Node elem = next[static_cast<size_t>(index)];
       next.reset(elem);
     }
@@ -283,20 +343,26 @@ void apply_override(const Ctx& c, YAML::Node root, const std::string& text) {
   (void)c;
 }
 
+ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& file,
+                            const std::vector<std::string>& overrides);
+
 }  // namespace
 
 std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_default) {
+  SD_CHECK(!fs::is_directory(path), "prompts file '", path, "' is a directory, expected a JSONL file");
   std::ifstream in(path);
   SD_CHECK(in, "cannot open prompts file '", path, "'");
   std::vector<PromptItem> out;
   std::string line;
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    io::check_json_depth(line, where);  // nesting limit before the parser sees it
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
     } catch (const std::exception& e) {
-      fail(path, ":", line_no, ": not valid JSON: ", e.what());
+      fail(where, ": not valid JSON: ", e.what());
     }
     SD_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(), path, ":", line_no,
              ": expected an object with a string field \"text\"");
@@ -312,7 +378,11 @@ std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_de
       SD_CHECK(j["category"].is_string(), path, ":", line_no, ": \"category\" must be a string");
       p.category = j["category"].get<std::string>();
     }
-    if (j.contains("id")) p.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+    if (j.contains("id")) {
+      SD_CHECK(j["id"].is_string() || j["id"].is_number_integer(), path, ":", line_no,
+               ": \"id\" must be a string or an integer, got ", clip(j["id"].dump()));
+      p.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -320,23 +390,33 @@ std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_de
 
 ExperimentConfig parse_experiment(const std::string& yaml_text, const std::string& file,
                                   const std::vector<std::string>& overrides) {
-  const Ctx c{file};
-  YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    fail(file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
+    return parse_tree(yaml_text, file, overrides);
+  } catch (const YAML::Exception& e) {  // a node access we did not guard: still name the file
+    fail(file, ": ", e.what());
   }
+}
+
+namespace {
+
+ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& file,
+                            const std::vector<std::string>& overrides) {
+  const Ctx c{file};
+  YAML::Node root = load_yaml(yaml_text, file);
   if (!root || root.IsNull()) fail(file, ": empty experiment file");
   for (const auto& o : overrides) apply_override(c, root, o);
+  check_yaml_shape(root, file + " (after --set)");
   c.check_keys(root, "", {"name", "description", "models", "prompts", "strategies", "sweep", "repeats", "warmup",
                           "seed", "max_new_tokens", "stop", "eos", "timeout_s", "plots", "checks"});
   ExperimentConfig cfg;
   cfg.file = file;
-  cfg.name = root["name"] ? c.str(root["name"], "name") : fs::path(file).stem().string();
-  for (char ch : cfg.name)
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'))
-      c.bad("name", "'" + cfg.name + "' may only contain letters, digits, '_', '-', '.' (it names a folder)");
+  if (root["name"]) {
+    cfg.name = c.str(root["name"], "name");
+    check_experiment_name(cfg.name, file + ": name");
+  } else {
+    cfg.name = fs::path(file).stem().string();
+    check_experiment_name(cfg.name, file + ": name (from the file name; set 'name:')");
+  }
   if (root["description"]) cfg.description = c.str(root["description"], "description");
   if (!root["models"]) c.bad("models", "missing (models.target is required)");
   parse_models(c, root["models"], cfg);
@@ -357,7 +437,18 @@ ExperimentConfig parse_experiment(const std::string& yaml_text, const std::strin
   return cfg;
 }
 
+}  // namespace
+
+void check_experiment_name(const std::string& name, const std::string& where) {
+  SD_CHECK(!name.empty() && name.size() <= 128, where, ": '", clip(name), "' must be 1 to 128 characters (it names a folder)");
+  SD_CHECK(name != "." && name != "..", where, ": '", name, "' is not allowed (it names a folder under the results root)");
+  for (char ch : name)
+    SD_CHECK(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.', where, ": '",
+             clip(name), "' may only contain letters, digits, '_', '-', '.' (it names a folder)");
+}
+
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  SD_CHECK(!fs::is_directory(path), "experiment file '", path, "' is a directory, expected a YAML file");
   std::ifstream in(path);
   SD_CHECK(in, "cannot open experiment file '", path, "'");
   std::stringstream ss;

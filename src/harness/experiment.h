@@ -74,6 +74,16 @@ struct ExperimentConfig {
   ChecksConfig checks;
 };
 
+// An experiment name becomes the folder results/<name>/: 1-128 of [A-Za-z0-9._-], and not
+// "." or "..", so no name can reach outside the results root. Throws specdec::Error
+// "<where>: ..." naming the value otherwise.
+void check_experiment_name(const std::string& name, const std::string& where);
+
+// Deepest nesting accepted in an experiment YAML (and in --set values), and the most nodes
+// (aliases counted at every use, so a "billion laughs" file is refused).
+constexpr int k_max_yaml_depth = 256;
+constexpr int64_t k_max_yaml_nodes = 1000000;
+
 // Reads and parses `path`; `overrides` are "key.path=value" strings (value is YAML, so
 // "sweep.gamma=[1,2]" works) applied to the tree before parsing.
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});

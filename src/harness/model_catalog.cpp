@@ -1,5 +1,6 @@
 #include "harness/model_catalog.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
@@ -67,6 +68,8 @@ std::vector<ModelEntry> load_catalog(const std::string& path) {
     doc = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
     fail(path, ": cannot open the model catalog");
+  } catch (const YAML::DeepRecursion&) {  // yaml-cpp's parser guard (its message says "bad file")
+    fail(path, ": YAML nested too deep");
   } catch (const YAML::Exception& e) {
     fail(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
   }

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "harness/experiment.h"
+#include "io/json_limits.h"
 
 namespace specdec::harness {
 
@@ -73,6 +75,7 @@ std::vector<CellMetrics> RunStore::load_finished() const {
     if (lines[i].empty()) continue;
     json j;
     try {
+      io::check_json_depth(lines[i], path("cells.jsonl") + ":" + std::to_string(i + 1));
       j = json::parse(lines[i]);
     } catch (const json::exception& e) {
       if (i + 1 == lines.size()) break;  // torn final line: that cell never committed
@@ -92,6 +95,7 @@ int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
     if (line.empty()) continue;
     bool keep = false;
     try {
+      io::check_json_depth(line, path("samples.jsonl"));
       const json j = json::parse(line);
       keep = finished.count(j.at("cell").get<std::string>()) != 0;
     } catch (const json::exception&) {
@@ -115,11 +119,18 @@ void RunStore::commit_cell(const std::vector<json>& samples, const CellMetrics& 
   append_durable(path("cells.jsonl"), to_json(metrics).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
+// results_root/experiment, refusing any experiment name that could leave the root ("..",
+// "a/b", "/abs"): the harness writes only below the results root unless --out says otherwise.
+fs::path experiment_dir(const std::string& results_root, const std::string& experiment) {
+  check_experiment_name(experiment, "results folder for experiment");
+  return fs::path(results_root) / experiment;
+}
+
 std::string new_run_dir(const std::string& results_root, const std::string& experiment) {
   const std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
-  fs::path base = fs::path(results_root) / experiment / buf;
+  fs::path base = experiment_dir(results_root, experiment) / buf;
   // Two runs started in the same second get distinct folders.
   fs::path dir = base;
   for (int i = 2; fs::exists(dir); ++i) dir = base.string() + "-" + std::to_string(i);
@@ -127,7 +138,7 @@ std::string new_run_dir(const std::string& results_root, const std::string& expe
 }
 
 std::string latest_run_dir(const std::string& results_root, const std::string& experiment) {
-  const fs::path root = fs::path(results_root) / experiment;
+  const fs::path root = experiment_dir(results_root, experiment);
   if (!fs::is_directory(root)) return "";
   std::string best;
   for (const auto& e : fs::directory_iterator(root))

@@ -14,9 +14,11 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/json_limits.h"
 #include "io/safetensors.h"
 #include "model/linear.h"
 #include "model/checks.h"
+#include "model/config_limits.h"
 
 namespace specdec::model {
 
@@ -29,6 +31,7 @@ void expect_shape(const at::Tensor& t, const std::string& name, std::vector<int6
 }
 
 void check_config(const ModelConfig& c) {
+  check_config_limits(c, "gpt2 config");
   SD_CHECK(c.n_vocab > 0 && c.n_ctx > 0 && c.d_model > 0 && c.n_layers > 0 && c.n_heads > 0 &&
                c.d_ff > 0,
            "gpt2: config has a non-positive size (n_vocab=", c.n_vocab, " n_ctx=", c.n_ctx,
@@ -199,21 +202,26 @@ int64_t json_int(const nlohmann::json& j, const std::string& key, const std::str
   return j[key].get<int64_t>();
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  SD_CHECK(in.good(), "cannot open ", path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": invalid JSON: ", e.what());
-  }
-}
+// Depth-limited (io::k_max_json_depth); errors name the file.
+nlohmann::json read_json(const std::string& path) { return io::read_json_file(path); }
+
+ModelConfig gpt2_config_from_json(const nlohmann::json& j, const std::string& path);
 
 }  // namespace
 
 ModelConfig gpt2_config_from_hf(const std::string& path) {
   const nlohmann::json j = read_json(path);
   SD_CHECK(j.is_object(), path, ": expected a JSON object");
+  try {
+    return gpt2_config_from_json(j, path);
+  } catch (const nlohmann::json::exception& e) {  // a key of the wrong type (j.value)
+    fail(path, ": ", e.what());
+  }
+}
+
+namespace {
+
+ModelConfig gpt2_config_from_json(const nlohmann::json& j, const std::string& path) {
   const std::string type = j.value("model_type", std::string());
   SD_CHECK(type == "gpt2", path, ": model_type is '", type, "', expected 'gpt2'");
   ModelConfig c;
@@ -237,8 +245,19 @@ ModelConfig gpt2_config_from_hf(const std::string& path) {
   SD_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", path, ": activation_function '", act,
            "' is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)");
   c.tie_embeddings = j.value("tie_word_embeddings", true);
+  ConfigKeys keys;
+  keys.n_layers = "n_layer";
+  keys.d_model = "n_embd";
+  keys.n_heads = keys.n_kv_heads = "n_head";
+  keys.d_ff = "n_inner";
+  keys.n_vocab = "vocab_size";
+  keys.n_ctx = j.contains("n_positions") ? "n_positions" : "n_ctx";
+  keys.norm_eps = "layer_norm_epsilon";
+  check_config_limits(c, path, keys);
   return c;
 }
+
+}  // namespace
 
 namespace {
 
@@ -329,6 +348,20 @@ std::shared_ptr<CausalLM> load_gpt2_gguf(const io::GgufFile& f, at::ScalarType d
            c.d_model, " is not a multiple of gpt2.attention.head_count ", c.n_heads);
   c.head_dim = c.d_model / c.n_heads;
   c.norm_eps = f.get_float_or("gpt2.attention.layer_norm_epsilon", 1e-5);
+  {
+    const io::GgufTensorInfo* wte = f.find_tensor("token_embd.weight");
+    SD_CHECK(wte && wte->ne.size() == 2, f.path(), ": tensor token_embd.weight is missing or not 2-D");
+    c.n_vocab = wte->shape()[0];
+    ConfigKeys keys;
+    keys.n_layers = "gpt2.block_count";
+    keys.d_model = "gpt2.embedding_length";
+    keys.n_heads = keys.n_kv_heads = "gpt2.attention.head_count";
+    keys.d_ff = "gpt2.feed_forward_length";
+    keys.n_vocab = "token_embd.weight rows (n_vocab)";
+    keys.n_ctx = "gpt2.context_length";
+    keys.norm_eps = "gpt2.attention.layer_norm_epsilon";
+    check_config_limits(c, f.path(), keys);
+  }
   // llama.cpp's converter stores the Conv1D weights already transposed to [out, in].
   Gpt2Tensors t;
   t.wte = gguf_tensor(f, "token_embd.weight");

@@ -9,13 +9,22 @@
 
 namespace specdec::sampling {
 
+// Temperatures below this are greedy, exactly (argmax after the repetition penalty, no RNG
+// draw). Why 1e-5: at T < 1e-5 a token whose logit is 1e-3 or more below the maximum gets
+// probability < exp(-100) ~ 4e-44, below float32's smallest normal, so sampling could only
+// ever differ from greedy among logits within 1e-3 of the max -- inside the 2e-3 tolerance to
+// which our logits are held against transformers, i.e. numerical noise. Going further down
+// breaks float32 instead: logits / T overflows to inf and T itself rounds to 0 (T = 1e-300),
+// which turned softmax into NaN and sampling into repeated junk.
+constexpr double k_min_temperature = 1e-5;
+
 struct ProcessorConfig {
-  double temperature = 1.0;         // 0 = greedy (argmax)
+  double temperature = 1.0;         // 0 (or anything below k_min_temperature) = greedy (argmax)
   int64_t top_k = 0;                // 0 = off
   double top_p = 1.0;               // 1 = off
   double min_p = 0.0;               // 0 = off
   double repetition_penalty = 1.0;  // 1 = off; HF: divide positive logits, multiply negative
-  bool greedy() const { return temperature <= 0.0; }
+  bool greedy() const { return temperature < k_min_temperature; }
 };
 
 // logits:  [N, V] float32 for N consecutive positions.

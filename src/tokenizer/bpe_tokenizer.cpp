@@ -45,9 +45,14 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
 
 void BpeTokenizer::build_vocab(BpeSpec& spec) {
   tokens_ = std::move(spec.tokens);
+  SD_CHECK(int64_t(tokens_.size()) <= k_max_token_id + 1, source_, ": vocabulary of ", tokens_.size(),
+           " tokens exceeds the limit of ", k_max_token_id + 1);
+  // Ids are dense: an added token may extend the table by at most the number of added tokens.
+  const int64_t bound = std::min<int64_t>(k_max_token_id + 1, int64_t(tokens_.size() + spec.added.size()));
   for (const AddedToken& a : spec.added) {
-    SD_CHECK(a.id >= 0 && a.id < (1 << 30), source_, ": added token '", a.content,
-             "' has invalid id ", a.id);
+    SD_CHECK(a.id >= 0 && a.id < bound, source_, ": added token '", a.content, "' has id ", a.id,
+             ", outside [0, ", bound, ") (", tokens_.size(), " vocabulary entries + ", spec.added.size(),
+             " added tokens)");
     SD_CHECK(!a.content.empty(), source_, ": added token ", a.id, " has empty content");
     if (a.id >= int64_t(tokens_.size())) tokens_.resize(size_t(a.id) + 1);
     if (tokens_[size_t(a.id)].empty()) tokens_[size_t(a.id)] = a.content;

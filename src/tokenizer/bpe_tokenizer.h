@@ -12,6 +12,10 @@
 
 namespace specdec::tokenizer {
 
+// Largest token id a tokenizer file may use (ids are dense, so this also bounds the vocabulary
+// at 4,194,304 entries; real vocabularies have at most a few hundred thousand).
+constexpr int64_t k_max_token_id = (int64_t(1) << 22) - 1;
+
 // A token matched literally in the text before pre-tokenisation (HF "added_tokens").
 struct AddedToken {
   std::string content;

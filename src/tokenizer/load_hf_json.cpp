@@ -1,5 +1,6 @@
 // Tokenizer::from_hf_json: builds the byte-level BPE from a Hugging Face tokenizer.json, plus
 // tokenizer_config.json / chat_template.jinja next to it when present (BOS/EOS names, template).
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -7,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/json_limits.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace specdec::tokenizer {
@@ -41,25 +43,20 @@ struct Node {
   }
 };
 
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SD_CHECK(in.good(), path, ": cannot open tokenizer file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail(path, ": invalid JSON: ", e.what());
-  }
-}
+// Depth-limited (io::k_max_json_depth); errors name the file.
+json read_json(const std::string& path) { return io::read_json_file(path); }
 
-void read_vocab(const Node& model, BpeSpec& spec) {
+// The id table is dense: an id may not exceed the number of entries that could fill it (vocab
+// plus added tokens), nor k_max_token_id, so a hostile id cannot make us allocate gigabytes.
+void read_vocab(const Node& model, BpeSpec& spec, size_t n_added) {
   Node vocab = model.at("vocab");
   SD_CHECK(vocab.j.is_object(), spec.source, ": key '", vocab.path, "' must be an object");
+  const int64_t bound = std::min<int64_t>(k_max_token_id + 1, int64_t(vocab.j.size() + n_added));
   for (auto it = vocab.j.begin(); it != vocab.j.end(); ++it) {
     int64_t id = Node{it.value(), vocab.path + "['" + it.key() + "']", spec.source}.integer();
-    SD_CHECK(id >= 0 && id < (1 << 30), spec.source, ": key '", vocab.path, "['", it.key(),
-             "']' has invalid id ", id);
+    SD_CHECK(id >= 0 && id < bound, spec.source, ": key '", vocab.path, "['", it.key(), "']' has id ", id,
+             ", outside [0, ", bound, ") (", vocab.j.size(), " vocab entries + ", n_added,
+             " added tokens; at most ", k_max_token_id + 1, " ids)");
     if (id >= int64_t(spec.tokens.size())) spec.tokens.resize(size_t(id) + 1);
     spec.tokens[size_t(id)] = it.key();
   }
@@ -92,7 +89,10 @@ void read_added(const Node& root, BpeSpec& spec) {
   for (size_t i = 0; i < list.j.size(); ++i) {
     Node t{list.j[i], "added_tokens[" + std::to_string(i) + "]", spec.source};
     AddedToken a;
-    a.id = TokenId(t.at("id").integer());
+    const int64_t id = t.at("id").integer();
+    SD_CHECK(id >= 0 && id <= k_max_token_id, spec.source, ": key 'added_tokens[", i, "].id' = ", id,
+             " is outside [0, ", k_max_token_id, "]");
+    a.id = TokenId(id);
     a.content = t.at("content").str();
     a.special = t.boolean_or("special", false);
     a.lstrip = t.boolean_or("lstrip", false);
@@ -229,7 +229,8 @@ std::shared_ptr<Tokenizer> load_hf_json(const std::string& tokenizer_json_path) 
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     SD_CHECK(!model.has(key) || model.at(key).str().empty(), spec.source, ": key '.model.", key,
              "' is not supported by byte-level BPE");
-  read_vocab(model, spec);
+  const size_t n_added = root.has("added_tokens") && doc.at("added_tokens").is_array() ? doc.at("added_tokens").size() : 0;
+  read_vocab(model, spec, n_added);
   read_merges(model, spec);
   spec.merges_key = ".model.merges";
   spec.ignore_merges = model.boolean_or("ignore_merges", false);
