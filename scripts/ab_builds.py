@@ -71,7 +71,10 @@ def main():
     for i in range(o.repeats):
         ta, la = run(o.a, args, root)
         tb, lb = run(o.b, args, root)
-        a_tps.append(ta), b_tps.append(tb), ratios.append(tb / ta), loads += [la, lb]
+        a_tps.append(ta)
+        b_tps.append(tb)
+        ratios.append(tb / ta)
+        loads += [la, lb]
         print(f"{i + 1:>4} {ta:9.2f} {tb:9.2f} {tb / ta:6.3f}  {la:.2f}, {lb:.2f}")
     with open("/proc/loadavg") as f:
         loadavg = f.read().split()[0]

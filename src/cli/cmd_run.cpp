@@ -26,7 +26,8 @@ int cmd_run(const Args& args) {
       "set,s", po::value(&sets)->composing(), "override a key: --set key.path=value (YAML value), repeatable")(
       "resume", "continue the run in --out (default: the latest run of this experiment), skipping finished cells")(
       "results-root", po::value(&results_root), "folder holding the experiments' results (default: results)")(
-      "quiet,q", "no progress output on stderr");
+      "quiet,q", "no progress output on stderr")(
+      "threads-oversubscribe", "allow models.threads above the cores this process may use (slower on a memory-bound engine)");
   po::variables_map vm;
   if (auto code = parse_command("run", args, opts, 1, "EXPERIMENT.yaml", positional, vm)) return *code;
   const std::string& experiment = positional[0];
@@ -37,6 +38,7 @@ int cmd_run(const Args& args) {
   ro.results_root = results_root;
   ro.resume = vm.count("resume") != 0;
   ro.progress = vm.count("quiet") == 0;
+  ro.threads_oversubscribe = vm.count("threads-oversubscribe") != 0;
   harness::install_stop_handlers();
   const auto r = harness::run_experiment(cfg, ro);
   std::cout << "run folder: " << r.run_dir << "\ncells: " << r.n_finished << " of " << r.n_cells << " finished ("

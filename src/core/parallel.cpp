@@ -171,11 +171,14 @@ class Pool {
   std::mutex run_mu_;  // one job at a time
   std::mutex mu_;      // sleeping and waking, and error_
   std::condition_variable wake_cv_, done_cv_;
-  std::atomic<uint64_t> state_{0};
-  uint64_t gen_ = 0;
-  std::atomic<ChunkFn> fn_{nullptr};
+  // The claim word and the completion counter on cache lines of their own: every chunk
+  // touches both, and the job's fields beside them are read-mostly.
+  alignas(64) std::atomic<uint64_t> state_{0};
+  alignas(64) std::atomic<int64_t> done_{0};
+  alignas(64) std::atomic<ChunkFn> fn_{nullptr};
   std::atomic<const void*> ctx_{nullptr};
-  std::atomic<int64_t> n_{0}, chunk_{1}, done_{0};
+  std::atomic<int64_t> n_{0}, chunk_{1};
+  uint64_t gen_ = 0;
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeping_{false}, stop_{false};
   std::exception_ptr error_;

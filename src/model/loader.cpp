@@ -338,8 +338,19 @@ void set_threads(int threads, bool allow_oversubscribe) {
   at::set_num_threads(1);
 }
 
+namespace {
+// While a model loads, LibTorch's element-wise copies (dtype conversion, concatenation, panel
+// packing of gigabytes of weights) run on all the engine's threads; afterwards it is back to
+// one thread, so that only the pool runs parallel work while the model generates.
+struct LoadThreads {
+  explicit LoadThreads(int n) { at::set_num_threads(n); }
+  ~LoadThreads() { at::set_num_threads(1); }
+};
+}  // namespace
+
 LoadedModel load(const ModelSpec& spec) {
   set_threads(spec.threads, spec.threads_oversubscribe);
+  const LoadThreads load_threads(parallel::num_threads());
   const at::ScalarType dtype = parse_dtype(spec.dtype);
   LoadedModel out;
   out.spec = spec;
