@@ -2,6 +2,7 @@
 // (or a JSON object with --json), and with --stats the time per phase.
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -26,7 +27,7 @@ struct GenerateOptions {
   std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "float32";
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
-  uint64_t seed = 0;
+  int64_t seed = 0;  // read signed so that a negative value is an error, not a wrapped 2^64 - 1
   int threads = 2;
   double timeout_s = 0;
   bool chat = false, json = false, stats = false, threads_oversubscribe = false;
@@ -45,6 +46,8 @@ strategies::Params parse_sets(const std::vector<std::string>& sets) {
 std::string read_prompt(const GenerateOptions& o) {
   SD_CHECK(o.prompt.empty() != o.prompt_file.empty(), "give exactly one of --prompt and --prompt-file");
   if (!o.prompt.empty()) return o.prompt;
+  SD_CHECK(!std::filesystem::is_directory(o.prompt_file), "--prompt-file '", o.prompt_file,
+           "' is a directory, not a file");
   std::ifstream in(o.prompt_file, std::ios::binary);
   SD_CHECK(in.good(), "cannot read prompt file '", o.prompt_file, "'");
   std::stringstream ss;
@@ -120,6 +123,7 @@ void print_phase_table(const strategies::Stats& s) {
 }
 
 int run_generate(const GenerateOptions& o) {
+  SD_CHECK(o.seed >= 0, "--seed must be >= 0, got ", o.seed);  // before loading any model
   model::set_threads(o.threads, o.threads_oversubscribe);
   const strategies::Params params = parse_sets(o.sets);
   auto strategy = strategies::create(o.strategy, params);  // fails early on bad names/params
@@ -143,7 +147,7 @@ int run_generate(const GenerateOptions& o) {
   req.stop.max_new_tokens = o.max_new_tokens;
   req.stop.stop_strings = o.stops;
   req.stop.timeout_s = o.timeout_s;
-  req.seed = o.seed;
+  req.seed = static_cast<uint64_t>(o.seed);
   // Text streams as it becomes final; with --json it goes to stderr so stdout is one JSON line.
   std::ostream& stream = o.json ? std::cerr : std::cout;
   const strategies::Result r = strategy->generate(req, [&stream](const Tokens&, const std::string& chunk) {

@@ -16,7 +16,7 @@ class Stopwatch {
   Clock::time_point start_;
 };
 
-// Adds the elapsed time of a scope to a counter (in ms): { ScopedTimer t(stats.ms_draft); ... }
+// Adds the elapsed time of a scope to a counter (in ms): { ScopedTimer t(ms_load); ... }
 class ScopedTimer {
  public:
   explicit ScopedTimer(double& acc_ms) : acc_(acc_ms) {}

@@ -492,6 +492,8 @@ std::vector<Case> cases() {
       {"generate_max_new_beyond_context", g(good, {"--max-new-tokens", "1000000000"}), "max_new_tokens (1000000000) exceeds the model context of 512"},
       {"generate_prompt_not_utf8", {"generate", "--model", good, "--max-new-tokens", "3", "--prompt-file", "{in}/prompt_latin1.txt", "--json"}, "\"n_generated\":3", 0},
       {"generate_prompt_file_missing", {"generate", "--model", good, "--prompt-file", "{in}/nonexistent.txt"}, "cannot read prompt file"},
+      {"generate_prompt_file_is_dir", {"generate", "--model", good, "--prompt-file", "{in}"}, "is a directory, not a file"},
+      {"generate_seed_negative", {"generate", "--model", good, "--prompt", "hello", "--seed", "-1"}, "--seed must be >= 0, got -1"},
       {"generate_strategy_unknown", g(good, {"--strategy", "nosuch"}), "unknown strategy 'nosuch'"},
       {"generate_gamma_1e9", g(good, {"--strategy", "speculative", "--set", "gamma=1000000000", "--set", "gamma_max=1000000000"}), "exceeds the limit of 256"},
       {"generate_gamma_negative", g(good, {"--strategy", "speculative", "--set", "gamma=-1"}), "need 0 <= gamma <= gamma_max"},
