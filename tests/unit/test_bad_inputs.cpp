@@ -11,6 +11,8 @@
 // No weights needed: the models are tiny-llama and the crafted GGUF.
 #include <gtest/gtest.h>
 
+#include "tests/support/gguf_writer.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -102,22 +104,7 @@ std::set<std::string> snapshot() {
 
 // ---- a crafted GGUF: 1-layer llama, d_model 8, byte-level vocabulary of 256 tokens --------
 
-struct Writer {
-  std::vector<uint8_t> b;
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-  }
-  void str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-  void key(const std::string& k, uint32_t type) {
-    str(k);
-    put<uint32_t>(type);
-  }
-};
+using Writer = specdec::testing::GgufWriter;
 
 struct GgufOptions {
   uint32_t block_count = 1, embedding_length = 8, head_count = 2;

@@ -2,6 +2,8 @@
 // alignment, tensor placement and values; then corrupted variants (truncations, byte
 // flips, bad magic/version/type/offset) must each give specdec::Error, never a crash.
 #include <gtest/gtest.h>
+
+#include "tests/support/gguf_writer.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -23,26 +25,7 @@ using specdec::io::GgufValue;
 
 namespace {
 
-// Appends GGUF encodings to a byte buffer (value type ids as in the GGUF spec).
-struct Writer {
-  std::vector<uint8_t> b;
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-  }
-  void str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-  void key(const std::string& k, uint32_t type) {
-    str(k);
-    put<uint32_t>(type);
-  }
-  void pad_to(size_t alignment) {
-    while (b.size() % alignment) b.push_back(0);
-  }
-};
+using Writer = specdec::testing::GgufWriter;
 
 struct TensorSpec {
   std::string name;
