@@ -6,7 +6,8 @@
 //
 // Notation (Leviathan et al. 2023; Chen et al. 2023): p = target, q = draft.
 // Shapes are row-major and contiguous; "in" marks inputs, "out" outputs.
-// Row logic: kernels/verify_math.h, kernels/kv_math.h. Overview: kernels/README.md.
+// Row logic: kernels/verify_math.h, kernels/tree_math.h, kernels/kv_math.h.
+// Overview: kernels/README.md.
 #include <cstdint>
 
 namespace specdec::kernels {
@@ -19,6 +20,9 @@ enum class VerifyMode {
                 // sample of p[n_draft] (= p[gamma] for a full draft)
   tokens_only,  // draft without q (n-gram / prompt lookup): y_i ~ p_i; accept while y_i == x_i;
                 // the first differing y_i is emitted; bonus sample of p[n_draft] after all accepted
+  block,        // block verification (Sun et al., ICLR 2025): the draft is judged jointly; same
+                // inputs as sampling, lossless, and its expected accepted length is never below
+                // sampling's. Chains only (verify_*); row logic in verify_math.h
 };
 
 struct VerifyArgs {
@@ -28,12 +32,12 @@ struct VerifyArgs {
   VerifyMode mode = VerifyMode::greedy;
   const int32_t* draft_tokens = nullptr;  // [B, gamma]   x_i (entries >= n_draft[b] ignored)
   const int32_t* n_draft = nullptr;       // [B]          ragged draft lengths, 0..gamma
-  const float* q = nullptr;               // [B, gamma, V] draft probs (sampling mode only)
+  const float* q = nullptr;               // [B, gamma, V] draft probs (sampling and block modes)
   const float* p = nullptr;               // [B, gamma+1, V] target probs (rows sum to 1)
   const float* uniforms = nullptr;        // [B, gamma+1] in [0,1] (1 is tolerated: a float
                                           // uniform may round up): u[i] (i < gamma) decides
                                           // position i; u[gamma] drives the final sample
-                                          // (residual or bonus, sampling and tokens_only);
+                                          // (residual or bonus: sampling, block, tokens_only);
                                           // tokens_only uses u[i] to sample y_i. Not read in
                                           // greedy mode (may be null there).
   // The bonus token comes from row p[b][n_draft[b]] (the row after the last draft token),
@@ -45,10 +49,11 @@ struct VerifyArgs {
                                    // the call throws specdec::Error naming the entry
   int32_t* out_tokens = nullptr;   // [B, gamma+1] out: x_0..x_{a-1}, then the resampled/bonus
                                    // token at index a; entries after a are set to -1
-  // TESTING ONLY: a wrong correction token at the first rejection. Sampling mode samples it
-  // from p instead of the residual norm(max(0, p - q)); greedy and tokens_only modes keep the
-  // rejected draft token. This breaks losslessness on purpose, so the distribution checks
-  // (harness checks.inject_residual_bug) can show that they fail.
+  // TESTING ONLY: a wrong correction token at the first rejection. Sampling and block modes
+  // sample it from p instead of the residual norm(max(0, p - q)) (block: max(0, w p - q));
+  // greedy and tokens_only modes keep the rejected draft token. This breaks losslessness on
+  // purpose, so the distribution checks (harness checks.inject_residual_bug) can show that
+  // they fail. (Kernel tests plant their bugs through the row functions' Ops instead.)
   bool planted_residual_bug = false;
 };
 
@@ -60,6 +65,55 @@ void verify_cpu(const VerifyArgs& args);
 // CUDA: all pointers are device memory; one block per sequence. Throws specdec::Error
 // when built without CUDA or when no device is present.
 void verify_cuda(const VerifyArgs& args);
+
+// Token-tree verification: one draft tree per sequence, nodes in topological order.
+// Node i of sequence b has token tokens[b][i] and parent parents[b][i] (< i; -1: a child of
+// the root, which is the last committed token). p row 0 is the target distribution after the
+// root, row i+1 the one after node i; q row i is the distribution node i was drawn from.
+// From the root, each step moves to an accepted child (children are tried in node order) or
+// emits the final token; at a leaf the final token is a bonus sample (argmax) of its row.
+//   greedy:      follow the first child whose token is argmax p (ties -> lowest id), else
+//                emit that argmax.
+//   tokens_only: y ~ p (uniform u[row] at a row with children, u[N] at a leaf); follow the
+//                first child with token y, else emit y. Lossless for any tree.
+//   sampling:    multi-step speculative sampling (SpecInfer, Miao et al. 2024; the multi-draft
+//                setting of SpecTr, Sun et al. 2023): a running residual r starts as p; child c
+//                (token x, draft row q_c, uniform u[c]) is accepted with probability
+//                min(1, r(x) / q_c(x)), else r <- norm(max(0, r - q_c)) and the next child is
+//                tried; with all children rejected the final token ~ r (uniform u[N]).
+//                Lossless when siblings are independent draws from their q rows (with
+//                replacement, duplicates allowed).
+//   block:       not defined for trees (an error).
+// A chain (parents[i] = i - 1) gives exactly verify_*'s output in every shared mode.
+// Row logic: kernels/tree_math.h.
+struct TreeVerifyArgs {
+  int64_t batch = 1;           // B
+  int64_t max_nodes = 0;       // N
+  int64_t vocab = 0;           // V
+  VerifyMode mode = VerifyMode::greedy;
+  const int32_t* tokens = nullptr;   // [B, N] node tokens (entries >= n_nodes[b] ignored)
+  const int32_t* parents = nullptr;  // [B, N] parent node, -1 (root) .. i-1
+  const int32_t* n_nodes = nullptr;  // [B] ragged node counts, 0..N
+  const float* q = nullptr;          // [B, N, V] draft probs of each node (sampling mode only)
+  const float* p = nullptr;          // [B, N+1, V] target probs: row 0 root, row i+1 node i
+  const float* uniforms = nullptr;   // [B, N+1] in [0, 1]; not read in greedy mode (may be null)
+  double* scratch = nullptr;         // [B, V] sampling mode: the running residual (caller-owned,
+                                     // so no allocation happens inside; contents on return are
+                                     // undefined)
+  // outputs
+  int32_t* n_accepted = nullptr;     // [B] out: accepted path length a (0..depth); a row with
+                                     // bad input gets a negative status and the call throws
+                                     // specdec::Error naming the entry
+  int32_t* path = nullptr;           // [B, N] out: accepted node indices, root first, then -1
+  int32_t* out_tokens = nullptr;     // [B, N+1] out: tokens of the path, the final token, -1...
+};
+
+// CPU: parallel over the batch. Host pointers. Throws specdec::Error for bad sizes/pointers,
+// n_nodes outside [0, N], a parent outside [-1, i), a token outside [0, V), a uniform
+// outside [0, 1] or NaN, or a row without positive mass to sample.
+void verify_tree_cpu(const TreeVerifyArgs& args);
+// CUDA: all pointers device memory (scratch too); one block per sequence.
+void verify_tree_cuda(const TreeVerifyArgs& args);
 
 // KV-cache compaction for one layer tensor laid out [B, H, S, D] (float32), in place.
 // For each sequence b, positions src_pos[b][0..n_keep[b]) (strictly ascending, each in

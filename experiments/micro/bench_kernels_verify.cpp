@@ -1,10 +1,17 @@
 // CPU verification cost: V in {49152 (SmolLM2), 151936 (Qwen2.5)}, gamma in {1, 4, 8},
-// B in {1, 8}, for greedy, sampling and tokens_only.
+// B in {1, 8}, for greedy, sampling, tokens_only and block; and token-tree verification of
+// one sequence with N in {16, 32, 64} nodes at V = 49152.
 //   build/bench/bench_kernels_verify --benchmark_min_time=0.2
 // Inputs are peaked random distributions (a few dominant tokens, like real LM outputs).
 // Greedy drafts the argmax of p, so every row is accepted and gamma+1 argmaxes run (its
-// worst case). Sampling/tokens_only draft from q with random uniforms: the cost is one
-// residual or bonus sweep (sampling) or up to gamma+1 sample sweeps (tokens_only).
+// worst case). Sampling/tokens_only/block draft the argmax of q with random uniforms: the
+// cost is one residual or bonus sweep (sampling), up to gamma+1 sample sweeps (tokens_only),
+// or, as q and p are independent and the draft is mostly rejected, up to gamma - 1 residual
+// mass sweeps plus the residual sample (block: its worst case).
+// Trees: node i's parent is i / 4 - 1 (the root and the first nodes have 4 children). Greedy
+// and tokens_only trees carry the argmax of the parent's p row in each first child (deep
+// paths); sampling trees carry the argmax of each node's own q row, so all of the root's
+// children are rejected: 3 in-place residual updates in scratch plus one residual sample.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -80,6 +87,63 @@ void verify_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_verify, greedy, sk::VerifyMode::greedy)->Apply(verify_shapes);
 BENCHMARK_CAPTURE(BM_verify, sampling, sk::VerifyMode::sampling)->Apply(verify_shapes);
 BENCHMARK_CAPTURE(BM_verify, tokens_only, sk::VerifyMode::tokens_only)->Apply(verify_shapes);
+BENCHMARK_CAPTURE(BM_verify, block, sk::VerifyMode::block)->Apply(verify_shapes);
+
+// ---- token trees ---------------------------------------------------------------------------
+
+struct TreeInputs {
+  int64_t N, V;
+  std::vector<int32_t> tokens, parents, n_nodes, n_acc, path, out;
+  std::vector<float> q, p, u;
+  std::vector<double> scratch;
+};
+
+TreeInputs make_tree_inputs(int64_t N, int64_t V, sk::VerifyMode mode) {
+  specdec::Rng rng(4321);
+  TreeInputs in{N, V, std::vector<int32_t>(N), std::vector<int32_t>(N), std::vector<int32_t>(1, static_cast<int32_t>(N)),
+                std::vector<int32_t>(1), std::vector<int32_t>(N), std::vector<int32_t>(N + 1),
+                std::vector<float>(N * V), std::vector<float>((N + 1) * V), std::vector<float>(N + 1),
+                std::vector<double>(V)};
+  for (int64_t r = 0; r < N; ++r) fill_peaked(in.q.data() + r * V, V, rng);
+  for (int64_t r = 0; r <= N; ++r) fill_peaked(in.p.data() + r * V, V, rng);
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t parent = static_cast<int32_t>(i / 4) - 1;
+    const bool first_child = i == 0 || (i - 1) / 4 - 1 != parent;
+    in.parents[i] = parent;
+    const float* row = mode == sk::VerifyMode::sampling ? in.q.data() + i * V : in.p.data() + (parent + 1) * V;
+    in.tokens[i] = mode == sk::VerifyMode::sampling || first_child
+                       ? static_cast<int32_t>(specdec::kernels::math::argmax_row(row, V))
+                       : static_cast<int32_t>(rng.next() % V);
+  }
+  for (auto& x : in.u) x = rng.uniformf();
+  return in;
+}
+
+void BM_verify_tree(benchmark::State& state, sk::VerifyMode mode) {
+  const int64_t V = state.range(0), N = state.range(1);
+  TreeInputs in = make_tree_inputs(N, V, mode);
+  sk::TreeVerifyArgs a;
+  a.batch = 1, a.max_nodes = N, a.vocab = V, a.mode = mode;
+  a.tokens = in.tokens.data(), a.parents = in.parents.data(), a.n_nodes = in.n_nodes.data();
+  a.q = in.q.data(), a.p = in.p.data(), a.uniforms = in.u.data(), a.scratch = in.scratch.data();
+  a.n_accepted = in.n_acc.data(), a.path = in.path.data(), a.out_tokens = in.out.data();
+  for (auto _ : state) {
+    sk::verify_tree_cpu(a);
+    benchmark::DoNotOptimize(in.out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["accepted"] = in.n_acc[0];
+}
+
+void tree_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"V", "N"});
+  for (int64_t N : {16, 32, 64}) b->Args({49152, N});
+  b->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK_CAPTURE(BM_verify_tree, greedy, sk::VerifyMode::greedy)->Apply(tree_shapes);
+BENCHMARK_CAPTURE(BM_verify_tree, sampling, sk::VerifyMode::sampling)->Apply(tree_shapes);
+BENCHMARK_CAPTURE(BM_verify_tree, tokens_only, sk::VerifyMode::tokens_only)->Apply(tree_shapes);
 
 }  // namespace
 

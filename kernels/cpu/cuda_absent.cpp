@@ -7,6 +7,7 @@
 namespace specdec::kernels {
 
 void verify_cuda(const VerifyArgs&) { fail("verify_cuda: built without CUDA"); }
+void verify_tree_cuda(const TreeVerifyArgs&) { fail("verify_tree_cuda: built without CUDA"); }
 void kv_compact_cuda(const CompactArgs&) { fail("kv_compact_cuda: built without CUDA"); }
 void kv_reorder_cuda(float*, const float*, const int64_t*, int64_t, int64_t) {
   fail("kv_reorder_cuda: built without CUDA");

@@ -13,6 +13,16 @@ namespace specdec::kernels {
 
 namespace detail {
 
+const char* mode_name(VerifyMode m) {
+  switch (m) {
+    case VerifyMode::greedy: return "greedy";
+    case VerifyMode::sampling: return "sampling";
+    case VerifyMode::tokens_only: return "tokens_only";
+    case VerifyMode::block: return "block";
+  }
+  return "unknown";
+}
+
 void check_verify_args(const VerifyArgs& a, const char* who) {
   SD_CHECK(a.batch >= 0, who, ": batch = ", a.batch, " must be >= 0");
   SD_CHECK(a.gamma >= 0, who, ": gamma = ", a.gamma, " must be >= 0");
@@ -21,11 +31,13 @@ void check_verify_args(const VerifyArgs& a, const char* who) {
   SD_CHECK(a.n_accepted && a.out_tokens, who, ": outputs n_accepted [B] / out_tokens [B, gamma+1] are null");
   SD_CHECK(a.gamma == 0 || (a.draft_tokens && a.n_draft), who,
            ": draft_tokens [B, gamma] and n_draft [B] are required when gamma = ", a.gamma, " > 0");
-  if (a.mode == VerifyMode::sampling && a.gamma > 0)
-    SD_CHECK(a.q, who, ": sampling mode needs q (draft probs [B, gamma, V])");
+  SD_CHECK(a.mode == VerifyMode::greedy || a.mode == VerifyMode::sampling || a.mode == VerifyMode::tokens_only ||
+               a.mode == VerifyMode::block,
+           who, ": unknown mode ", static_cast<int>(a.mode));
+  if ((a.mode == VerifyMode::sampling || a.mode == VerifyMode::block) && a.gamma > 0)
+    SD_CHECK(a.q, who, ": ", mode_name(a.mode), " mode needs q (draft probs [B, gamma, V])");
   if (a.mode != VerifyMode::greedy)
-    SD_CHECK(a.uniforms, who, ": ", a.mode == VerifyMode::sampling ? "sampling" : "tokens_only",
-             " mode needs uniforms [B, gamma+1]");
+    SD_CHECK(a.uniforms, who, ": ", mode_name(a.mode), " mode needs uniforms [B, gamma+1]");
 }
 
 void throw_row_error(const char* who, int64_t b, int32_t status, int32_t i) {

@@ -1,10 +1,12 @@
 // CUDA verification: one block of math::kLanes threads per sequence. The block runs
-// math::verify_row in lockstep; GpuRowOps does the row-wide work (argmax, sampling) with
-// one lane per thread, producing the same lane masses and tokens as the CPU sweep.
+// math::verify_row in lockstep; gpu::GpuRowOps (row_ops_gpu.cuh) does the row-wide work
+// (argmax, sampling, residual masses) with one lane per thread, producing the same lane
+// masses and tokens as the CPU sweep.
 #include <vector>
 
 #include "kernels/cpu/kernels_internal.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/row_ops_gpu.cuh"
 #include "kernels/kernels.h"
 #include "kernels/verify_math.h"
 
@@ -12,51 +14,11 @@ namespace specdec::kernels {
 
 namespace {
 
-struct GpuRowOps {
-  double* s_mass;           // [kLanes] shared
-  math::ArgMax* s_arg;      // [kLanes] shared
-  int64_t* s_token;         // [1] shared
-
-  __device__ int64_t argmax(const float* row,  // [V]
-                            int64_t n_vocab) {
-    const int l = threadIdx.x;
-    s_arg[l] = math::lane_argmax(row, n_vocab, l);
-    __syncthreads();
-    // Tree reduction; argmax_merge is order-independent (ties -> lowest index).
-    for (int s = math::kLanes / 2; s > 0; s >>= 1) {
-      if (l < s) s_arg[l] = math::argmax_merge(s_arg[l], s_arg[l + s]);
-      __syncthreads();
-    }
-    const int64_t token = s_arg[0].index;
-    __syncthreads();  // s_arg is reused by the next call
-    return token;
-  }
-
-  __device__ int64_t sample(const float* p,  // [V]
-                            const float* q,  // [V] or nullptr
-                            int64_t n_vocab, float u) {
-    const int l = threadIdx.x;
-    s_mass[l] = math::lane_mass(p, q, n_vocab, l);
-    __syncthreads();
-    if (l == 0) {
-      // Serial over kLanes values, in the CPU's order, so the pick is bit-identical.
-      const math::LanePick pick = math::pick_lane(s_mass, u);
-      *s_token = pick.lane < 0 ? -1 : math::scan_lane(p, q, n_vocab, pick.lane, pick.remaining);
-    }
-    __syncthreads();
-    const int64_t token = *s_token;
-    __syncthreads();
-    return token;
-  }
-};
-
 __global__ void verify_kernel(VerifyArgs args) {
-  __shared__ double s_mass[math::kLanes];
-  __shared__ math::ArgMax s_arg[math::kLanes];
-  __shared__ int64_t s_token;
+  __shared__ gpu::RowOpsShared shared;
+  gpu::GpuRowOps ops(shared);
   const int64_t b = blockIdx.x;
   const math::RowView row = math::row_view(args, b);
-  GpuRowOps ops{s_mass, s_arg, &s_token};
   const math::RowResult res = math::verify_row(row, ops);
   if (threadIdx.x == 0) {
     // A negative count carries the row status back to the launcher.

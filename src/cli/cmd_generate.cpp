@@ -81,7 +81,7 @@ nlohmann::json stats_json(const strategies::Result& r, const std::string& strate
       {"strategy", strategy}, {"finish", strategies::to_string(r.finish)}, {"n_prompt", s.n_prompt},
       {"n_generated", s.n_generated}, {"n_target_forwards", s.n_target_forwards},
       {"n_draft_forwards", s.n_draft_forwards}, {"n_drafted", s.n_drafted}, {"n_accepted", s.n_accepted},
-      {"n_rounds", s.n_rounds}, {"alpha", s.alpha()}, {"tau", s.tau()},
+      {"n_rounds", s.n_rounds}, {"n_tree_rounds", s.n_tree_rounds}, {"alpha", s.alpha()}, {"tau", s.tau()},
       {"accepted_per_position", s.accepted_per_position}, {"drafted_per_position", s.drafted_per_position},
       // ms_<phase> for the phases older readers know; "phases" has them all.
       {"ms_prefill", s.phase_ms.prefill}, {"ms_draft", s.phase_ms.draft}, {"ms_verify", s.phase_ms.verify},
@@ -89,6 +89,7 @@ nlohmann::json stats_json(const strategies::Result& r, const std::string& strate
       {"ms_first_token", s.ms_first_token}, {"phases", harness::to_json(phase_breakdown(s))},
       {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
       {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
+  if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
   return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
 }
 
@@ -127,6 +128,10 @@ int run_generate(const GenerateOptions& o) {
   model::set_threads(o.threads, o.threads_oversubscribe);
   const strategies::Params params = parse_sets(o.sets);
   auto strategy = strategies::create(o.strategy, params);  // fails early on bad names/params
+  const strategies::StrategyNeeds needs =
+      strategies::strategy_needs(o.strategy, strategies::resolve(o.strategy, params), !o.draft.empty());
+  SD_CHECK(!needs.draft_model || !o.draft.empty(), "strategy '", o.strategy, "'",
+           needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs --draft");
   const model::LoadedModel tgt = load_model(o.model, o);
   SD_CHECK(tgt.tokenizer != nullptr, "model '", o.model, "' has no tokenizer; generate needs one");
   strategies::Request req;
@@ -138,8 +143,6 @@ int run_generate(const GenerateOptions& o) {
     req.draft_tokenizer = dft.tokenizer;
     if (dft.tokenizer) strategies::check_tokenizers_compatible(*tgt.tokenizer, *dft.tokenizer);
   }
-  SD_CHECK(!strategies::find(o.strategy).needs_draft_model || req.draft, "strategy '", o.strategy,
-           "' needs --draft");
   std::string text = read_prompt(o);
   if (o.chat) text = tgt.tokenizer->apply_chat_template({{"user", text}}, true);
   req.prompt = tgt.tokenizer->encode(text, /*add_special=*/true);

@@ -163,12 +163,16 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
     PlannedCell pc;
     pc.cell = cell;
     pc.resolved = resolve_cell(cfg, cell);
-    const auto& info = reg::find(cell.strategy);
-    const bool wants_draft = info.needs_draft_model || (pc.resolved.has("drafter") &&
-                                                        pc.resolved.get_string("drafter") == "model");
-    if (wants_draft && !cfg.draft)
-      fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "]: strategy '", cell.label,
-           "' needs a draft model: set models.draft");
+    // The strategy says what it needs (its drafter may want a draft model); see registry.h.
+    reg::StrategyNeeds needs;
+    try {
+      needs = reg::strategy_needs(cell.strategy, pc.resolved, cfg.draft.has_value());
+    } catch (const Error& e) {
+      fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "].params: ", e.what());
+    }
+    if (needs.draft_model && !cfg.draft)
+      fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "]: strategy '", cell.label, "'",
+           needs.drafter.empty() ? "" : " (drafter '" + needs.drafter + "')", " needs a draft model: set models.draft");
     fill_baseline(pc);
     pc.checked = std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cell.strategy) !=
                  cfg.checks.strategies.end();

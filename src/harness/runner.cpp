@@ -116,6 +116,7 @@ std::string decode_text(const Tokens& t, const model::LoadedModel& m) {
 // Sums over one side's (candidate's or baseline's) measured generations of one cell.
 struct Totals {
   int64_t n_generated = 0, n_drafted = 0, n_accepted = 0, n_rounds = 0, n_target_forwards = 0, n_draft_forwards = 0;
+  int64_t n_tree_rounds = 0;
   double ms_decode = 0;
   int64_t n_decode_tokens = 0;
   PhaseBreakdown phases;
@@ -128,6 +129,7 @@ struct Totals {
     n_drafted += s.n_drafted;
     n_accepted += s.n_accepted;
     n_rounds += s.n_rounds;
+    n_tree_rounds += s.n_tree_rounds;
     n_target_forwards += s.n_target_forwards;
     n_draft_forwards += s.n_draft_forwards;
     phases.ms += s.phase_ms;
@@ -230,6 +232,7 @@ json CellRunner::sample_line(const PlannedCell& pc, const std::string& role, con
     j["n_target_forwards"] = s.n_target_forwards;
     j["n_drafted"] = s.n_drafted;
     j["n_accepted"] = s.n_accepted;
+    if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
   }
   return j;
 }
@@ -321,8 +324,10 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
   const int64_t draft_steps = cand_tot.n_draft_forwards ? cand_tot.n_draft_forwards : cand_tot.n_drafted;
   m.draft_step_ms = draft_steps ? cand_tot.phases.ms.draft / draft_steps : 0;
   m.cost_ratio = m.target_step_ms > 0 ? m.draft_step_ms / m.target_step_ms : 0;
-  m.gamma = pc.resolved.has("gamma") ? pc.resolved.get_int("gamma") : 0;
-  if (m.gamma > 0 && m.n_drafted > 0) {
+  m.gamma = reg::strategy_needs(pc.cell.strategy, pc.resolved, models_.draft.has_value()).draft_length;
+  // Leviathan et al.'s prediction models chains; for token trees alpha is per node and the
+  // formula does not apply, so no prediction is made.
+  if (m.gamma > 0 && m.n_drafted > 0 && cand_tot.n_tree_rounds == 0) {
     m.predicted_speedup = stats::leviathan_speedup(m.alpha, m.gamma, m.cost_ratio);
     m.measured_over_predicted = m.predicted_speedup > 0 ? m.speedup.median / m.predicted_speedup : 0;
   }

@@ -36,6 +36,41 @@ struct ModelConfig {
   bool qkv_bias = false;
 };
 
+// Optional parts of a forward pass. The defaults give a plain chain: fed token t of sequence b
+// sits at position start_pos[b] + t and attends to every earlier position.
+struct ForwardOptions {
+  // Token tree [T] (shared by every sequence of the batch): parents[t] is the fed token that t
+  // follows (parents[t] < t), or -1 when t follows the cached prefix directly. Token t attends
+  // to the cached prefix [0, start_pos[b]) and to its ancestors among the fed tokens, itself
+  // included. Empty: a chain (parents[t] = t - 1). Fed token t is still written to cache slot
+  // start_pos[b] + t; after accepting a root-to-node path, move the path's slots together
+  // (KVCache::compact) before the next forward.
+  std::vector<int32_t> parents;
+  // Growing a tree over several forwards (a drafter expanding it level by level): the first
+  // tree_cached nodes of the tree are already in the cache at slots start_pos[b] -
+  // tree_cached .. start_pos[b] - 1, and `parents` then has tree_cached + T entries, indexed
+  // over all tree nodes (the fed tokens are nodes tree_cached .. tree_cached + T - 1). The
+  // visible prefix is [0, start_pos[b] - tree_cached). 0: the tree is all in this forward.
+  int64_t tree_cached = 0;
+  // Position (RoPE angle, learned position row) of each fed token, [B * T] row-major.
+  // Empty: the prefix length plus depth(t), where depth counts t's ancestors among the tree
+  // nodes (a chain: start_pos[b] + t).
+  std::vector<int64_t> positions;
+  // Run only these layers, strictly ascending (self-speculation by layer skipping); the
+  // others pass the residual stream through unchanged and keep their cache entries as they
+  // were. Empty: all layers.
+  std::vector<int64_t> layers;
+  bool logits = true;             // false: skip the output head (hidden states only)
+  bool final_hidden = false;      // also return the output head's input (after the final norm)
+  int64_t hidden_layer = -1;      // >= 0: also return the residual stream after this layer
+};
+
+struct ForwardResult {
+  at::Tensor logits;        // [B, T, V] float32 (undefined when !options.logits)
+  at::Tensor hidden;        // [B, T, d] final normed hidden state (when options.final_hidden)
+  at::Tensor layer_hidden;  // [B, T, d] after layer options.hidden_layer (when >= 0)
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -45,12 +80,19 @@ class CausalLM {
   virtual KVCache make_cache(int64_t batch, int64_t max_seq) const = 0;
 
   // tokens:    [B, T] int64
-  // start_pos: [B]    position of tokens[b][0]; must equal cache.length(b) (positions
+  // start_pos: [B]    cache slot of tokens[b][0]; must be <= cache.length(b) (slots
   //                   >= start_pos[b] are overwritten, so a rollback is just a smaller start)
-  // returns:   [B, T, V] float32 logits. Writes K/V of the T positions into `cache` and
-  //            sets cache.length(b) = start_pos[b] + T.
-  virtual at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                             KVCache& cache) = 0;
+  // Writes K/V of the T fed tokens into slots start_pos[b] .. start_pos[b] + T - 1 and sets
+  // cache.length(b) = start_pos[b] + T. Every row of the result depends only on its own token,
+  // position and attended keys, never on the other rows: a tree row equals the same path fed
+  // as a chain, bit for bit (tests/integration/test_model_tree_smollm2.cpp).
+  virtual ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
+                                KVCache& cache, const ForwardOptions& options) = 0;
+
+  // A chain: returns [B, T, V] float32 logits.
+  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, KVCache& cache) {
+    return forward(tokens, start_pos, cache, ForwardOptions{}).logits;
+  }
 
   // Bytes of weights read per decoded token (the memory-bound floor is this / bandwidth).
   virtual int64_t weight_bytes() const = 0;

@@ -1,5 +1,6 @@
 #include "model/checks.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -40,6 +41,66 @@ void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_
   for (int64_t i = 0; i < B * T; ++i)
     SD_CHECK(p[i] >= 0 && p[i] < cfg.n_vocab, who, ": token id ", p[i], " at [", i / T, ", ", i % T,
              "] out of range [0, ", cfg.n_vocab, ")");
+}
+
+void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,
+                           const std::vector<int64_t>& start_pos, const ForwardOptions& o) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  for (int64_t b = 0; b < B; ++b)
+    SD_CHECK(start_pos[b] >= o.tree_cached, who, ": tree_cached = ", o.tree_cached, " nodes but sequence ", b,
+             " starts at slot ", start_pos[b]);
+  SD_CHECK(o.tree_cached >= 0 && (o.tree_cached == 0 || !o.parents.empty()), who, ": tree_cached = ",
+           o.tree_cached, " needs a tree (parents) and must be >= 0");
+  if (!o.parents.empty()) {
+    const int64_t n = o.tree_cached + T;
+    SD_CHECK(static_cast<int64_t>(o.parents.size()) == n, who, ": tree has ", o.parents.size(),
+             " parent entries for ", o.tree_cached, " cached + ", T, " fed tokens");
+    for (int64_t t = 0; t < n; ++t)
+      SD_CHECK(o.parents[t] >= -1 && o.parents[t] < t, who, ": tree parents[", t, "] = ", o.parents[t],
+               " must be in [-1, ", t, ") (a token's parent comes before it; -1 = follows the cache)");
+  }
+  if (!o.positions.empty()) {
+    SD_CHECK(static_cast<int64_t>(o.positions.size()) == B * T, who, ": ", o.positions.size(),
+             " positions for ", B, " x ", T, " fed tokens");
+    // Positions size the RoPE table: bound them by the trained context (or 2^16 without one).
+    const int64_t limit = std::max<int64_t>(cfg.n_ctx, int64_t{1} << 16);
+    for (int64_t i = 0; i < B * T; ++i)
+      SD_CHECK(o.positions[i] >= 0 && o.positions[i] < limit, who, ": positions[", i, "] = ", o.positions[i],
+               " is outside [0, ", limit, ")");
+  }
+  for (size_t i = 0; i < o.layers.size(); ++i)
+    SD_CHECK(o.layers[i] >= 0 && o.layers[i] < cfg.n_layers && (i == 0 || o.layers[i] > o.layers[i - 1]), who,
+             ": layers[", i, "] = ", o.layers[i], ": the layer subset must be strictly ascending in [0, ",
+             cfg.n_layers, ")");
+  SD_CHECK(o.hidden_layer >= -1 && o.hidden_layer < cfg.n_layers, who, ": hidden_layer = ", o.hidden_layer,
+           " must be -1 (none) or in [0, ", cfg.n_layers, ")");
+}
+
+std::vector<int64_t> fed_positions(const std::vector<int64_t>& start_pos, int64_t T, const ForwardOptions& o) {
+  if (!o.positions.empty()) return o.positions;
+  const int64_t c = o.tree_cached, n = c + T;
+  std::vector<int64_t> depth(n);
+  for (int64_t t = 0; t < n; ++t)
+    depth[t] = o.parents.empty() ? t : (o.parents[t] < 0 ? 0 : depth[o.parents[t]] + 1);
+  std::vector<int64_t> pos;
+  pos.reserve(start_pos.size() * T);
+  for (int64_t start : start_pos)
+    for (int64_t t = 0; t < T; ++t) pos.push_back(start - c + depth[c + t]);
+  return pos;
+}
+
+void tree_ancestors(const std::vector<int32_t>& parents, std::vector<int64_t>& anc, std::vector<int64_t>& begin) {
+  anc.clear();
+  begin.clear();
+  if (parents.empty()) return;
+  const int64_t T = static_cast<int64_t>(parents.size());
+  begin.assign(T + 1, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t first = anc.size();
+    for (int64_t a = t; a >= 0; a = parents[a]) anc.push_back(a);
+    std::reverse(anc.begin() + static_cast<std::ptrdiff_t>(first), anc.end());  // root first
+    begin[t + 1] = static_cast<int64_t>(anc.size());
+  }
 }
 
 }  // namespace specdec::model

@@ -19,4 +19,21 @@ void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_
                           int64_t max_positions, const at::Tensor& tokens,
                           const std::vector<int64_t>& start_pos, const KVCache& cache);
 
+// ForwardOptions against the model and the fed tokens [B, T]: a tree of T parents each in
+// [-1, t), B*T non-negative positions, ascending layer indices in [0, n_layers), hidden_layer
+// in [-1, n_layers). Errors name the entry and list what is valid.
+void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,
+                           const std::vector<int64_t>& start_pos, const ForwardOptions& options);
+
+// [B*T] position of each fed token: options.positions, else the visible prefix length
+// start_pos[b] - tree_cached plus the token's depth in the tree (0 for a token that follows the
+// prefix; a chain gives start_pos[b] + t).
+std::vector<int64_t> fed_positions(const std::vector<int64_t>& start_pos, int64_t T,
+                                   const ForwardOptions& options);
+
+// For a tree of n nodes (parents[t] < t, -1 = follows the prefix): anc[begin[t] ..
+// begin[t+1]) lists t's ancestors root first and t itself last, as node indices. Empty
+// parents (a chain) give empty outputs.
+void tree_ancestors(const std::vector<int32_t>& parents, std::vector<int64_t>& anc, std::vector<int64_t>& begin);
+
 }  // namespace specdec::model

@@ -109,11 +109,14 @@ class Gpt2Model final : public CausalLM {
     return n + 2 * cfg_.d_model * 4;  // one token and one position embedding row per token
   }
 
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                     KVCache& cache) override;
+  using CausalLM::forward;
+  ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
+                        KVCache& cache, const ForwardOptions& options) override;
 
  private:
   at::Tensor causal_mask(const std::vector<int64_t>& start, int64_t T, int64_t n_keys) const;
+  at::Tensor tree_mask(const std::vector<int64_t>& start, const ForwardOptions& opt, int64_t T,
+                       int64_t n_keys) const;
   // x: [B*T, d] -> [B*T, d]
   at::Tensor attention(const Block& blk, int64_t layer, const at::Tensor& x,
                        const std::vector<int64_t>& start, int64_t B, int64_t T,
@@ -138,6 +141,25 @@ at::Tensor Gpt2Model::causal_mask(const std::vector<int64_t>& start, int64_t T,
   return k_pos > q_pos;
 }
 
+// [B, 1, T, n_keys] bool, true where fed token t (tree node tree_cached + t) must not see key j:
+// the prefix [0, start[b] - tree_cached) is visible, and of the tree only t's ancestors.
+at::Tensor Gpt2Model::tree_mask(const std::vector<int64_t>& start, const ForwardOptions& opt, int64_t T,
+                                int64_t n_keys) const {
+  const int64_t B = static_cast<int64_t>(start.size()), c = opt.tree_cached;
+  std::vector<int64_t> anc, begin;
+  tree_ancestors(opt.parents, anc, begin);
+  at::Tensor mask = at::ones({B, 1, T, n_keys}, at::kBool);
+  bool* m = mask.data_ptr<bool>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      bool* row = m + (b * T + t) * n_keys;
+      const int64_t base = start[b] - c;
+      std::fill(row, row + base, false);
+      for (int64_t a = begin[c + t]; a < begin[c + t + 1]; ++a) row[base + anc[a]] = false;
+    }
+  return mask;
+}
+
 at::Tensor Gpt2Model::attention(const Block& blk, int64_t layer, const at::Tensor& x,
                                 const std::vector<int64_t>& start, int64_t B, int64_t T,
                                 const at::Tensor& mask, KVCache& cache) const {
@@ -159,26 +181,39 @@ at::Tensor Gpt2Model::attention(const Block& blk, int64_t layer, const at::Tenso
   return blk.o(out.permute({0, 2, 1, 3}).reshape({B * T, cfg_.d_model}));
 }
 
-at::Tensor Gpt2Model::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                              KVCache& cache) {
+ForwardResult Gpt2Model::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
+                                 KVCache& cache, const ForwardOptions& opt) {
   check_forward_inputs("gpt2 forward", cfg_, cfg_.n_heads, cfg_.n_ctx, tokens, start_pos, cache);
+  check_forward_options("gpt2 forward", cfg_, tokens, start_pos, opt);
   const int64_t B = tokens.size(0), T = tokens.size(1), d = cfg_.d_model;
   at::Tensor ids = tokens.to(at::kLong).reshape({B * T});
-  at::Tensor pos = (at::tensor(start_pos, at::kLong).view({B, 1}) +
-                    at::arange(T, at::kLong).view({1, T})).reshape({B * T});
+  const std::vector<int64_t> positions = fed_positions(start_pos, T, opt);
+  for (size_t i = 0; i < positions.size(); ++i)
+    SD_CHECK(positions[i] < cfg_.n_ctx, "gpt2 forward: position ", positions[i], " of fed token ", i,
+             " is beyond the learned position table n_ctx = ", cfg_.n_ctx);
+  at::Tensor pos = at::tensor(positions, at::kLong);  // [B*T]
   at::Tensor x = wte_.index_select(0, ids) + wpe_.index_select(0, pos);  // [B*T, d]
   const int64_t n_keys = *std::max_element(start_pos.begin(), start_pos.end()) + T;
-  at::Tensor mask = causal_mask(start_pos, T, n_keys);
+  at::Tensor mask = opt.parents.empty() ? causal_mask(start_pos, T, n_keys) : tree_mask(start_pos, opt, T, n_keys);
+  ForwardResult res;
+  size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    const Block& blk = blocks_[l];
-    at::Tensor h = at::layer_norm(x, {d}, blk.ln1_w, blk.ln1_b, cfg_.norm_eps);
-    x = x + attention(blk, l, h, start_pos, B, T, mask, cache);
-    h = at::layer_norm(x, {d}, blk.ln2_w, blk.ln2_b, cfg_.norm_eps);
-    x = x + blk.proj(at::gelu(blk.fc(h), "tanh"));  // GPT-2's gelu_new is the tanh form
+    const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);
+    if (run) {
+      if (!opt.layers.empty()) ++next_listed;
+      const Block& blk = blocks_[l];
+      at::Tensor h = at::layer_norm(x, {d}, blk.ln1_w, blk.ln1_b, cfg_.norm_eps);
+      x = x + attention(blk, l, h, start_pos, B, T, mask, cache);
+      h = at::layer_norm(x, {d}, blk.ln2_w, blk.ln2_b, cfg_.norm_eps);
+      x = x + blk.proj(at::gelu(blk.fc(h), "tanh"));  // GPT-2's gelu_new is the tanh form
+    }
+    if (l == opt.hidden_layer) res.layer_hidden = x.clone().view({B, T, d});
   }
   x = at::layer_norm(x, {d}, lnf_w_, lnf_b_, cfg_.norm_eps);
   for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
-  return head_(x).view({B, T, cfg_.n_vocab});
+  if (opt.final_hidden) res.hidden = x.view({B, T, d});
+  if (opt.logits) res.logits = head_(x).view({B, T, cfg_.n_vocab});
+  return res;
 }
 
 }  // namespace

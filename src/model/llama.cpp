@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -138,16 +139,19 @@ inline float softmax_exp(float x) {
   return p * scale;
 }
 
-// Softmax attention of one query head over n_keys cached positions:
-// out = sum_j softmax_j(scale * q.k_j) v_j. keys, vals: [n_keys, hd] rows of the cache;
-// scores: scratch of n_keys floats. The result depends only on q and the keys/values, never
-// on the other queries of the forward.
-SD_VECTOR_CLONES void attend(const float* q, const float* keys, const float* vals,
-                             int64_t n_keys, int64_t hd, float scale, float* scores,
-                             float* out) {
+// Softmax attention of one query head over the cached slots listed in `slots` (ascending: a
+// chain row lists 0..its own slot, a tree row the prefix and then its ancestors):
+// out = sum_j softmax_j(scale * q.k_j) v_j. keys, vals: [S, hd] rows of the cache; scores:
+// scratch of n_keys floats. The result depends only on q and the attended keys/values in
+// their order, never on the other queries of the forward. Every key is reached through the
+// slot list, also for a chain: with a contiguous range the compiler vectorises across keys
+// and rounds the dot products differently, and a tree row would then no longer equal the
+// same path fed as a chain bit for bit.
+SD_VECTOR_CLONES void attend(const float* q, const float* keys, const float* vals, const int64_t* slots,
+                             int64_t n_keys, int64_t hd, float scale, float* scores, float* out) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n_keys; ++j) {
-    const float* k = keys + j * hd;
+    const float* k = keys + slots[j] * hd;
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < hd; ++i) s += q[i] * k[i];
@@ -164,7 +168,7 @@ SD_VECTOR_CLONES void attend(const float* q, const float* keys, const float* val
   for (int64_t i = 0; i < hd; ++i) out[i] = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
     const float p = scores[j];
-    const float* v = vals + j * hd;
+    const float* v = vals + slots[j] * hd;
 #pragma omp simd
     for (int64_t i = 0; i < hd; ++i) out[i] += p * v[i];
   }
@@ -224,8 +228,9 @@ class LlamaModel final : public CausalLM {
     return n + cfg_.d_model * 4;  // plus one embedding row per token
   }
 
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                     KVCache& cache) override;
+  using CausalLM::forward;
+  ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
+                        KVCache& cache, const ForwardOptions& options) override;
 
  private:
   void ensure_rope_table(int64_t n_pos);
@@ -243,6 +248,12 @@ class LlamaModel final : public CausalLM {
   struct Step {
     int64_t B = 0, T = 0;
     std::vector<int64_t> start;
+    std::vector<int64_t> pos;  // [B*T] position of each fed token (RoPE angle)
+    // Trees only: tree node t (fed token t - tree_cached) attends to the prefix
+    // [0, start - tree_cached) and to the nodes anc[anc_begin[t] .. anc_begin[t+1]) (its
+    // ancestors, root first, itself last) at slots start - tree_cached + node. Empty for a chain.
+    std::vector<int64_t> anc, anc_begin;
+    int64_t tree_cached = 0;
   } step_;
 };
 
@@ -276,61 +287,88 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
   const float* sinp = sin_.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t pos = s.start[b] + t;
+      const int64_t pos = s.pos[b * T + t], slot = s.start[b] + t;
       float* r = qkvp + (b * T + t) * row;
       rope_row(r, H + Hkv, hd, cosp + pos * half, sinp + pos * half);  // q and k heads
       for (int64_t h = 0; h < Hkv; ++h) {
-        const int64_t at_pos = ((b * Hkv + h) * S + pos) * hd;
-        std::copy_n(r + q_dim + h * hd, hd, kc + at_pos);
-        std::copy_n(r + q_dim + kv_dim + h * hd, hd, vc + at_pos);
+        const int64_t at_slot = ((b * Hkv + h) * S + slot) * hd;
+        std::copy_n(r + q_dim + h * hd, hd, kc + at_slot);
+        std::copy_n(r + q_dim + kv_dim + h * hd, hd, vc + at_slot);
       }
     }
   }
   at::Tensor out = at::empty({B * T, q_dim}, xn.options());
   float* outp = out.data_ptr<float>();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const bool tree = !s.anc_begin.empty();
   const int64_t work = T * (s.start[0] + T) * hd;  // per (b, h) task, roughly
   parallel::parallel_for(B * H, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work)),
                          [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;
+    std::vector<int64_t> slots;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / H, h = i % H;
       const int64_t base = ((b * Hkv + h / G) * S) * hd;  // kv head h / G (HF repeat_kv)
       scores.resize(s.start[b] + T);
-      for (int64_t t = 0; t < T; ++t)
-        attend(qkvp + (b * T + t) * row + h * hd, kc + base, vc + base, s.start[b] + t + 1, hd,
-               scale, scores.data(), outp + (b * T + t) * q_dim + h * hd);
+      // A chain row t attends to slots 0 .. start + t (a prefix of one list); a tree row to
+      // slots 0 .. start - 1 and then its ancestors.
+      slots.resize(tree ? s.start[b] - s.tree_cached : s.start[b] + T);
+      std::iota(slots.begin(), slots.end(), int64_t{0});
+      for (int64_t t = 0; t < T; ++t) {
+        const float* q = qkvp + (b * T + t) * row + h * hd;
+        float* o = outp + (b * T + t) * q_dim + h * hd;
+        int64_t n_keys = s.start[b] + t + 1;
+        if (tree) {
+          const int64_t tree_base = s.start[b] - s.tree_cached, node = s.tree_cached + t;
+          slots.resize(tree_base);
+          for (int64_t a = s.anc_begin[node]; a < s.anc_begin[node + 1]; ++a) slots.push_back(tree_base + s.anc[a]);
+          n_keys = static_cast<int64_t>(slots.size());
+        }
+        attend(q, kc + base, vc + base, slots.data(), n_keys, hd, scale, scores.data(), o);
+      }
     }
   });
   return w.wo(out);  // [B*T, d]
 }
 
-at::Tensor LlamaModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                               KVCache& cache) {
+ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
+                                  KVCache& cache, const ForwardOptions& opt) {
   check_forward_inputs("llama forward", cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache);
+  check_forward_options("llama forward", cfg_, tokens, start_pos, opt);
   SD_CHECK(cache.k(0).scalar_type() == at::kFloat && cache.k(0).is_contiguous(),
            "llama forward: the KV cache must be contiguous float32");
   Step& s = step_;
   s.B = tokens.size(0);
   s.T = tokens.size(1);
   s.start = start_pos;
-  int64_t n_pos = 0;
-  for (int64_t b = 0; b < s.B; ++b) n_pos = std::max(n_pos, start_pos[b] + s.T);
-  ensure_rope_table(n_pos);
+  s.pos = fed_positions(start_pos, s.T, opt);
+  tree_ancestors(opt.parents, s.anc, s.anc_begin);
+  s.tree_cached = opt.tree_cached;
+  ensure_rope_table(*std::max_element(s.pos.begin(), s.pos.end()) + 1);
   const int64_t ff = cfg_.d_ff;
   const at::Tensor ids = tokens.to(at::kLong).reshape({-1});
   at::Tensor x =  // [B*T, d]
       tok_embd_.defined() ? at::embedding(tok_embd_, ids) : output_.rows(ids);
+  ForwardResult res;
+  const auto shape = [&](const at::Tensor& t) { return t.view({s.B, s.T, t.size(1)}); };
+  size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    const Layer& w = layers_[l];
-    x.add_(attention(w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
-    at::Tensor gu = w.w_gate_up(rms_norm(x, w.ffn_norm, cfg_.norm_eps));  // [B*T, 2 d_ff]
-    at::Tensor g = at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff));
-    x.add_(w.w_down(g));
+    const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);
+    if (run) {
+      if (!opt.layers.empty()) ++next_listed;
+      const Layer& w = layers_[l];
+      x.add_(attention(w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
+      at::Tensor gu = w.w_gate_up(rms_norm(x, w.ffn_norm, cfg_.norm_eps));  // [B*T, 2 d_ff]
+      at::Tensor g = at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff));
+      x.add_(w.w_down(g));
+    }
+    if (l == opt.hidden_layer) res.layer_hidden = shape(x.clone());
   }
-  at::Tensor logits = output_(rms_norm(x, out_norm_, cfg_.norm_eps));  // [B*T, V]
+  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
+  if (opt.final_hidden) res.hidden = shape(xn);
+  if (opt.logits) res.logits = shape(output_(xn));  // [B, T, V]
   for (int64_t b = 0; b < s.B; ++b) cache.set_length(b, start_pos[b] + s.T);
-  return logits.view({s.B, s.T, cfg_.n_vocab});
+  return res;
 }
 
 }  // namespace

@@ -257,7 +257,6 @@ StrategyInfo beam_info() {
               {"early_stopping", "string", "false", "true | false | never (as Hugging Face)"},
               {"num_return_sequences", "int", "1", "sequences returned (<= num_beams), best first"},
           },
-          false,
           [](const Params& p) { return std::make_unique<Beam>(p); }};
 }
 

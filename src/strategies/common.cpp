@@ -77,10 +77,15 @@ void check_request(const Request& req) {
 
 at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
                           int64_t start_pos) {
+  return forward_tokens(model, cache, ids, n, start_pos, model::ForwardOptions{});
+}
+
+at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
+                          int64_t start_pos, const model::ForwardOptions& options) {
   at::Tensor tokens = at::empty({1, n}, at::kLong);
   int64_t* t = tokens.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) t[i] = ids[i];
-  at::Tensor logits = model.forward(tokens, {start_pos}, cache);  // [1, n, V]
+  at::Tensor logits = model.forward(tokens, {start_pos}, cache, options).logits;  // [1, n, V]
   at::Tensor rows = logits.select(0, 0).to(at::kFloat).contiguous();  // [n, V]
   check_finite_logits(rows, model, ids, start_pos);
   return rows;

@@ -31,6 +31,11 @@ void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model,
 at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
                           int64_t start_pos);
 
+// The same for a token tree (model/causal_lm.h ForwardOptions: parents, tree_cached, ...).
+// returns: [n, V] float32 logits, contiguous; row i for ids[i].
+at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
+                          int64_t start_pos, const model::ForwardOptions& options);
+
 // Cache capacity for a request: prompt + max_new_tokens + `slack` speculative positions.
 int64_t cache_capacity(const Request& req, int64_t slack);
 

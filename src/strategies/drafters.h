@@ -1,68 +1,123 @@
 #pragma once
 // Drafters (proposers) for speculative decoding. A drafter sees the committed sequence
-// (prompt + generated) and returns a plain DraftProposal; it never sees the target or the
-// verifier (DESIGN principle 2).
+// (prompt + generated) and returns a plain DraftProposal: a chain or a token tree. It never
+// sees the target or the verifier (DESIGN principle 2).
+//
+// Drafters are registered like strategies: each file in src/strategies/drafters/ defines
+// `DrafterInfo <name>_drafter_info()`, and one line in drafters/registry.cpp lists it.
+// Their parameters join the speculative strategy's schema (speculative_info()), so
+// `--param tree_branching=4,2` reaches the drafter that reads it.
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/rng.h"
 #include "model/causal_lm.h"
 #include "sampling/processors.h"
 #include "strategies/phases.h"
+#include "strategies/strategy.h"
 
 namespace specdec::strategies {
 
+// The most draft tokens (chain length or tree nodes) one round may propose; KV caches keep this
+// many positions of slack beyond the request. Tree drafters check their size against it.
+constexpr int64_t k_max_draft_nodes = 256;
+
+// N draft tokens: a chain x_1..x_N (parents empty), or the nodes of a tree in topological
+// order (parents[i] < i; -1 = the node follows the last committed token).
 struct DraftProposal {
-  Tokens tokens;  // x_1..x_k, k <= gamma
-  at::Tensor q;   // [k, V] processed draft probabilities of x_1..x_k; undefined for drafters
-                  // without a distribution (n-gram)
-  int64_t n_forwards = 0;  // draft-model forwards spent
+  Tokens tokens;                 // [N]
+  std::vector<int32_t> parents;  // [N] or empty (chain: parent of x_i is x_{i-1})
+  at::Tensor q;                  // [N, V] processed draft probabilities: row i is the distribution
+                                 // x_i was drawn from (siblings share their parent's row values).
+                                 // Undefined for drafters without a distribution (n-gram, suffix).
+  int64_t n_forwards = 0;        // draft-model forwards spent
   // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
   // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
   PhaseTimes ms;
+
+  bool is_chain() const { return parents.empty(); }
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  // Depth of node i (1 for a child of the last committed token).
+  int64_t depth(int64_t i) const;
 };
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // sequence: all committed tokens (its last token is not yet in any cache).
-  virtual DraftProposal propose(const Tokens& sequence, int64_t gamma) = 0;
-  // The first n_valid tokens of the sequence are now committed; drop anything later.
-  virtual void rollback(int64_t n_valid) { (void)n_valid; }
+  // sequence: all committed tokens (its last token is not yet in any cache). max_depth bounds
+  // the length of every root-to-leaf path (a chain's length); tree drafters size their tree
+  // from their own parameters within it. max_depth 0: propose nothing.
+  virtual DraftProposal propose(const Tokens& sequence, int64_t max_depth) = 0;
+  // After verification the first n_valid tokens of the sequence are committed; `accepted`
+  // holds the node indices of the proposal that were accepted, root first (a chain: 0..a-1).
+  // Drop anything later (or move the accepted path's cache slots together).
+  virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
+    (void)n_valid;
+    (void)accepted;
+  }
   // Processes tokens[0..n) ahead of the first proposal (the draft model's prefill).
   virtual void prefill(const Tokens& tokens) { (void)tokens; }
   virtual bool has_distribution() const = 0;
+  // Drafters that learn from the target (Token Recycling's adjacency table, Lookahead's Jacobi
+  // window) return k > 0 here and are shown, after every verification, the target's k
+  // likeliest next tokens (raw logits) for each fed row: fed[0] is the last committed token,
+  // fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows the committed
+  // prefix; empty = a chain). Called before commit().
+  virtual int64_t target_topk() const { return 0; }
+  virtual void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) {
+    (void)fed;
+    (void)parents;
+    (void)topk;
+  }
+  // Figures about this generation for Stats::drafter_stats (name -> value); none by default.
+  virtual void report(std::map<std::string, double>& out) const { (void)out; }
 };
 
-// Prompt lookup (Saxena 2023): find the most recent earlier occurrence of the sequence's
-// last n tokens (n from max_n down to min_n) and propose the tokens that followed it.
-class NgramDrafter : public Drafter {
- public:
-  NgramDrafter(int64_t min_n, int64_t max_n);
-  DraftProposal propose(const Tokens& sequence, int64_t gamma) override;
-  bool has_distribution() const override { return false; }
-
- private:
-  int64_t min_n_, max_n_;
+// What a drafter is built from.
+struct DrafterContext {
+  const Request& request;                // target, draft model (may be null), tokenizers, prompt
+  const Params& params;                  // the speculative strategy's resolved parameters
+  const sampling::ProcessorConfig& proc; // the strategy's logits processors (q is processed alike)
+  Rng& rng;                              // the strategy's generator (draws of q)
+  int64_t capacity;                      // positions a KV cache must hold for this request
+  int64_t max_depth;                     // gamma_max: the longest draft path
 };
 
-// A smaller causal LM with its own KV cache. Draft tokens are sampled from
-// q = processors(draft logits) with the strategy's generator (argmax when greedy).
-class ModelDrafter : public Drafter {
- public:
-  ModelDrafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& cfg, Rng& rng,
-               int64_t max_seq);
-  DraftProposal propose(const Tokens& sequence, int64_t gamma) override;
-  void rollback(int64_t n_valid) override;
-  void prefill(const Tokens& tokens) override;
-  bool has_distribution() const override { return true; }
-
- private:
-  std::shared_ptr<model::CausalLM> model_;
-  sampling::ProcessorConfig cfg_;
-  Rng& rng_;
-  model::KVCache cache_;
+struct DrafterInfo {
+  std::string name;
+  std::string description;               // one line
+  std::vector<ParamSpec> params;         // the drafter's own parameters, with defaults
+  bool needs_draft_model = false;        // true: Request::draft must be set
+  std::function<std::unique_ptr<Drafter>(const DrafterContext&)> factory;
+  // Addition (owner: drafter registry): range checks of the drafter's parameters (resolved
+  // speculative params). Run when the speculative strategy is created, before any model is
+  // loaded, so `specdec validate` and `generate` report a bad value at once. Empty: none.
+  std::function<void(const Params& resolved)> check;
 };
+
+// The registered drafters, in registry order.
+const std::vector<DrafterInfo>& all_drafters();
+// Throws specdec::Error listing the valid names.
+const DrafterInfo& find_drafter(const std::string& name);
+// Every drafter's parameters, once each (names are unique across drafters; checked).
+std::vector<ParamSpec> drafter_params();
+// The drafter a speculative run with these resolved params uses ("auto": model when a draft
+// model is given, else ngram).
+std::string resolve_drafter_name(const Params& params, bool have_draft_model);
+// find_drafter + checks (draft model present and compatible) + factory.
+std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx);
+// Addition (owner: drafter registry): the `drafter` parameter is "auto" or a registered name
+// (else an error listing them), and every drafter's `check` passes on these resolved params.
+void check_drafter_params(const Params& resolved);
+
+// The `model` drafter over any CausalLM (a separate draft model, or a view of the target such
+// as layer_skip's layer subset): one forward per draft token, q from the processed logits.
+std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& proc,
+                                            Rng& rng, int64_t capacity);
 
 }  // namespace specdec::strategies

@@ -22,7 +22,7 @@ class Greedy : public Strategy {
 }  // namespace
 
 StrategyInfo greedy_info() {
-  return {"greedy", "argmax decoding of the target model (the speculative baseline)", {}, false,
+  return {"greedy", "argmax decoding of the target model (the speculative baseline)", {},
           [](const Params& p) { return std::make_unique<Greedy>(p); }};
 }
 

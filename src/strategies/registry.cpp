@@ -10,7 +10,8 @@
   X(greedy)                      \
   X(sampling)                    \
   X(beam)                        \
-  X(speculative)
+  X(speculative)                 \
+  X(annealed)
 
 namespace specdec::strategies {
 
@@ -110,6 +111,11 @@ Params resolve(const std::string& name, const Params& given) {
 
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given) {
   return find(name).factory(resolve(name, given));
+}
+
+StrategyNeeds strategy_needs(const std::string& name, const Params& resolved, bool have_draft_model) {
+  const StrategyInfo& info = find(name);
+  return info.needs ? info.needs(resolved, have_draft_model) : StrategyNeeds{};
 }
 
 }  // namespace specdec::strategies

@@ -10,12 +10,22 @@
 
 namespace specdec::strategies {
 
+// What a run of a strategy needs from whoever runs it (the harness, the CLI), so that they
+// never read parameter names (DESIGN principle 3).
+struct StrategyNeeds {
+  bool draft_model = false;   // Request::draft must be set
+  int64_t draft_length = 0;   // draft tokens per round (gamma); 0 = not speculative
+  std::string drafter;        // the drafter that will run ("" = none)
+};
+
 struct StrategyInfo {
   std::string name;
   std::string description;              // one line
   std::vector<ParamSpec> params;        // strategy-specific parameters with defaults
-  bool needs_draft_model = false;       // true: Request::draft must be set
   std::function<std::unique_ptr<Strategy>(const Params&)> factory;
+  // From the resolved parameters and whether a draft model is configured (a drafter named
+  // "auto" depends on it). Empty: the strategy needs nothing (StrategyNeeds{}).
+  std::function<StrategyNeeds(const Params& resolved, bool have_draft_model)> needs = nullptr;
 };
 
 // Logits-processor parameters shared by every strategy (temperature, top_k, top_p, min_p,
@@ -31,5 +41,7 @@ const StrategyInfo& find(const std::string& name);
 Params resolve(const std::string& name, const Params& given);
 // resolve() + factory.
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given);
+// find(name).needs(resolved, have_draft_model), or StrategyNeeds{} for a strategy without one.
+StrategyNeeds strategy_needs(const std::string& name, const Params& resolved, bool have_draft_model);
 
 }  // namespace specdec::strategies

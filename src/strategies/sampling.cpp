@@ -27,7 +27,7 @@ class Sampling : public Strategy {
 }  // namespace
 
 StrategyInfo sampling_info() {
-  return {"sampling", "seeded ancestral sampling from the processed target distribution", {}, false,
+  return {"sampling", "seeded ancestral sampling from the processed target distribution", {},
           [](const Params& p) { return std::make_unique<Sampling>(p); }};
 }
 

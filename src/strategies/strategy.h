@@ -52,6 +52,7 @@ struct Stats {
   int64_t n_drafted = 0;
   int64_t n_accepted = 0;
   int64_t n_rounds = 0;                        // verification rounds
+  int64_t n_tree_rounds = 0;                   // of which verified a token tree (not a chain)
   std::vector<int64_t> accepted_per_position;  // [gamma_max]: rounds accepting position i
   std::vector<int64_t> drafted_per_position;   // [gamma_max]: rounds drafting position i
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }
@@ -62,6 +63,9 @@ struct Stats {
   // microseconds of assembling the Result); beam search times its main phases only.
   PhaseTimes phase_ms;
   double ms_total = 0;                         // wall time of generate()
+  // Figures a drafter reports about itself (Drafter::report), e.g. the tree drafter's chosen
+  // node budget and its measured verify-cost curve ("verify_ms_rows_<n>").
+  std::map<std::string, double> drafter_stats;
   double ms_first_token = 0;                   // time to first token (from start)
 };
 

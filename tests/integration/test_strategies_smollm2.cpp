@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/causal_lm.h"
+#include "model/layer_subset.h"
 #include "strategies/registry.h"
 #include "strategies/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -167,6 +168,49 @@ TEST_F(SmolLM2, SeededSamplingIsReproducible) {
 
 TEST_F(SmolLM2, TokenizerCompatibilityCheck) {
   EXPECT_NO_THROW(check_tokenizers_compatible(*smollm2().tokenizer, *smollm2().tokenizer));
+}
+
+// Every drafter, reached through the registry, keeps greedy output token-exact, and each run
+// both accepts and rejects draft tokens (so the tree compaction and catch-up paths run).
+TEST_F(SmolLM2, GreedySpeculativeEqualsGreedyWithEveryDrafter) {
+  // The draft for `model` and `tree`: SmolLM2 without 5 of its 30 layers, which disagrees with
+  // the target often enough that partial paths, compaction and catch-up all run.
+  std::vector<int64_t> keep;
+  for (int64_t l = 0; l < 30; ++l)
+    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
+  const auto draft = model::make_layer_subset(smollm2().model, keep);
+  const std::vector<std::pair<std::map<std::string, std::string>, bool>> cases = {
+      {{{"drafter", "model"}}, true},
+      {{{"drafter", "tree"}, {"tree_branching", "3,2,2,1"}}, true},
+      {{{"drafter", "tree"}, {"tree_budget", "12"}, {"tree_topk", "3"}, {"gamma", "6"}}, true},
+      {{{"drafter", "layer_skip"}, {"skip_layers", "10,13,16,19,22"}}, false},
+      {{{"drafter", "layer_skip"}, {"skip_ratio", "0.15"}, {"skip_search", "4"}}, false},
+      {{{"drafter", "suffix"}}, false},
+      {{{"drafter", "suffix"}, {"suffix_tree_width", "3"}}, false},
+  };
+  const auto& m = smollm2();
+  const std::vector<Tokens> prompts = {
+      m.tokenizer->encode("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", true),
+      request(kCopyPrompts[0], 1).prompt,
+  };
+  int64_t rejected = 0;
+  for (const Tokens& prompt : prompts) {
+    Request req = request("", 40);
+    req.prompt = prompt;
+    const Result base = create("greedy", {})->generate(req, {});
+    for (const auto& [params, needs_draft] : cases) {
+      req.draft = needs_draft ? draft : nullptr;
+      const Result spec = create("speculative", greedy(params))->generate(req, {});
+      std::string name;
+      for (const auto& [k, v] : params) name += k + "=" + v + " ";
+      EXPECT_EQ(spec.tokens, base.tokens) << name << "\n-- greedy: " << base.text << "\n-- spec: " << spec.text;
+      EXPECT_GT(spec.stats.n_accepted, 0) << name;
+      rejected += spec.stats.n_rounds - (spec.stats.n_accepted == spec.stats.n_drafted ? spec.stats.n_rounds : 0);
+      std::printf("  %-52s tau %.2f, %lld of %lld draft tokens accepted\n", name.c_str(), spec.stats.tau(),
+                  (long long)spec.stats.n_accepted, (long long)spec.stats.n_drafted);
+    }
+  }
+  EXPECT_GT(rejected, 0);
 }
 
 }  // namespace

@@ -436,7 +436,26 @@ std::vector<Case> cases() {
       {"gamma_huge_validate", val("gamma_huge.yaml"), "exceeds the limit of 256"},
       {"gamma_huge_run", runx("gamma_huge.yaml"), "gamma_max=1000000000 (gamma=1000000000) exceeds the limit of 256"},
       {"gamma_above_gamma_max", val("spec.yaml", set("strategies[0].params.gamma=9")), "gamma=9 gamma_max=8"},
-      {"drafter_unknown", val("spec.yaml", set("strategies[0].params.drafter=foo")), "drafter must be auto, model or ngram, got 'foo'"},
+      {"drafter_unknown", val("spec.yaml", set("strategies[0].params.drafter=foo")), "unknown drafter 'foo' (parameter 'drafter'); valid values: auto, model, ngram, suffix"},
+      {"drafter_model_without_draft", val("spec.yaml", set("strategies[0].params.drafter=model")), "strategy 'speculative' (drafter 'model') needs a draft model: set models.draft"},
+      {"suffix_min_match_zero", val("spec.yaml", set("strategies[0].params.suffix_min_match=0")), "need 1 <= suffix_min_match <= suffix_max_match <= 1024, got suffix_min_match=0"},
+      {"suffix_max_match_huge", val("spec.yaml", set("strategies[0].params.suffix_max_match=100000")), "suffix_max_match=100000"},
+      {"suffix_min_above_max", val("spec.yaml", {"--set", "strategies[0].params.suffix_min_match=9", "--set", "strategies[0].params.suffix_max_match=4"}), "got suffix_min_match=9 suffix_max_match=4"},
+      {"suffix_tree_width_zero", val("spec.yaml", set("strategies[0].params.suffix_tree_width=0")), "suffix_tree_width must be in [1, 16], got 0"},
+      {"suffix_tree_width_huge", val("spec.yaml", set("strategies[0].params.suffix_tree_width=1000000")), "suffix_tree_width must be in [1, 16], got 1000000"},
+      {"tree_branching_zero", val("spec.yaml", set("strategies[0].params.tree_branching=4,0,2")), "tree drafter: tree_branching = '4,0,2': entry '0' must be an integer in [1, 64]"},
+      {"tree_branching_text", val("spec.yaml", set("strategies[0].params.tree_branching=wide")), "entry 'wide' must be an integer in [1, 64]"},
+      {"tree_branching_too_many_nodes", val("spec.yaml", set("strategies[0].params.tree_branching=8,8,8")), "makes 584 nodes, more than the limit of 256"},
+      {"tree_budget_negative", val("spec.yaml", set("strategies[0].params.tree_budget=-3")), "tree_budget = '-3' must be auto, 0"},
+      {"tree_budget_huge", val("spec.yaml", set("strategies[0].params.tree_budget=100000")), "a node count in [1, 256]"},
+      {"tree_topk_zero", val("spec.yaml", set("strategies[0].params.tree_topk=0")), "tree_topk = 0 must be in [1, 16]"},
+      {"skip_layers_negative", val("spec.yaml", set("strategies[0].params.skip_layers=3,-1")), "layer_skip: skip_layers = '3,-1': entry '-1' must be a layer index"},
+      {"skip_layers_text", val("spec.yaml", set("strategies[0].params.skip_layers=middle")), "entry 'middle' must be a layer index"},
+      {"skip_ratio_one", val("spec.yaml", set("strategies[0].params.skip_ratio=1")), "skip_ratio = 1 must be in [0, 1)"},
+      {"skip_search_zero", val("spec.yaml", set("strategies[0].params.skip_search=0")), "skip_search = 0 must be in [1, 256]"},
+      {"suffix_min_match_text", val("spec.yaml", set("strategies[0].params.suffix_min_match=two")), "'suffix_min_match': expected an integer, got 'two'"},
+      {"repeat_min_run_zero", val("spec.yaml", set("strategies[0].params.repeat_min_run=0")), "repeat_min_run must be >= 1, got 0"},
+      {"drafter_param_on_greedy", val("ok.yaml", set("strategies[0].params.ngram_max=4")), "unknown parameter 'ngram_max'"},
       {"adaptive_gamma_unknown", val("spec.yaml", set("strategies[0].params.adaptive_gamma=x")), "adaptive_gamma must be off, hf or cost"},
       {"ngram_max_huge", val("spec.yaml", set("strategies[0].params.ngram_max=100000")), "ngram_max=100000"},
       {"param_unknown", val("ok.yaml", set("strategies[0].params.gamma=2")), "unknown parameter 'gamma'"},
@@ -487,6 +506,17 @@ std::vector<Case> cases() {
       {"generate_set_without_equals", g(good, {"--set", "temperature"}), "--set expects key=value"},
       {"generate_top_p_zero", g(good, {"--strategy", "sampling", "--set", "top_p=0"}), "'top_p' must be in (0, 1]"},
       {"generate_seed_text", g(good, {"--seed", "abc"}), "seed"},
+      {"generate_drafter_unknown", g(good, {"--strategy", "speculative", "--set", "drafter=oracle"}), "unknown drafter 'oracle' (parameter 'drafter'); valid values: auto, model, ngram, suffix"},
+      {"generate_drafter_model_without_draft", g(good, {"--strategy", "speculative", "--set", "drafter=model"}), "strategy 'speculative' with drafter 'model' needs --draft"},
+      {"generate_suffix_max_match_huge", g(good, {"--strategy", "speculative", "--set", "drafter=suffix", "--set", "suffix_max_match=1000000000"}), "suffix_max_match=1000000000"},
+      {"generate_skip_layers_beyond_model", g(good, {"--strategy", "speculative", "--set", "drafter=layer_skip", "--set", "skip_layers=99"}), "entry '99' must be a layer index in [0, 1)"},
+      {"generate_skip_every_layer", g(good, {"--strategy", "speculative", "--set", "drafter=layer_skip", "--set", "skip_layers=0"}), "skips every layer"},
+      {"generate_tree_without_draft", g(good, {"--strategy", "speculative", "--set", "drafter=tree"}), "drafter 'tree' needs --draft"},
+      {"generate_annealed_t_start_negative", g(good, {"--strategy", "annealed", "--set", "t_start=-1"}), "annealed: t_start and t_end must be >= 0, got t_start=-1"},
+      {"generate_annealed_control", g(good, {"--strategy", "annealed", "--max-new-tokens", "4"}), "[annealed] 4 tokens", 0},
+      {"generate_drafter_suffix_control", g(good, {"--strategy", "speculative", "--set", "drafter=suffix", "--max-new-tokens", "4"}), "[speculative] 4 tokens", 0},
+      {"generate_drafter_repeat_last_control", g(good, {"--strategy", "speculative", "--set", "drafter=repeat_last", "--max-new-tokens", "4"}), "[speculative] 4 tokens", 0},
+      {"strategies_name_unknown", {"strategies", "--name", "nosuch"}, "unknown strategy 'nosuch'; valid strategies: greedy, sampling, beam, speculative, annealed; valid drafters: model, ngram, suffix"},
       {"generate_tiny_no_tokenizer", g("tiny-llama"), "has no tokenizer"},
       // ---- Hugging Face directories ----
       {"hf_config_missing", g("{in}/hf_empty_dir"), "hf_empty_dir/config.json: cannot open"},
@@ -622,6 +652,32 @@ TEST(BadInputsCli, TemperatureTinyEqualsGreedy) {
   EXPECT_EQ(greedy.size(), 16u);
   EXPECT_EQ(tokens_of({"--strategy", "sampling", "--set", "temperature=1e-300", "--seed", "5"}), greedy);
   EXPECT_EQ(tokens_of({"--strategy", "speculative", "--set", "drafter=ngram", "--set", "temperature=1e-300"}), greedy);
+  fs::remove_all(sandbox());
+}
+
+// The extensions of ADDING_A_STRATEGY.md on the CLI, as a user runs them (no weights: the crafted
+// GGUF): greedy speculative decoding with the example drafter and the suffix drafter prints the
+// tokens of greedy decoding; `specdec strategies` lists the drafters with their parameters.
+TEST(BadInputsCli, RegisteredDraftersEqualGreedy) {
+  make_inputs();
+  auto tokens_of = [](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"generate", "--model", in("good.gguf"), "--prompt", "ab ab ab ab", "--max-new-tokens",
+                                  "16", "--json", "--set", "temperature=0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const Output o = run_cli(a);
+    EXPECT_EQ(o.code, 0) << o.text;
+    const auto brace = o.text.rfind("\n{");
+    return nlohmann::json::parse(o.text.substr(brace == std::string::npos ? 0 : brace + 1))["tokens"];
+  };
+  const auto greedy = tokens_of({});
+  EXPECT_EQ(greedy.size(), 16u);
+  for (const char* drafter : {"repeat_last", "suffix", "ngram"})
+    EXPECT_EQ(tokens_of({"--strategy", "speculative", "--set", std::string("drafter=") + drafter}), greedy) << drafter;
+  EXPECT_EQ(tokens_of({"--strategy", "speculative", "--set", "drafter=repeat_last", "--set", "repeat_min_run=1"}), greedy);
+  const Output list = run_cli({"strategies"});
+  EXPECT_EQ(list.code, 0);
+  for (const char* s : {"annealed", "repeat_last", "repeat_min_run=2", "suffix_max_match=32", "model (needs --draft)"})
+    EXPECT_NE(list.text.find(s), std::string::npos) << s << " missing in:\n" << list.text;
   fs::remove_all(sandbox());
 }
 

@@ -1,7 +1,8 @@
 // CUDA kernels against the CPU implementation on shared inputs (bit-identical outputs are
-// expected: both run the same kernels/*_math.h row logic). Without a GPU these tests skip
-// with the reason; they are still compiled and linked in every build with nvcc, and the
-// launcher-contract test runs everywhere.
+// expected: both run the same kernels/*_math.h row logic): chain verification in all four
+// modes (block included), tree verification, KV compaction and reorder. Without a GPU these
+// tests skip with the reason; they are still compiled and linked in every build with nvcc,
+// and the launcher-contract test runs everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,6 +72,42 @@ VerifyInputs random_inputs(int64_t B, int64_t G, int64_t V, uint64_t seed) {
   return in;
 }
 
+// Random trees in topological order (each parent uniform among the root and earlier nodes),
+// node tokens the argmax of their q row half the time (so that some paths go deep).
+struct TreeInputs {
+  int64_t B, N, V;
+  std::vector<int32_t> tokens, parents, n_nodes;
+  std::vector<float> q, p, u;
+  std::vector<double> scratch;
+};
+
+TreeInputs random_tree_inputs(int64_t B, int64_t N, int64_t V, uint64_t seed) {
+  const VerifyInputs rows = random_inputs(B, N, V, seed);  // q [B, N, V], p [B, N+1, V], u [B, N+1]
+  specdec::Rng rng(seed + 1);
+  TreeInputs t{B, N, V, std::vector<int32_t>(B * N), std::vector<int32_t>(B * N), std::vector<int32_t>(B),
+               rows.q, rows.p, rows.u, std::vector<double>(B * V, 0.0)};
+  for (int64_t b = 0; b < B; ++b) {
+    t.n_nodes[b] = static_cast<int32_t>(rng.next() % (N + 1));
+    for (int64_t i = 0; i < N; ++i) {
+      t.parents[b * N + i] = static_cast<int32_t>(rng.next() % (i + 1)) - 1;
+      const float* qrow = t.q.data() + (b * N + i) * V;
+      int32_t best = 0;
+      for (int32_t k = 1; k < V; ++k) best = qrow[k] > qrow[best] ? k : best;
+      t.tokens[b * N + i] = rng.uniform() < 0.5 ? best : static_cast<int32_t>(rng.next() % V);
+    }
+  }
+  return t;
+}
+
+sk::TreeVerifyArgs tree_args(TreeInputs& t, sk::VerifyMode mode, int32_t* n_acc, int32_t* path, int32_t* out) {
+  sk::TreeVerifyArgs a;
+  a.batch = t.B, a.max_nodes = t.N, a.vocab = t.V, a.mode = mode;
+  a.tokens = t.tokens.data(), a.parents = t.parents.data(), a.n_nodes = t.n_nodes.data();
+  a.q = t.q.data(), a.p = t.p.data(), a.uniforms = t.u.data(), a.scratch = t.scratch.data();
+  a.n_accepted = n_acc, a.path = path, a.out_tokens = out;
+  return a;
+}
+
 }  // namespace
 
 TEST(KernelsCuda, LaunchersExistAndFailCleanlyWithoutDevice) {
@@ -93,6 +130,15 @@ TEST(KernelsCuda, LaunchersExistAndFailCleanlyWithoutDevice) {
   EXPECT_THROW(sk::kv_reorder_cuda(dst.data(), kv.data(), idx.data(), 1, 4), specdec::Error);
   sk::CompactArgs c;
   EXPECT_THROW(sk::kv_compact_cuda(c), specdec::Error);
+  TreeInputs t = random_tree_inputs(1, 4, 8, 2);
+  std::vector<int32_t> path(4), tree_out(5);
+  sk::TreeVerifyArgs ta = tree_args(t, sk::VerifyMode::greedy, n_acc.data(), path.data(), tree_out.data());
+  try {
+    sk::verify_tree_cuda(ta);
+    ADD_FAILURE() << "verify_tree_cuda ran without a device";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KernelsCuda, VerifyMatchesCpu) {
@@ -100,7 +146,8 @@ TEST(KernelsCuda, VerifyMatchesCpu) {
 #ifdef SPECDEC_WITH_CUDA
   for (int64_t V : {16, 1000, 151936}) {
     const VerifyInputs in = random_inputs(8, 4, V, 40 + V);
-    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only}) {
+    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only,
+                      sk::VerifyMode::block}) {
       std::vector<int32_t> acc_cpu(in.B), out_cpu(in.B * (in.G + 1));
       sk::VerifyArgs a;
       a.batch = in.B, a.gamma = in.G, a.vocab = V, a.mode = mode;
@@ -136,6 +183,55 @@ TEST(KernelsCuda, VerifyBadTokenIsAnError) {
     ADD_FAILURE() << "no error";
   } catch (const specdec::Error& e) {
     EXPECT_NE(std::string(e.what()).find("draft_tokens[1][1]"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+TEST(KernelsCuda, TreeVerifyMatchesCpu) {
+  // Same trees, rows and uniforms on both paths, all three tree modes: identical counts,
+  // paths and tokens (the sampling mode's running residual lives in device scratch).
+  if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
+#ifdef SPECDEC_WITH_CUDA
+  for (int64_t V : {16, 1000, 151936}) {
+    TreeInputs t = random_tree_inputs(6, 12, V, 70 + V);
+    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only}) {
+      std::vector<int32_t> acc_cpu(t.B), path_cpu(t.B * t.N), out_cpu(t.B * (t.N + 1));
+      sk::TreeVerifyArgs a = tree_args(t, mode, acc_cpu.data(), path_cpu.data(), out_cpu.data());
+      sk::verify_tree_cpu(a);
+      DeviceBuffer<int32_t> d_tok(t.tokens), d_par(t.parents), d_nn(t.n_nodes), d_acc(acc_cpu), d_path(path_cpu),
+          d_out(out_cpu);
+      DeviceBuffer<float> d_q(t.q), d_p(t.p), d_u(t.u);
+      DeviceBuffer<double> d_scratch(t.scratch);
+      a.tokens = d_tok.ptr, a.parents = d_par.ptr, a.n_nodes = d_nn.ptr, a.q = d_q.ptr, a.p = d_p.ptr;
+      a.uniforms = d_u.ptr, a.scratch = d_scratch.ptr;
+      a.n_accepted = d_acc.ptr, a.path = d_path.ptr, a.out_tokens = d_out.ptr;
+      sk::verify_tree_cuda(a);
+      EXPECT_EQ(d_acc.to_host(), acc_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(d_path.to_host(), path_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(d_out.to_host(), out_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
+    }
+  }
+#endif
+}
+
+TEST(KernelsCuda, TreeBadParentIsAnError) {
+  if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
+#ifdef SPECDEC_WITH_CUDA
+  TreeInputs t = random_tree_inputs(2, 3, 8, 5);
+  t.n_nodes = {3, 3};
+  t.parents[1 * 3 + 2] = 2;  // sequence 1, node 2: a parent must come before the node
+  std::vector<int32_t> acc(2), path(6), out(8);
+  DeviceBuffer<int32_t> d_tok(t.tokens), d_par(t.parents), d_nn(t.n_nodes), d_acc(acc), d_path(path), d_out(out);
+  DeviceBuffer<float> d_p(t.p);
+  sk::TreeVerifyArgs a;
+  a.batch = 2, a.max_nodes = 3, a.vocab = 8, a.mode = sk::VerifyMode::greedy;
+  a.tokens = d_tok.ptr, a.parents = d_par.ptr, a.n_nodes = d_nn.ptr, a.p = d_p.ptr;
+  a.n_accepted = d_acc.ptr, a.path = d_path.ptr, a.out_tokens = d_out.ptr;
+  try {
+    sk::verify_tree_cuda(a);
+    ADD_FAILURE() << "no error";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parents[1][2]"), std::string::npos) << e.what();
   }
 #endif
 }

@@ -301,11 +301,18 @@ struct LaneOps {
       for (int l = 0; l < s; ++l) a[l] = math::argmax_merge(a[l], a[l + s]);
     return a[0].index;
   }
-  int64_t sample(const float* p, const float* q, int64_t n, float u) const {
+  template <class T>
+  int64_t sample(const T* p, const float* q, int64_t n, float u, double s) const {
     double mass[math::kLanes];
-    for (int l = 0; l < math::kLanes; ++l) mass[l] = math::lane_mass(p, q, n, l);
+    for (int l = 0; l < math::kLanes; ++l) mass[l] = math::lane_mass(p, q, n, l, s);
     const math::LanePick pick = math::pick_lane(mass, u);
-    return pick.lane < 0 ? -1 : math::scan_lane(p, q, n, pick.lane, pick.remaining);
+    return pick.lane < 0 ? -1 : math::scan_lane(p, q, n, pick.lane, pick.remaining, s);
+  }
+  template <class T>
+  double mass(const T* p, const float* q, int64_t n, double s) const {
+    double lanes[math::kLanes];
+    for (int l = 0; l < math::kLanes; ++l) lanes[l] = math::lane_mass(p, q, n, l, s);
+    return math::lane_total(lanes);
   }
 };
 }  // namespace
@@ -324,9 +331,38 @@ TEST(KernelsVerify, CpuSweepIsBitIdenticalToPerLaneSums) {
   }
 }
 
+TEST(KernelsVerify, ScaledAndDoubleRowSweepsAreBitIdenticalToPerLaneSums) {
+  // The weights max(0, s p - q) of block and tree verification: s = 1 gives the unscaled
+  // weights bit for bit; for other s, for double rows (a materialised residual) and for the
+  // in-place materialisation, the CPU sweep equals the per-lane (GPU-thread) functions.
+  specdec::Rng rng(4);
+  for (int64_t n : {7, 256, 1000, 49152}) {
+    std::vector<float> p(n), q(n);
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.uniformf(), q[i] = rng.uniformf();
+    double unscaled[math::kLanes], scaled[math::kLanes], lanes[math::kLanes];
+    math::lane_masses_sweep(p.data(), q.data(), n, unscaled);
+    math::lane_masses_sweep(p.data(), q.data(), n, scaled, 1.0);
+    for (int l = 0; l < math::kLanes; ++l) ASSERT_EQ(unscaled[l], scaled[l]);
+    for (double s : {0.37, 1.0 / 0.3}) {
+      math::lane_masses_sweep(p.data(), q.data(), n, scaled, s);
+      for (int l = 0; l < math::kLanes; ++l) ASSERT_EQ(scaled[l], math::lane_mass(p.data(), q.data(), n, l, s));
+      std::vector<double> r(n), r_lanes(n);  // materialise, then the same weights from the double row
+      math::materialize_sweep(p.data(), q.data(), n, s, r.data(), scaled);
+      for (int l = 0; l < math::kLanes; ++l) lanes[l] = math::lane_materialize(p.data(), q.data(), n, l, s, r_lanes.data());
+      ASSERT_EQ(r, r_lanes);
+      for (int l = 0; l < math::kLanes; ++l) ASSERT_EQ(scaled[l], lanes[l]);
+      std::vector<double> in_place = r;  // in place (dst aliases p), as the tree verifier does
+      math::materialize_sweep(in_place.data(), q.data(), n, 0.5, in_place.data(), scaled);
+      math::lane_masses_sweep(r.data(), q.data(), n, lanes, 0.5);
+      for (int l = 0; l < math::kLanes; ++l) ASSERT_EQ(scaled[l], lanes[l]);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(in_place[i], std::max(0.0, 0.5 * r[i] - double(q[i])));
+    }
+  }
+}
+
 TEST(KernelsVerify, CpuOpsAndLaneOpsGiveIdenticalDecisions) {
   // verify_row with the CPU ops and with the per-lane (GPU-style) ops on the same random
-  // inputs, all three modes, V = 49152: identical counts and tokens.
+  // inputs, all four modes, V = 49152: identical counts and tokens.
   const int64_t G = 4, n = 49152;
   specdec::Rng rng(5);
   std::vector<float> q(G * n), p((G + 1) * n);
@@ -343,10 +379,11 @@ TEST(KernelsVerify, CpuOpsAndLaneOpsGiveIdenticalDecisions) {
     std::vector<float> u(G + 1);
     for (auto& x : draft) x = static_cast<int32_t>(rng.next() % n);
     for (auto& v : u) v = rng.uniformf();
-    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only}) {
+    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only,
+                      sk::VerifyMode::block}) {
       math::RowView r;
       r.gamma = G, r.n_vocab = n, r.mode = mode, r.draft = draft.data(), r.n_draft = static_cast<int32_t>(G);
-      r.q = mode == sk::VerifyMode::sampling ? q.data() : nullptr;
+      r.q = mode == sk::VerifyMode::sampling || mode == sk::VerifyMode::block ? q.data() : nullptr;
       r.p = p.data(), r.u = u.data();
       specdec::kernels::cpu::CpuRowOps cpu;
       LaneOps lane;

@@ -217,7 +217,8 @@ void verify_with_cpu(const sk::VerifyArgs& a) { sk::verify_cpu(a); }
 
 // The planted bug: at a rejection, resample from p instead of norm(max(0, p - q)).
 struct ResidualIsPOps : specdec::kernels::cpu::CpuRowOps {
-  int64_t sample(const float* p, const float*, int64_t n, float u) const {
+  template <class T>
+  int64_t sample(const T* p, const float*, int64_t n, float u, double = 1.0) const {
     return CpuRowOps::sample(p, nullptr, n, u);
   }
 };

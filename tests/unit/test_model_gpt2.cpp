@@ -243,3 +243,30 @@ TEST(TinyGpt2, DeterministicPerSeedAndShaped) {
   bad.n_kv_heads = 2;
   EXPECT_THROW(sm::make_tiny_gpt2(bad, 0), specdec::Error);
 }
+
+// A token tree in one forward (causal_lm.h ForwardOptions::parents): every node's logits equal
+// its root-to-node path fed as a chain. GPT-2 masks with matmul + softmax over all keys, so
+// the rows agree to rounding, not bit for bit as in the Llama kernels.
+TEST(TinyGpt2, TreeForwardEqualsEachPathAsAChain) {
+  auto m = sm::make_tiny_gpt2(sm::tiny_gpt2_config(), 3);
+  const std::vector<int64_t> prompt = {1, 5, 9, 2};
+  const std::vector<int64_t> tokens = {4, 7, 7, 3, 8, 1};
+  const std::vector<int32_t> parents = {-1, 0, -1, 1, 1, 2};
+  auto ids = [](const std::vector<int64_t>& v) { return at::tensor(at::IntArrayRef(v), at::kLong).view({1, -1}); };
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  sm::KVCache cache = m->make_cache(1, 16);
+  m->forward(ids(prompt), {0}, cache);
+  sm::ForwardOptions opt;
+  opt.parents = parents;
+  const at::Tensor tree = m->forward(ids(tokens), {P}, cache, opt).logits[0];  // [6, V]
+  for (int64_t node = 0; node < 6; ++node) {
+    std::vector<int64_t> path;
+    for (int64_t a = node; a >= 0; a = parents[a]) path.insert(path.begin(), tokens[a]);
+    sm::KVCache c = m->make_cache(1, 16);
+    m->forward(ids(prompt), {0}, c);
+    const at::Tensor chain = m->forward(ids(path), {P}, c)[0];
+    EXPECT_LT((tree[node] - chain[static_cast<int64_t>(path.size()) - 1]).abs().max().item<float>(), 1e-5f) << node;
+  }
+  opt.positions = {0, 1, 2, 3, 4, 5000};  // beyond the learned position table
+  EXPECT_THROW(m->forward(ids(tokens), {P}, cache, opt), specdec::Error);
+}

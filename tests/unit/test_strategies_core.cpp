@@ -43,7 +43,7 @@ Params greedy_params(std::map<std::string, std::string> extra = {}) {
 
 // ---- registry ------------------------------------------------------------------------------
 TEST(Registry, ListsStrategiesAndRejectsUnknownNamesWithTheValidOnes) {
-  for (const char* n : {"greedy", "sampling", "beam", "speculative"}) EXPECT_EQ(find(n).name, n);
+  for (const char* n : {"greedy", "sampling", "beam", "speculative", "annealed"}) EXPECT_EQ(find(n).name, n);
   try {
     find("nucleus");
     FAIL() << "unknown strategy accepted";
@@ -113,15 +113,31 @@ TEST(StopTracker, Utf8PrefixHoldsBackIncompleteCharacters) {
 }
 
 // ---- drafters and gamma control ------------------------------------------------------------------
+// Drafters are reached through the registry, as Speculative::make_drafter reaches them (more
+// in test_strategies_drafters.cpp). The rig owns what the DrafterContext refers to.
+struct DrafterRig {
+  Request req;
+  Params params;
+  sampling::ProcessorConfig proc;
+  Rng rng{0};
+  explicit DrafterRig(const Params& given) : params(resolve("speculative", given)), proc(processor_config(params)) {}
+  std::unique_ptr<Drafter> make(const std::string& name) {
+    return make_drafter(name, DrafterContext{req, params, proc, rng, 256, 8});
+  }
+};
+
 TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentMatch) {
-  NgramDrafter d(1, 3);
+  DrafterRig rig(P({{"ngram_min", "1"}, {"ngram_max", "3"}}));
+  auto d = rig.make("ngram");
   // suffix [4, 5] occurs at 1 (followed by 6, 7) and at 5 (followed by 9, 4)
   const Tokens seq = {3, 4, 5, 6, 7, 4, 5, 9, 4, 5};
-  EXPECT_EQ(d.propose(seq, 2).tokens, (Tokens{9, 4}));
-  EXPECT_EQ(d.propose(seq, 8).tokens, (Tokens{9, 4, 5}));  // stops at the end of the sequence
-  EXPECT_TRUE(d.propose({1, 2, 3}, 4).tokens.empty());
-  EXPECT_TRUE(d.propose(seq, 0).tokens.empty());
-  EXPECT_THROW(NgramDrafter(0, 2), Error);
+  EXPECT_EQ(d->propose(seq, 2).tokens, (Tokens{9, 4}));
+  EXPECT_TRUE(d->propose(seq, 2).is_chain());
+  EXPECT_FALSE(d->has_distribution());
+  EXPECT_EQ(d->propose(seq, 8).tokens, (Tokens{9, 4, 5}));  // stops at the end of the sequence
+  EXPECT_TRUE(d->propose({1, 2, 3}, 4).tokens.empty());
+  EXPECT_TRUE(d->propose(seq, 0).tokens.empty());
+  EXPECT_THROW(DrafterRig(P({{"ngram_min", "0"}, {"ngram_max", "2"}})).make("ngram"), Error);
 }
 
 TEST(GammaController, HuggingFaceHeuristicIsBounded) {

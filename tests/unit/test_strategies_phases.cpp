@@ -31,9 +31,11 @@ class SlowLM : public model::CausalLM {
   SlowLM(std::shared_ptr<model::CausalLM> inner, double delay_ms) : inner_(std::move(inner)), delay_ms_(delay_ms) {}
   const model::ModelConfig& config() const override { return inner_->config(); }
   model::KVCache make_cache(int64_t batch, int64_t max_seq) const override { return inner_->make_cache(batch, max_seq); }
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache) override {
+  using model::CausalLM::forward;  // the chain convenience overload
+  model::ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache,
+                               const model::ForwardOptions& options) override {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms_));
-    return inner_->forward(tokens, start_pos, cache);
+    return inner_->forward(tokens, start_pos, cache, options);
   }
   int64_t weight_bytes() const override { return inner_->weight_bytes(); }
 

@@ -1,6 +1,9 @@
-// Worked example for ADDING_A_STRATEGY.md (compiled by tests/unit/test_strategies_example.cpp).
+// Worked example for ADDING_A_STRATEGY.md, registered in src/strategies/registry.cpp and run
+// through the registry by tests/unit/test_strategies_example.cpp (and through the CLI by
+// tests/integration/test_cli_extensions_smollm2.cpp).
 // "annealed": sampling whose temperature falls linearly from t_start to t_end over
 // max_new_tokens, so a generation starts diverse and ends nearly greedy.
+#include "core/error.h"
 #include "core/rng.h"
 #include "sampling/processors.h"
 #include "strategies/common.h"
@@ -12,7 +15,11 @@ namespace {
 class Annealed : public Strategy {
  public:
   explicit Annealed(const Params& p)
-      : cfg_(processor_config(p)), t_start_(p.get_float("t_start")), t_end_(p.get_float("t_end")) {}
+      : cfg_(processor_config(p)), t_start_(p.get_float("t_start")), t_end_(p.get_float("t_end")) {
+    // Checked at creation, so `specdec validate` and `generate` report it before loading a model.
+    SD_CHECK(t_start_ >= 0 && t_end_ >= 0, "annealed: t_start and t_end must be >= 0, got t_start=", t_start_,
+             " t_end=", t_end_);
+  }
 
   Result generate(const Request& req, const TokenCallback& on_token) override {
     Rng rng(req.seed);  // randomness is an input: same seed, same tokens
@@ -42,7 +49,6 @@ StrategyInfo annealed_info() {
               {"t_start", "float", "1.2", "temperature of the first token"},
               {"t_end", "float", "0.2", "temperature of the last token"},
           },
-          /*needs_draft_model=*/false,
           [](const Params& p) { return std::make_unique<Annealed>(p); }};
 }
 

@@ -1,0 +1,135 @@
+// layer_skip: self-speculation (Draft & Verify, Zhang et al. 2024; SWIFT, Xia et al. 2025).
+// The draft model is the target itself with some layers skipped (model/layer_subset.h): the
+// same weights, no second copy, its own KV cache. The skip set is given (skip_layers), or
+// searched on the prompt as SWIFT does: candidate sets of round(skip_ratio * n_layers) layers
+// (never the first or the last) are scored by how often the skipped model's argmax agrees
+// with the full model's on the prompt's last positions, and the best one is kept.
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/config_limits.h"
+#include "model/layer_subset.h"
+#include "strategies/common.h"
+#include "strategies/drafters.h"
+
+namespace specdec::strategies {
+namespace {
+
+std::vector<int64_t> parse_skip(const std::string& text, int64_t n_layers) {
+  std::set<int64_t> skip;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t l = -1;
+    try {
+      l = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SD_CHECK(used == item.size() && !item.empty() && l >= 0 && l < n_layers, "layer_skip: skip_layers = '", text,
+             "': entry '", item, "' must be a layer index in [0, ", n_layers, ")");
+    skip.insert(l);
+  }
+  SD_CHECK(static_cast<int64_t>(skip.size()) < n_layers, "layer_skip: skip_layers = '", text,
+           "' skips every layer; keep at least one");
+  std::vector<int64_t> keep;
+  for (int64_t l = 0; l < n_layers; ++l)
+    if (!skip.count(l)) keep.push_back(l);
+  return keep;
+}
+
+// Fraction of positions whose argmax under `keep` equals the full model's (`full`: [T]).
+double agreement(model::CausalLM& target, const at::Tensor& ids /* [1, T] */, const at::Tensor& full,
+                 const std::vector<int64_t>& keep) {
+  model::KVCache cache = target.make_cache(1, ids.size(1));
+  model::ForwardOptions opt;
+  opt.layers = keep;
+  const at::Tensor guess = target.forward(ids, {0}, cache, opt).logits[0].argmax(1);  // [T]
+  return guess.eq(full).to(at::kDouble).mean().item<double>();
+}
+
+// SWIFT-style search on the prompt's last (up to) 48 tokens.
+std::vector<int64_t> search_keep(const DrafterContext& ctx, double ratio, int64_t n_candidates) {
+  model::CausalLM& target = *ctx.request.target;
+  const int64_t L = target.config().n_layers;
+  const int64_t n_skip = std::min<int64_t>(L - 2, std::llround(ratio * L));
+  std::vector<int64_t> all(L);
+  std::iota(all.begin(), all.end(), 0);
+  if (n_skip <= 0) return all;
+  const Tokens& prompt = ctx.request.prompt;
+  const int64_t T = std::min<int64_t>(48, static_cast<int64_t>(prompt.size()));
+  at::Tensor ids = at::empty({1, T}, at::kLong);
+  for (int64_t i = 0; i < T; ++i) ids[0][i] = prompt[prompt.size() - T + i];
+  model::KVCache cache = target.make_cache(1, T);
+  const at::Tensor full = target.forward(ids, {0}, cache)[0].argmax(1);  // [T]
+  // Candidate 0 spreads the skipped layers evenly over the middle; the rest are seeded draws.
+  std::vector<std::vector<int64_t>> skips;
+  std::vector<int64_t> even;
+  for (int64_t i = 0; i < n_skip; ++i) even.push_back(1 + (i * (L - 2)) / n_skip);
+  skips.push_back(even);
+  Rng rng(ctx.request.seed ^ 0x5e1f5eedULL);
+  std::vector<int64_t> middle(all.begin() + 1, all.end() - 1);
+  for (int64_t c = 1; c < n_candidates; ++c) {
+    for (int64_t i = static_cast<int64_t>(middle.size()) - 1; i > 0; --i)
+      std::swap(middle[i], middle[static_cast<int64_t>(rng.uniform() * (i + 1)) % (i + 1)]);
+    skips.emplace_back(middle.begin(), middle.begin() + n_skip);
+  }
+  std::vector<int64_t> best;
+  double best_score = -1;
+  for (const auto& skip : skips) {
+    std::vector<int64_t> keep;
+    for (int64_t l = 0; l < L; ++l)
+      if (std::find(skip.begin(), skip.end(), l) == skip.end()) keep.push_back(l);
+    const double score = agreement(target, ids, full, keep);
+    if (score > best_score) best_score = score, best = keep;
+  }
+  log::debug("layer_skip: kept ", best.size(), " of ", L, " layers, prompt agreement ", best_score);
+  return best;
+}
+
+// Ranges and the skip list's syntax before any model is loaded (the layer count is checked
+// against the target in make_layer_skip).
+void check_layer_skip_params(const Params& p) {
+  const double ratio = p.get_float("skip_ratio");
+  const int64_t n_candidates = p.get_int("skip_search");
+  SD_CHECK(ratio >= 0 && ratio < 1, "layer_skip: skip_ratio = ", ratio, " must be in [0, 1)");
+  SD_CHECK(n_candidates >= 1 && n_candidates <= 256, "layer_skip: skip_search = ", n_candidates,
+           " must be in [1, 256]");
+  const std::string given = p.get_string("skip_layers");
+  if (!given.empty()) parse_skip(given, model::k_max_layers);
+}
+
+std::unique_ptr<Drafter> make_layer_skip(const DrafterContext& ctx) {
+  SD_CHECK(ctx.request.target != nullptr, "layer_skip: needs a target model");
+  check_layer_skip_params(ctx.params);
+  const int64_t L = ctx.request.target->config().n_layers;
+  const std::string given = ctx.params.get_string("skip_layers");
+  const double ratio = ctx.params.get_float("skip_ratio");
+  const int64_t n_candidates = ctx.params.get_int("skip_search");
+  const std::vector<int64_t> keep = given.empty() ? search_keep(ctx, ratio, n_candidates) : parse_skip(given, L);
+  return make_model_drafter(model::make_layer_subset(ctx.request.target, keep), ctx.proc, ctx.rng, ctx.capacity);
+}
+
+}  // namespace
+
+DrafterInfo layer_skip_drafter_info() {
+  DrafterInfo info;
+  info.name = "layer_skip";
+  info.description = "self-speculation: the target with some layers skipped drafts (shared weights; skip set "
+                     "given or searched on the prompt, SWIFT-style)";
+  info.params = {
+      {"skip_layers", "string", "", "comma-separated layer indices to skip; empty = search on the prompt"},
+      {"skip_ratio", "float", "0.4", "search: fraction of layers to skip"},
+      {"skip_search", "int", "12", "search: candidate skip sets scored on the prompt"},
+  };
+  info.check = check_layer_skip_params;
+  info.factory = make_layer_skip;
+  return info;
+}
+
+}  // namespace specdec::strategies

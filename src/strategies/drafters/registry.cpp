@@ -1,0 +1,107 @@
+// The drafter registry: a name table and one factory, like the strategy registry
+// (DESIGN principle 3). Each drafter file defines `DrafterInfo <name>_drafter_info()`;
+// adding a drafter is one file plus one line below.
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "strategies/drafters.h"
+#include "strategies/speculative.h"
+#include "tokenizer/tokenizer.h"
+
+#define SPECDEC_DRAFTER_LIST(X) \
+  X(model)                      \
+  X(ngram)                      \
+  X(suffix)                     \
+  X(tree)                       \
+  X(layer_skip)                 \
+  X(repeat_last)
+
+namespace specdec::strategies {
+
+#define SPECDEC_DECLARE_DRAFTER(name) DrafterInfo name##_drafter_info();
+SPECDEC_DRAFTER_LIST(SPECDEC_DECLARE_DRAFTER)
+#undef SPECDEC_DECLARE_DRAFTER
+
+namespace {
+
+std::string drafter_names(bool with_auto) {
+  std::ostringstream os;
+  if (with_auto) os << "auto";
+  for (const auto& info : all_drafters()) os << (os.tellp() > 0 ? ", " : "") << info.name;
+  return os.str();
+}
+
+// A draft model proposes token ids the target scores, so both must mean the same thing by
+// every id: same vocabulary size and, when both tokenizers are known, the same tokens.
+void check_draft_model(const std::string& drafter, const Request& req) {
+  SD_CHECK(req.draft != nullptr, "speculative: drafter '", drafter,
+           "' needs a draft model (generate --draft, or models.draft in an experiment)");
+  SD_CHECK(req.target != nullptr, "speculative: drafter '", drafter, "' needs a target model");
+  const int64_t v_tgt = req.target->config().n_vocab, v_dft = req.draft->config().n_vocab;
+  SD_CHECK(v_tgt == v_dft, "speculative: draft vocabulary (", v_dft, ") differs from the target's (", v_tgt,
+           "); the models cannot share token ids");
+  if (req.tokenizer && req.draft_tokenizer) check_tokenizers_compatible(*req.tokenizer, *req.draft_tokenizer);
+}
+
+// The `drafter` parameter: "auto" or a registered name.
+std::string checked_choice(const Params& params) {
+  const std::string name = params.get_string("drafter");
+  bool known = name == "auto";
+  for (const auto& info : all_drafters()) known = known || info.name == name;
+  SD_CHECK(known, "speculative: unknown drafter '", name, "' (parameter 'drafter'); valid values: ",
+           drafter_names(true));
+  return name;
+}
+
+}  // namespace
+
+const std::vector<DrafterInfo>& all_drafters() {
+#define SPECDEC_DRAFTER_ENTRY(name) name##_drafter_info(),
+  static const std::vector<DrafterInfo> infos = {SPECDEC_DRAFTER_LIST(SPECDEC_DRAFTER_ENTRY)};
+#undef SPECDEC_DRAFTER_ENTRY
+  return infos;
+}
+
+const DrafterInfo& find_drafter(const std::string& name) {
+  for (const auto& info : all_drafters())
+    if (info.name == name) return info;
+  fail("unknown drafter '", name, "'; valid drafters: ", drafter_names(false));
+}
+
+std::vector<ParamSpec> drafter_params() {
+  std::vector<ParamSpec> out;
+  std::set<std::string> seen;
+  for (const auto& info : all_drafters())
+    for (const auto& p : info.params) {
+      // One flat namespace (they join the speculative schema): a clash would let one drafter
+      // silently read another's value.
+      SD_CHECK(seen.insert(p.name).second, "drafter '", info.name, "': parameter '", p.name,
+               "' is already declared by another drafter");
+      out.push_back(p);
+    }
+  return out;
+}
+
+std::string resolve_drafter_name(const Params& params, bool have_draft_model) {
+  const std::string name = checked_choice(params);
+  if (name == "auto") return have_draft_model ? "model" : "ngram";
+  return name;
+}
+
+void check_drafter_params(const Params& resolved) {
+  checked_choice(resolved);
+  // Every drafter's values, not only the chosen one's: a bad value is a mistake even when
+  // "auto" happens not to pick its drafter in this run.
+  for (const auto& info : all_drafters())
+    if (info.check) info.check(resolved);
+}
+
+std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx) {
+  const DrafterInfo& info = find_drafter(name);
+  if (info.check) info.check(ctx.params);
+  if (info.needs_draft_model) check_draft_model(info.name, ctx.request);
+  return info.factory(ctx);
+}
+
+}  // namespace specdec::strategies

@@ -1,0 +1,349 @@
+// tree: the draft model expands a token tree, which the target scores in one forward and the
+// verifier walks (kernels/tree_math.h). Two shapes:
+//  - static (tree_budget = 0): tree_branching = "k1,k2,..." children per node at each depth
+//    (Medusa / SpecInfer style). Greedy: the top-k draft tokens. Sampling: k independent
+//    draws from the draft distribution q, so the multi-draft verifier (SpecInfer's multi-step
+//    speculative sampling) stays lossless; their q rows go to the verifier.
+//  - dynamic (tree_budget = B > 0, EAGLE-2, Li et al. 2024): at each depth the tree_topk
+//    most likely frontier nodes (cumulative draft log-probability) are expanded with their
+//    tree_topk best children; at the end the B most likely nodes are kept. Children are
+//    chosen by value, not drawn, so at T > 0 the tree carries no q and is verified
+//    tokens_only (sample y ~ p, follow the child equal to y): lossless for any tree.
+//  - hardware-aware (tree_budget = auto; Sequoia's idea, Chen et al. 2024): the dynamic tree's
+//    node budget is chosen each round to maximise predicted tokens per second,
+//    (1 + sum of the kept nodes' path probabilities) / (draft time + verify time(budget + 1)).
+//    The sum is EAGLE-2's estimate of the expected accepted length (a node is accepted about
+//    as often as the draft believes its path); the verify time comes from the target's cost
+//    curve, measured once per target and thread count (verify_profile) and reported in
+//    Stats::drafter_stats as verify_ms_rows_<n>.
+// Each depth costs one draft forward over the nodes it expands (ForwardOptions::tree_cached
+// keeps the earlier levels in the cache); accepted nodes' cache slots are compacted in commit().
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/timer.h"
+#include "strategies/common.h"
+#include "strategies/drafters.h"
+
+namespace specdec::strategies {
+namespace {
+
+std::vector<int64_t> parse_branching(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t k = -1;
+    try {
+      k = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SD_CHECK(used == item.size() && !item.empty() && k >= 1 && k <= 64, "tree drafter: tree_branching = '", text,
+             "': entry '", item, "' must be an integer in [1, 64] (a comma-separated list such as 4,2,2,1)");
+    out.push_back(k);
+  }
+  SD_CHECK(!out.empty(), "tree drafter: tree_branching = '", text, "' is empty (e.g. 4,2,2,1)");
+  return out;
+}
+
+int64_t parse_budget(const std::string& text) {
+  if (text == "auto") return -1;
+  size_t used = 0;
+  int64_t b = -2;
+  try {
+    b = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SD_CHECK(used == text.size() && b >= 0 && b <= k_max_draft_nodes, "tree drafter: tree_budget = '", text,
+           "' must be auto, 0 (the static tree_branching shape) or a node count in [1, ", k_max_draft_nodes, "]");
+  return b;
+}
+
+constexpr int64_t k_profile_rows = 64;
+
+// The target's forward time (ms) for 1..64 fed rows after a short context: measured at
+// 1, 2, 4, ..., 64 rows (best of two), linear in between. Measured once per target and engine
+// thread count; a few seconds on a 1.5B model on 2 cores.
+const std::vector<double>& verify_profile(const Request& req) {
+  static std::mutex mu;
+  static std::map<std::pair<const model::CausalLM*, int>, std::vector<double>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  model::CausalLM& target = *req.target;
+  auto& curve = cache[{&target, parallel::num_threads()}];
+  if (!curve.empty()) return curve;
+  const int64_t ctx_len = std::min<int64_t>(128, static_cast<int64_t>(req.prompt.size()));
+  const Tokens context(req.prompt.end() - ctx_len, req.prompt.end());
+  model::KVCache cache_kv = target.make_cache(1, ctx_len + k_profile_rows);
+  forward_tokens(target, cache_kv, context.data(), ctx_len, 0);
+  std::vector<std::pair<int64_t, double>> points;
+  for (int64_t rows = 1; rows <= k_profile_rows; rows *= 2) {
+    const Tokens fed(rows, context.back());
+    double best = 1e300;
+    for (int rep = 0; rep < 2; ++rep) {
+      Stopwatch sw;
+      forward_tokens(target, cache_kv, fed.data(), rows, ctx_len);
+      best = std::min(best, sw.ms());
+    }
+    points.emplace_back(rows, best);
+  }
+  curve.resize(k_profile_rows);
+  for (size_t i = 0; i + 1 < points.size(); ++i)
+    for (int64_t r = points[i].first; r <= points[i + 1].first; ++r) {
+      const double f = double(r - points[i].first) / double(points[i + 1].first - points[i].first);
+      curve[r - 1] = points[i].second + f * (points[i + 1].second - points[i].second);
+    }
+  return curve;
+}
+
+struct Node {
+  TokenId token;
+  int32_t parent;     // node index, -1 = the last committed token
+  double logp;        // cumulative draft log-probability of the path
+  at::Tensor q;       // [V] distribution the token was drawn from (static sampling only)
+  int64_t fed = -1;   // feed order in the draft cache (slot base + fed), -1 = never fed
+};
+
+// Shape, budget and width, before any model is loaded (DrafterInfo::check).
+void check_tree_params(const Params& p) {
+  const std::vector<int64_t> branching = parse_branching(p.get_string("tree_branching"));
+  const int64_t budget = parse_budget(p.get_string("tree_budget"));
+  const int64_t topk = p.get_int("tree_topk");
+  SD_CHECK(topk >= 1 && topk <= 16, "tree drafter: tree_topk = ", topk, " must be in [1, 16]");
+  int64_t level = 1, total = 0;
+  for (int64_t k : branching) total += (level = std::min<int64_t>(level * k, int64_t{1} << 40));
+  SD_CHECK(budget != 0 || total <= k_max_draft_nodes, "tree drafter: tree_branching = '",
+           p.get_string("tree_branching"), "' makes ", total, " nodes, more than the limit of ", k_max_draft_nodes);
+}
+
+class TreeDrafter : public Drafter {
+ public:
+  TreeDrafter(const DrafterContext& ctx)
+      : model_(ctx.request.draft), cfg_(ctx.proc), rng_(ctx.rng),
+        cache_(model_->make_cache(1, ctx.capacity)) {
+    check_tree_params(ctx.params);
+    branching_ = parse_branching(ctx.params.get_string("tree_branching"));
+    budget_ = parse_budget(ctx.params.get_string("tree_budget"));
+    topk_ = ctx.params.get_int("tree_topk");
+    if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
+  }
+
+  void prefill(const Tokens& tokens) override {
+    if (!tokens.empty()) forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
+  }
+  bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
+  void report(std::map<std::string, double>& out) const override;
+
+  DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
+  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
+
+ private:
+  // Children of one expanded node: top-k by value (greedy, dynamic) or k draws from q.
+  void expand(const at::Tensor& row /* [V] */, const Tokens& context, int32_t parent, double logp, int64_t k);
+  Tokens path_context(const Tokens& seq, int32_t node) const;
+  // Feeds nodes[ids] (ascending, parents fed before) into the draft cache; returns [n, V].
+  at::Tensor feed(const std::vector<int32_t>& ids, DraftProposal& out);
+  DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
+  int64_t choose_budget(double ms_draft);
+
+  std::shared_ptr<model::CausalLM> model_;
+  sampling::ProcessorConfig cfg_;
+  Rng& rng_;
+  model::KVCache cache_;
+  std::vector<int64_t> branching_;
+  static constexpr int64_t k_auto = -1;
+  int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
+  const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
+  double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
+  int64_t n_rounds_ = 0, n_nodes_ = 0;            // for report()
+  // This round's tree (all expanded candidates), the slot of fed node 0, the nodes fed so
+  // far (feed order), and for each proposed node its index in nodes_.
+  std::vector<Node> nodes_;
+  std::vector<int32_t> fed_order_, proposed_;
+  int64_t base_ = 0;
+};
+
+Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
+  Tokens path;
+  for (int32_t a = node; a >= 0; a = nodes_[a].parent) path.push_back(nodes_[a].token);
+  Tokens ctx = seq;
+  ctx.insert(ctx.end(), path.rbegin(), path.rend());
+  return ctx;
+}
+
+void TreeDrafter::expand(const at::Tensor& row, const Tokens& context, int32_t parent, double logp, int64_t k) {
+  if (cfg_.greedy() || budget_ != 0) {
+    // Top-k of the processed distribution (greedy: argmax first; ties to the lower id).
+    const at::Tensor logq = at::log_softmax(sampling::process_logits(row.unsqueeze(0), cfg_, context)[0], 0);
+    const auto top = at::topk(logq, std::min<int64_t>(k, logq.size(0)));
+    const float* v = std::get<0>(top).data_ptr<float>();
+    const int64_t* ids = std::get<1>(top).data_ptr<int64_t>();
+    for (int64_t i = 0; i < std::get<1>(top).size(0); ++i)
+      if (std::isfinite(v[i])) nodes_.push_back({static_cast<TokenId>(ids[i]), parent, logp + v[i], {}, -1});
+    return;
+  }
+  const at::Tensor q = sampling::probabilities(row.unsqueeze(0), cfg_, context)[0];  // [V]
+  for (int64_t i = 0; i < k; ++i) {  // independent draws, duplicates kept (multi-draft verification)
+    const TokenId x = sampling::sample_from(q.data_ptr<float>(), q.size(0), rng_.uniform());
+    nodes_.push_back({x, parent, logp + std::log(std::max(1e-30f, q.data_ptr<float>()[x])), q, -1});
+  }
+}
+
+at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out) {
+  model::ForwardOptions opt;
+  opt.tree_cached = static_cast<int64_t>(fed_order_.size());
+  std::vector<int32_t> slot_of(nodes_.size(), -1);  // node -> feed order
+  for (size_t f = 0; f < fed_order_.size(); ++f) slot_of[fed_order_[f]] = static_cast<int32_t>(f);
+  Tokens tokens;
+  for (int32_t id : ids) {
+    slot_of[id] = static_cast<int32_t>(fed_order_.size());
+    nodes_[id].fed = static_cast<int64_t>(fed_order_.size());
+    fed_order_.push_back(id);
+    tokens.push_back(nodes_[id].token);
+  }
+  for (int32_t id : fed_order_) opt.parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
+  ++out.n_forwards;
+  return forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()),
+                        base_ + opt.tree_cached, opt);  // [ids, V]
+}
+
+DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
+  DraftProposal out;
+  nodes_.clear();
+  fed_order_.clear();
+  proposed_.clear();
+  const int64_t n = static_cast<int64_t>(seq.size());
+  base_ = n;
+  if (max_depth <= 0) return out;
+  PhaseClock clock(out.ms);
+  const Stopwatch round;
+  const int64_t n_cached = cache_.length(0);
+  SD_CHECK(n_cached < n, "tree drafter: draft cache (", n_cached, ") is ahead of the sequence (", n, ")");
+  const at::Tensor rows = forward_tokens(*model_, cache_, seq.data() + n_cached, n - n_cached, n_cached);
+  ++out.n_forwards;
+  out.ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  const bool dynamic = budget_ != 0;
+  const int64_t depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
+  expand(rows[rows.size(0) - 1], seq, -1, 0.0, dynamic ? topk_ : branching_[0]);
+  size_t level_begin = 0;
+  for (int64_t d = 1; d < depth; ++d) {
+    std::vector<int32_t> frontier(nodes_.size() - level_begin);
+    std::iota(frontier.begin(), frontier.end(), static_cast<int32_t>(level_begin));
+    if (dynamic && static_cast<int64_t>(frontier.size()) > topk_) {  // the most likely topk paths
+      std::stable_sort(frontier.begin(), frontier.end(),
+                       [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
+      frontier.resize(topk_);
+      std::sort(frontier.begin(), frontier.end());
+    }
+    clock.charge(&PhaseTimes::sample);
+    const at::Tensor logits = feed(frontier, out);  // [frontier, V]
+    clock.charge(&PhaseTimes::draft);
+    level_begin = nodes_.size();
+    for (size_t i = 0; i < frontier.size(); ++i)
+      expand(logits[static_cast<int64_t>(i)], path_context(seq, frontier[i]), frontier[i], nodes_[frontier[i]].logp,
+             dynamic ? topk_ : branching_[d]);
+  }
+  std::vector<int32_t> keep(nodes_.size());
+  std::iota(keep.begin(), keep.end(), 0);
+  const int64_t budget = budget_ == k_auto ? choose_budget(round.ms()) : budget_;
+  if (dynamic && static_cast<int64_t>(keep.size()) > budget) {
+    // A child is never likelier than its parent and ties go to the lower (earlier) index, so
+    // the budget's best nodes include every kept node's ancestors.
+    std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
+    keep.resize(budget);
+    std::sort(keep.begin(), keep.end());
+  }
+  ++n_rounds_;
+  n_nodes_ += static_cast<int64_t>(keep.size());
+  clock.charge(&PhaseTimes::sample);
+  return finish(std::move(keep), clock, std::move(out));
+}
+
+// The proposal: kept nodes renumbered in their (topological) order, with q rows if drawn.
+DraftProposal TreeDrafter::finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out) {
+  std::vector<int32_t> index_of(nodes_.size(), -1);
+  std::vector<at::Tensor> q_rows;
+  for (size_t i = 0; i < keep.size(); ++i) {
+    const Node& node = nodes_[keep[i]];
+    index_of[keep[i]] = static_cast<int32_t>(i);
+    out.tokens.push_back(node.token);
+    out.parents.push_back(node.parent < 0 ? -1 : index_of[node.parent]);
+    SD_CHECK(node.parent < 0 || index_of[node.parent] >= 0, "tree drafter: kept node ", keep[i],
+             " lost its parent (internal error)");
+    if (node.q.defined()) q_rows.push_back(node.q.unsqueeze(0));
+  }
+  proposed_ = std::move(keep);
+  if (!q_rows.empty() && q_rows.size() == proposed_.size()) out.q = at::cat(q_rows, 0).contiguous();  // [N, V]
+  clock.charge(&PhaseTimes::logits_copy);
+  return out;
+}
+
+// Sequoia-style: the budget B maximising (1 + sum of the B likeliest path probabilities) /
+// (draft time + verify time of B + 1 rows). The draft time is an average over rounds.
+int64_t TreeDrafter::choose_budget(double ms_draft) {
+  ms_draft_ = ms_draft_ < 0 ? ms_draft : 0.8 * ms_draft_ + 0.2 * ms_draft;
+  std::vector<double> prob;
+  for (const Node& node : nodes_) prob.push_back(std::exp(node.logp));
+  std::sort(prob.rbegin(), prob.rend());
+  const int64_t max_b = std::min<int64_t>(static_cast<int64_t>(prob.size()), k_profile_rows - 1);
+  int64_t best_b = 1;
+  double best_rate = -1, expected = 1;
+  for (int64_t b = 1; b <= max_b; ++b) {
+    expected += prob[b - 1];
+    const double rate = expected / (ms_draft_ + (*profile_)[b]);  // profile_[b]: b + 1 rows
+    if (rate > best_rate) best_rate = rate, best_b = b;
+  }
+  return best_b;
+}
+
+void TreeDrafter::report(std::map<std::string, double>& out) const {
+  if (n_rounds_ > 0) out["tree_nodes_mean"] = double(n_nodes_) / double(n_rounds_);
+  if (profile_)
+    for (int64_t rows = 1; rows <= k_profile_rows; rows *= 2)
+      out["verify_ms_rows_" + std::to_string(rows)] = (*profile_)[rows - 1];
+}
+
+// The accepted path's nodes that were fed hold their K/V at slots base + feed order: move them
+// next to the committed prefix; later tokens are fed by the next catch-up.
+void TreeDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
+  std::vector<int64_t> keep;
+  for (int32_t node : accepted) {
+    const int64_t fed = nodes_[proposed_.at(node)].fed;
+    if (fed < 0) break;  // a path's fed nodes are a prefix of it
+    keep.push_back(base_ + fed);
+  }
+  if (cache_.length(0) > base_) cache_.compact(0, base_, keep);
+  if (cache_.length(0) > n_valid) cache_.truncate(0, n_valid);
+}
+
+}  // namespace
+
+DrafterInfo tree_drafter_info() {
+  DrafterInfo info;
+  info.name = "tree";
+  info.description = "the draft model expands a token tree: static top-k/sampled branching per depth, or "
+                     "EAGLE-2-style dynamic growth under a node budget; verified in one target forward";
+  info.params = {
+      {"tree_branching", "string", "4,2,2,1", "static tree: children per node at each depth (its length caps depth)"},
+      {"tree_budget", "string", "0",
+       "dynamic tree: keep this many most likely nodes; auto = the count maximising predicted tokens/s from "
+       "the measured verify cost (0 = static tree_branching)"},
+      {"tree_topk", "int", "4", "dynamic tree: nodes expanded per depth and children per expanded node"},
+  };
+  info.needs_draft_model = true;
+  info.check = check_tree_params;
+  info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
+    return std::make_unique<TreeDrafter>(ctx);
+  };
+  return info;
+}
+
+}  // namespace specdec::strategies

@@ -1,0 +1,96 @@
+// The registered extensions, run as a user runs them: build/specdec on SmolLM2-135M-Instruct by
+// its catalog name.
+//  - the example strategy `annealed` (src/strategies/examples/annealed_sampling.cpp): seeded
+//    runs repeat, and it is listed by `specdec strategies`;
+//  - every registered drafter that needs no draft model (the example `repeat_last`, `suffix`,
+//    `ngram`, ...) and `model` with the model as its own draft: greedy speculative decoding
+//    prints the tokens of greedy decoding.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+#include "strategies/drafters.h"
+
+namespace {
+
+const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
+const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+// Text the model copies (a run of one digit token included): the drafters that look back at the
+// prompt, and repeat_last, have something to find.
+const std::string kPrompt = "Repeat exactly: \"a b c == a b c == a b c == 1111111111\"";
+
+struct Output {
+  int code = -1;
+  std::string text;  // stdout + stderr
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Output run(const std::vector<std::string>& args) {
+  std::string cmd = quote(kBin);
+  for (const auto& a : args) cmd += " " + quote(a);
+  Output o;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int st = ::pclose(p);
+  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return o;
+}
+
+// `specdec generate ... --json` on SmolLM2: the JSON object of the last output line.
+nlohmann::json generate(std::vector<std::string> extra) {
+  std::vector<std::string> a = {"generate", "--model", "smollm2-135m", "--chat", "--prompt", kPrompt,
+                                "--max-new-tokens", "32", "--json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  const Output o = run(a);
+  EXPECT_EQ(o.code, 0) << o.text;
+  const auto brace = o.text.rfind("\n{");
+  return nlohmann::json::parse(o.text.substr(brace == std::string::npos ? 0 : brace + 1), nullptr, false);
+}
+
+class CliExtensions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kModel)) << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+  }
+};
+
+TEST_F(CliExtensions, AnnealedStrategyRunsSeededFromTheCli) {
+  const auto a = generate({"--strategy", "annealed", "--set", "t_end=0.1", "--seed", "7"});
+  const auto b = generate({"--strategy", "annealed", "--set", "t_end=0.1", "--seed", "7"});
+  ASSERT_TRUE(a.contains("tokens")) << a.dump();
+  EXPECT_EQ(a["stats"]["strategy"], "annealed");
+  EXPECT_GT(a["tokens"].size(), 0u);
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  const Output list = run({"strategies", "--name", "annealed"});
+  EXPECT_EQ(list.code, 0);
+  EXPECT_NE(list.text.find("t_start=1.2"), std::string::npos) << list.text;
+}
+
+TEST_F(CliExtensions, GreedySpeculativeEqualsGreedyWithEveryDrafter) {
+  const auto greedy = generate({"--set", "temperature=0"});
+  ASSERT_TRUE(greedy.contains("tokens")) << greedy.dump();
+  ASSERT_GE(greedy["tokens"].size(), 8u);
+  for (const auto& d : specdec::strategies::all_drafters()) {
+    std::vector<std::string> args = {"--strategy", "speculative", "--set", "temperature=0", "--set", "drafter=" + d.name};
+    if (d.needs_draft_model) args.insert(args.end(), {"--draft", "smollm2-135m"});  // self-drafting
+    const auto spec = generate(args);
+    ASSERT_TRUE(spec.contains("tokens")) << d.name << ": " << spec.dump();
+    EXPECT_EQ(spec["tokens"], greedy["tokens"]) << d.name;
+    if (d.name == "suffix" || d.name == "repeat_last")  // the prompt gives both something to copy
+      EXPECT_GT(spec["stats"]["n_accepted"].get<int64_t>(), 0) << d.name;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,430 @@
+// Monte-Carlo checks of block verification (VerifyMode::block; Sun et al. 2025): the emitted
+// text follows the target, the same checks reject planted wrong residuals, and on the SAME
+// drafts and uniforms block verification accepts at least as many tokens as token-wise
+// speculative sampling (strictly more on the paper's example).
+//
+// Setup: a pair of small Markov "language models" (V = 5..8): the target row p and the draft
+// row q depend on the position and the previous token, so a kernel that used a wrong row, a
+// wrong prefix or a wrong weight would change the law of the text. One trial is one round of
+// speculative decoding from the start (draft gamma tokens from q, verify), plus a second
+// round from the first token when the first round emitted only one token; the first two
+// emitted tokens (y1, y2) are recorded.
+// Pass criteria (fixed seeds, so deterministic):
+//   * Pearson chi-square (Boost.Math's chi-square law; expected counts < 5 pooled) of y1
+//     against p(. | start) and of (y1, y2) against p(y1 | start) p(y2 | y1) at N = 1e5
+//     trials: p-value > 1e-3 each, and no token of target probability 0 ever emitted;
+//   * total variation TV(N) of both laws at N = 1e3, 1e4, 1e5 below the 1/sqrt(N) bound
+//     B(N) = sqrt(chi2_{k-1}(1 - 1e-3) / N) / 2 (k categories of positive probability): by
+//     Cauchy-Schwarz TV <= sqrt(X^2 / N) / 2 for Pearson's statistic X^2, which exceeds that
+//     quantile with probability ~1e-3 when the law is right. A biased sampler's TV stays
+//     near its bias and crosses B(N) as N grows. TV / E[TV] (E[TV] ~= sum_k sqrt(p_k (1 - p_k)
+//     / (2 pi N))) is printed: it stays near 1 when TV shrinks as 1/sqrt(N);
+//   * a planted bug must fail them decisively: p-value < 1e-6 for one of the laws.
+#include <gtest/gtest.h>
+
+#include <boost/math/distributions/chi_squared.hpp>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/cpu/row_ops_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/verify_math.h"
+
+namespace sk = specdec::kernels;
+namespace math = specdec::kernels::math;
+
+namespace {
+
+// ---- statistics ------------------------------------------------------------------------------
+
+struct Fit {
+  double p_value = 1.0;
+  bool impossible_seen = false;  // a category of probability 0 occurred
+};
+
+// Pearson chi-square; categories with expected count < 5 are pooled into one (the chi-square
+// approximation needs it), categories of probability 0 are excluded and must stay empty.
+Fit chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
+  int64_t n = 0;
+  for (auto c : counts) n += c;
+  Fit f;
+  double stat = 0, pooled_e = 0;
+  int64_t pooled_c = 0;
+  int n_cells = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const double e = probs[k] * n;
+    if (probs[k] <= 0) {
+      f.impossible_seen |= counts[k] > 0;
+    } else if (e < 5) {
+      pooled_e += e, pooled_c += counts[k];
+    } else {
+      stat += (counts[k] - e) * (counts[k] - e) / e, ++n_cells;
+    }
+  }
+  if (pooled_e > 0) stat += (pooled_c - pooled_e) * (pooled_c - pooled_e) / pooled_e, ++n_cells;
+  if (n_cells > 1) f.p_value = boost::math::cdf(boost::math::complement(boost::math::chi_squared(n_cells - 1), stat));
+  return f;
+}
+
+// Total variation of the empirical law at n draws, relative to its expectation under the
+// right law and to the bound B(n) of the header.
+struct TvPoint {
+  double to_mean = 0, to_bound = 0;
+};
+
+TvPoint tv_point(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
+  double tv = 0, expected = 0;
+  int k = 0;
+  for (size_t c = 0; c < counts.size(); ++c) {
+    tv += std::fabs(double(counts[c]) / n - probs[c]) / 2;
+    expected += std::sqrt(2 * probs[c] * (1 - probs[c]) / (M_PI * n)) / 2;  // E|p_hat - p|, normal approx.
+    k += probs[c] > 0;
+  }
+  const double q = boost::math::quantile(boost::math::chi_squared(std::max(k - 1, 1)), 1 - 1e-3);
+  return {tv / expected, tv / (0.5 * std::sqrt(q / n))};
+}
+
+// ---- a pair of Markov language models ---------------------------------------------------------
+
+// Rows depend on the position and the previous token (context V = the start of the text).
+struct Lm {
+  int64_t vocab = 0, n_pos = 0;
+  std::vector<float> tgt, dft;  // [n_pos, V+1, V] each
+  const float* p(int64_t pos, int32_t ctx) const { return tgt.data() + (pos * (vocab + 1) + ctx) * vocab; }
+  const float* q(int64_t pos, int32_t ctx) const { return dft.data() + (pos * (vocab + 1) + ctx) * vocab; }
+};
+
+// Random rows with zero corners: about 1/4 of q and 1/8 of p entries are 0.
+Lm random_lm(int64_t vocab, int64_t n_pos, uint64_t seed) {
+  specdec::Rng rng(seed);
+  Lm lm{vocab, n_pos, std::vector<float>(n_pos * (vocab + 1) * vocab), std::vector<float>(n_pos * (vocab + 1) * vocab)};
+  auto fill = [&](float* row, double zero_frac) {
+    std::vector<double> w(vocab);
+    double s = 0;
+    for (auto& x : w) s += (x = rng.uniform() < zero_frac ? 0.0 : std::pow(rng.uniform(), 2.0) + 1e-2);
+    if (s == 0) s = w[0] = 1;
+    for (int64_t k = 0; k < vocab; ++k) row[k] = static_cast<float>(w[k] / s);
+  };
+  for (int64_t r = 0; r < n_pos * (vocab + 1); ++r) {
+    fill(lm.dft.data() + r * vocab, 0.25);
+    fill(lm.tgt.data() + r * vocab, 0.125);
+  }
+  return lm;
+}
+
+// The motivating example of Sun et al. (2025): context-free p = (1/3, 2/3), q = (2/3, 1/3). With gamma = 2,
+// token-wise verification accepts 10/9 tokens per round on average, block verification 11/9.
+Lm paper_lm(int64_t n_pos) {
+  Lm lm{2, n_pos, {}, {}};
+  for (int64_t r = 0; r < n_pos * 3; ++r) {
+    lm.tgt.insert(lm.tgt.end(), {1.0f / 3, 2.0f / 3});
+    lm.dft.insert(lm.dft.end(), {2.0f / 3, 1.0f / 3});
+  }
+  return lm;
+}
+
+std::vector<double> normalised(const float* row, int64_t n) {
+  std::vector<double> r(row, row + n);
+  double s = 0;
+  for (double x : r) s += x;
+  for (double& x : r) x /= s;
+  return r;
+}
+
+std::vector<double> first_law(const Lm& lm) { return normalised(lm.p(0, lm.vocab), lm.vocab); }
+
+std::vector<double> pair_law(const Lm& lm) {
+  const std::vector<double> first = first_law(lm);
+  std::vector<double> law(lm.vocab * lm.vocab);
+  for (int32_t a = 0; a < lm.vocab; ++a) {
+    const std::vector<double> next = normalised(lm.p(1, a), lm.vocab);
+    for (int32_t b = 0; b < lm.vocab; ++b) law[a * lm.vocab + b] = first[a] * next[b];
+  }
+  return law;
+}
+
+// x ~ row by a plain inverse CDF (independent of the kernel's sampler).
+int32_t draw(const float* row, int64_t vocab, double u) {
+  double total = 0, cum = 0;
+  for (int64_t k = 0; k < vocab; ++k) total += row[k];
+  int32_t last = 0;
+  for (int64_t k = 0; k < vocab; ++k) {
+    if (row[k] <= 0) continue;
+    cum += row[k], last = static_cast<int32_t>(k);
+    if (u * total < cum) return last;
+  }
+  return last;
+}
+
+// ---- simulation ---------------------------------------------------------------------------------
+
+using Verifier = std::function<void(const sk::VerifyArgs&)>;
+
+// One batched round of speculative decoding: sequence b starts at position pos after token
+// ctx[b] (V: the start), drafts gamma tokens from q and is verified.
+struct Round {
+  std::vector<int32_t> n_acc, out;  // [B], [B, gamma+1]
+};
+
+Round run_round(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier& verify, int64_t pos,
+                const std::vector<int32_t>& ctx, specdec::Rng& rng) {
+  const int64_t B = static_cast<int64_t>(ctx.size()), G = gamma, Vn = lm.vocab;
+  std::vector<int32_t> draft(B * G), n_draft(B, static_cast<int32_t>(G));
+  std::vector<float> q(B * G * Vn), p(B * (G + 1) * Vn), u(B * (G + 1));
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t c = ctx[b];
+    for (int64_t i = 0; i <= G; ++i) {
+      std::copy(lm.p(pos + i, c), lm.p(pos + i, c) + Vn, p.begin() + (b * (G + 1) + i) * Vn);
+      if (i == G) break;
+      std::copy(lm.q(pos + i, c), lm.q(pos + i, c) + Vn, q.begin() + (b * G + i) * Vn);
+      c = draft[b * G + i] = draw(lm.q(pos + i, c), Vn, rng.uniform());
+    }
+  }
+  for (auto& x : u) x = rng.uniformf();
+  Round r{std::vector<int32_t>(B), std::vector<int32_t>(B * (G + 1))};
+  sk::VerifyArgs a;
+  a.batch = B, a.gamma = G, a.vocab = Vn, a.mode = mode;
+  a.draft_tokens = draft.data(), a.n_draft = n_draft.data(), a.q = q.data(), a.p = p.data();
+  a.uniforms = u.data(), a.n_accepted = r.n_acc.data(), a.out_tokens = r.out.data();
+  verify(a);
+  return r;
+}
+
+struct Simulation {
+  std::vector<int64_t> first, pair;      // counts of y1 [V] and (y1, y2) [V*V]
+  std::vector<int32_t> tau;              // accepted length of the first round, per trial
+  std::vector<TvPoint> tv_first, tv_pair;  // at the checkpoints
+};
+
+const std::vector<int64_t> kCheckpoints = {1000, 10000, 100000};
+
+// Two generators: the first rounds (drafts and uniforms) depend only on `seed`, so two modes
+// simulated with the same seed see the same first-round draws.
+Simulation simulate(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier& verify, uint64_t seed) {
+  const int64_t B = 1000, G = gamma, Vn = lm.vocab;
+  specdec::Rng rng_first(seed), rng_second(seed * 7919 + 1);
+  Simulation sim{std::vector<int64_t>(Vn), std::vector<int64_t>(Vn * Vn), {}, {}, {}};
+  const std::vector<double> law1 = first_law(lm), law2 = pair_law(lm);
+  for (int64_t n = 0; n < kCheckpoints.back();) {
+    const Round r1 = run_round(lm, G, mode, verify, 0, std::vector<int32_t>(B, static_cast<int32_t>(Vn)), rng_first);
+    std::vector<int32_t> again;  // first tokens of trials that need a second round
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t* out = r1.out.data() + b * (G + 1);
+      sim.first[out[0]]++;
+      sim.tau.push_back(r1.n_acc[b]);
+      if (r1.n_acc[b] >= 1) sim.pair[out[0] * Vn + out[1]]++;
+      else again.push_back(out[0]);
+    }
+    if (!again.empty()) {
+      const Round r2 = run_round(lm, G, mode, verify, 1, again, rng_second);
+      for (size_t k = 0; k < again.size(); ++k) sim.pair[again[k] * Vn + r2.out[k * (G + 1)]]++;
+    }
+    n += B;
+    for (int64_t cp : kCheckpoints)
+      if (n == cp) {
+        sim.tv_first.push_back(tv_point(sim.first, law1, n));
+        sim.tv_pair.push_back(tv_point(sim.pair, law2, n));
+      }
+  }
+  return sim;
+}
+
+struct Verdict {
+  bool passed = true;
+  double p_first = 1, p_pair = 1;
+};
+
+Verdict judge(const Lm& lm, const Simulation& sim, const char* label) {
+  const Fit f1 = chi_square(sim.first, first_law(lm)), f2 = chi_square(sim.pair, pair_law(lm));
+  Verdict v;
+  v.p_first = f1.p_value, v.p_pair = f2.p_value;
+  v.passed = f1.p_value > 1e-3 && f2.p_value > 1e-3 && !f1.impossible_seen && !f2.impossible_seen;
+  for (const auto* tv : {&sim.tv_first, &sim.tv_pair})
+    for (const TvPoint& t : *tv) v.passed &= t.to_bound <= 1.0;
+  std::printf("  %-27s p-value y1 %.3g, (y1,y2) %.3g; N = 1e3, 1e4, 1e5: TV/E[TV] (TV/B) y1", label, v.p_first,
+              v.p_pair);
+  for (const TvPoint& t : sim.tv_first) std::printf(" %.2f (%.2f)", t.to_mean, t.to_bound);
+  std::printf(", (y1,y2)");
+  for (const TvPoint& t : sim.tv_pair) std::printf(" %.2f (%.2f)", t.to_mean, t.to_bound);
+  std::printf(" -> %s\n", v.passed ? "pass" : "FAIL");
+  return v;
+}
+
+void verify_with_cpu(const sk::VerifyArgs& a) { sk::verify_cpu(a); }
+
+// verify_row with test-only Ops: the planted bugs live here, not in the kernel's API.
+template <class Ops>
+void verify_with(const sk::VerifyArgs& a) {
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const math::RowView row = math::row_view(a, b);
+    Ops ops;
+    const math::RowResult r = math::verify_row(row, ops);
+    ASSERT_EQ(r.status, math::kRowOk);
+    a.n_accepted[b] = r.n_accepted;
+    math::write_row_output(row, r, a.out_tokens + b * (a.gamma + 1));
+  }
+}
+
+// Planted bug 1: the correction token is drawn from p instead of the residual.
+struct ResidualIsPOps : sk::cpu::CpuRowOps {
+  template <class T>
+  int64_t sample(const T* p, const float*, int64_t n, float u, double = 1.0) const {
+    return CpuRowOps::sample(p, nullptr, n, u);
+  }
+};
+
+// Planted bug 2 (block-specific): the residual ignores the block weight, max(0, p - q)
+// instead of max(0, w_tau p - q) (h_i still uses the weights).
+struct UnweightedResidualOps : sk::cpu::CpuRowOps {
+  template <class T>
+  int64_t sample(const T* p, const float* q, int64_t n, float u, double = 1.0) const {
+    return CpuRowOps::sample(p, q, n, u, 1.0);
+  }
+};
+
+// ---- exact expected accepted length ---------------------------------------------------------------
+
+// E[tau] of one round from the start, by enumerating all V^gamma drafts, for token-wise
+// verification (tau >= k iff the first k tokens pass min(1, p/q)) and block verification
+// (the walk i = gamma..1 with the h_i of Sun et al.), in double from the float rows.
+struct ExpectedTau {
+  double token_wise = 0, block = 0;
+};
+
+double min_ratio(double w, double p, double q) { return p <= 0 ? 0 : (w * p >= q ? 1 : w * p / q); }
+
+ExpectedTau exact_tau(const Lm& lm, int64_t gamma) {
+  const int64_t Vn = lm.vocab;
+  ExpectedTau e;
+  std::vector<int32_t> x(gamma, 0), ctx(gamma + 1);
+  for (;;) {
+    double prob = 1, tw = 0, run = 1;
+    std::vector<double> w(gamma + 1, 1.0);
+    ctx[0] = static_cast<int32_t>(Vn);
+    for (int64_t i = 0; i < gamma; ++i) {
+      prob *= lm.q(i, ctx[i])[x[i]];
+      run *= min_ratio(1, lm.p(i, ctx[i])[x[i]], lm.q(i, ctx[i])[x[i]]);
+      tw += run;
+      w[i + 1] = min_ratio(w[i], lm.p(i, ctx[i])[x[i]], lm.q(i, ctx[i])[x[i]]);
+      ctx[i + 1] = x[i];
+    }
+    double rest = 1, blk = 0;  // P(all longer prefixes failed)
+    for (int64_t i = gamma; i >= 1; --i) {
+      double h = w[i];
+      if (i < gamma) {
+        double s = 0;
+        for (int64_t k = 0; k < Vn; ++k) s += std::max(0.0, w[i] * lm.p(i, ctx[i])[k] - lm.q(i, ctx[i])[k]);
+        h = s + 1 - w[i] > 0 ? s / (s + 1 - w[i]) : 1;
+      }
+      blk += rest * h * i, rest *= 1 - h;
+    }
+    e.token_wise += prob * tw, e.block += prob * blk;
+    int64_t k = 0;  // next draft (odometer)
+    while (k < gamma && ++x[k] == Vn) x[k++] = 0;
+    if (k == gamma) break;
+  }
+  return e;
+}
+
+struct MeanDiff {
+  double mean_a = 0, mean_b = 0, diff = 0, diff_se = 0;  // mean(b - a) and its standard error
+};
+
+MeanDiff paired(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const double n = static_cast<double>(a.size());
+  MeanDiff m;
+  double sq = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m.mean_a += a[i] / n, m.mean_b += b[i] / n;
+    const double d = b[i] - a[i];
+    m.diff += d / n, sq += d * d / n;
+  }
+  m.diff_se = std::sqrt((sq - m.diff * m.diff) / n);
+  return m;
+}
+
+double sd_of_mean(const std::vector<int32_t>& t) {
+  double m = 0, sq = 0;
+  for (int32_t x : t) m += x, sq += double(x) * x;
+  m /= t.size(), sq /= t.size();
+  return std::sqrt((sq - m * m) / t.size());
+}
+
+}  // namespace
+
+TEST(KernelsBlockStats, ChiSquareLawIsBoostsAndPoolingWorks) {
+  // A perfect fit has p-value 1; a 10 % shift on 1e4 draws of a fair coin is decisive.
+  EXPECT_NEAR(chi_square({5000, 5000}, {0.5, 0.5}).p_value, 1.0, 1e-12);
+  EXPECT_LT(chi_square({5500, 4500}, {0.5, 0.5}).p_value, 1e-20);
+  // df 1, statistic 3.841 -> 5 % (table value).
+  EXPECT_NEAR(boost::math::cdf(boost::math::complement(boost::math::chi_squared(1), 3.841)), 0.05, 1e-4);
+  EXPECT_TRUE(chi_square({10, 0}, {1.0, 0.0}).p_value == 1.0);
+  EXPECT_TRUE(chi_square({9, 1}, {1.0, 0.0}).impossible_seen);
+}
+
+class BlockPreservesTarget : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, uint64_t>> {};
+
+TEST_P(BlockPreservesTarget, ChiSquareAndRootNShrink) {
+  const auto [vocab, gamma, seed] = GetParam();
+  const Lm lm = random_lm(vocab, gamma + 2, seed);
+  const Verdict v = judge(lm, simulate(lm, gamma, sk::VerifyMode::block, verify_with_cpu, seed + 1), "block");
+  EXPECT_TRUE(v.passed) << "p-values " << v.p_first << ", " << v.p_pair;
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelsBlockStats, BlockPreservesTarget,
+                         ::testing::Values(std::make_tuple(6, 3, 11), std::make_tuple(5, 2, 12),
+                                           std::make_tuple(8, 3, 13)));
+
+TEST(KernelsBlockStats, AcceptsAtLeastAsMuchAsTokenWiseOnTheSameDraws) {
+  // Random models: both modes lossless on the same first-round draws; each mean accepted
+  // length within 5 standard errors of its exact value; block's exact value >= token-wise's
+  // and the paired difference of the means >= -3 standard errors.
+  const Lm lm = random_lm(6, 5, 21);
+  const Simulation tok = simulate(lm, 3, sk::VerifyMode::sampling, verify_with_cpu, 22);
+  const Simulation blk = simulate(lm, 3, sk::VerifyMode::block, verify_with_cpu, 22);
+  EXPECT_TRUE(judge(lm, tok, "token-wise (random)").passed);
+  EXPECT_TRUE(judge(lm, blk, "block (random)").passed);
+  const ExpectedTau e = exact_tau(lm, 3);
+  const MeanDiff m = paired(tok.tau, blk.tau);
+  std::printf("  random models, gamma 3: E[tau] token-wise %.4f (exact %.4f), block %.4f (exact %.4f), "
+              "paired difference %.4f +- %.4f\n", m.mean_a, e.token_wise, m.mean_b, e.block, m.diff, m.diff_se);
+  EXPECT_NEAR(m.mean_a, e.token_wise, 5 * sd_of_mean(tok.tau));
+  EXPECT_NEAR(m.mean_b, e.block, 5 * sd_of_mean(blk.tau));
+  EXPECT_GE(e.block, e.token_wise - 1e-12);
+  EXPECT_GT(m.diff, -3 * m.diff_se);
+
+  // The paper's example: exactly 10/9 vs 11/9, and block is ahead by many standard errors.
+  const Lm ex = paper_lm(4);
+  const ExpectedTau ee = exact_tau(ex, 2);
+  EXPECT_NEAR(ee.token_wise, 10.0 / 9, 1e-6);
+  EXPECT_NEAR(ee.block, 11.0 / 9, 1e-6);
+  const Simulation tok2 = simulate(ex, 2, sk::VerifyMode::sampling, verify_with_cpu, 23);
+  const Simulation blk2 = simulate(ex, 2, sk::VerifyMode::block, verify_with_cpu, 23);
+  EXPECT_TRUE(judge(ex, tok2, "token-wise (paper example)").passed);
+  EXPECT_TRUE(judge(ex, blk2, "block (paper example)").passed);
+  const MeanDiff m2 = paired(tok2.tau, blk2.tau);
+  std::printf("  paper example, gamma 2: E[tau] token-wise %.4f (10/9), block %.4f (11/9), "
+              "paired difference %.4f +- %.4f\n", m2.mean_a, m2.mean_b, m2.diff, m2.diff_se);
+  EXPECT_NEAR(m2.mean_a, 10.0 / 9, 5 * sd_of_mean(tok2.tau));
+  EXPECT_NEAR(m2.mean_b, 11.0 / 9, 5 * sd_of_mean(blk2.tau));
+  EXPECT_GT(m2.diff, 10 * m2.diff_se);
+}
+
+TEST(KernelsBlockStats, PlantedBugsAreCaught) {
+  // The same problem and seed through verify_row with test-only Ops: the correct Ops pass, a
+  // residual drawn from p and a residual without the block weight fail with a p-value below
+  // 1e-6 for y1 or (y1, y2).
+  const Lm lm = random_lm(6, 5, 31);
+  const uint64_t seed = 32;
+  EXPECT_TRUE(judge(lm, simulate(lm, 3, sk::VerifyMode::block, verify_with<sk::cpu::CpuRowOps>, seed), "correct Ops").passed);
+  const Verdict a = judge(lm, simulate(lm, 3, sk::VerifyMode::block, verify_with<ResidualIsPOps>, seed), "residual = p");
+  EXPECT_FALSE(a.passed);
+  EXPECT_LT(std::min(a.p_first, a.p_pair), 1e-6);
+  const Verdict b =
+      judge(lm, simulate(lm, 3, sk::VerifyMode::block, verify_with<UnweightedResidualOps>, seed), "residual without w_tau");
+  EXPECT_FALSE(b.passed);
+  EXPECT_LT(std::min(b.p_first, b.p_pair), 1e-6);
+}

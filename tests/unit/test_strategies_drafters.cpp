@@ -1,0 +1,390 @@
+// Drafters, reached through the registry (src/strategies/drafters/registry.cpp) as the
+// speculative strategy reaches them: names, parameters, needs and errors; suffix
+// (against a brute-force reference, incremental == rebuild, longer matches than ngram_max,
+// tree mode); model; and greedy speculative decoding equals greedy with every drafter.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/tiny.h"
+#include "strategies/drafters.h"
+#include "strategies/registry.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+
+namespace {
+
+std::shared_ptr<model::CausalLM> tiny(uint64_t seed) {
+  static std::map<uint64_t, std::shared_ptr<model::CausalLM>> cache;
+  auto& m = cache[seed];
+  if (!m) m = model::make_tiny_llama(model::tiny_llama_config(), seed);
+  return m;
+}
+
+Params P(std::map<std::string, std::string> values) { return Params(std::move(values)); }
+
+// What Speculative::make_drafter passes to the registry, built from user-style parameters.
+struct Rig {
+  Request req;
+  Params params;
+  sampling::ProcessorConfig proc;
+  Rng rng{0};
+  Rig(std::initializer_list<std::pair<const std::string, std::string>> given = {})
+      : params(resolve("speculative", P(given))), proc(processor_config(params)) {}
+  std::unique_ptr<Drafter> make(const std::string& name) {
+    return make_drafter(name, DrafterContext{req, params, proc, rng, 512, params.get_int("gamma_max")});
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ---- registry ------------------------------------------------------------------------------------
+TEST(DrafterRegistry, ListsDraftersAndRejectsUnknownNamesWithTheValidOnes) {
+  std::vector<std::string> names;
+  for (const auto& d : all_drafters()) names.push_back(d.name);
+  // Others may be registered too; these come in this order.
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(names[0], "model");
+  EXPECT_EQ(names[1], "ngram");
+  EXPECT_EQ(names[2], "suffix");
+  EXPECT_NE(std::find(names.begin(), names.end(), "repeat_last"), names.end());
+  EXPECT_TRUE(find_drafter("model").needs_draft_model);
+  EXPECT_FALSE(find_drafter("suffix").needs_draft_model);
+  const std::string msg = error_of([] { find_drafter("oracle"); });
+  EXPECT_NE(msg.find("unknown drafter 'oracle'; valid drafters: model, ngram, suffix, "), std::string::npos)
+      << msg;
+}
+
+TEST(DrafterRegistry, DrafterParametersJoinTheSpeculativeSchema) {
+  std::vector<std::string> keys;
+  for (const auto& p : drafter_params()) keys.push_back(p.name);
+  for (const char* k : {"ngram_min", "ngram_max", "suffix_min_match", "suffix_max_match", "suffix_tree_width",
+                        "repeat_min_run"})
+    EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
+  const Params p = resolve("speculative", P({{"suffix_max_match", "9"}}));
+  EXPECT_EQ(p.get_int("suffix_max_match"), 9);
+  EXPECT_EQ(p.get_int("ngram_max"), 3);  // defaults of every drafter are filled
+  EXPECT_EQ(p.get_int("suffix_tree_width"), 1);
+  // The `drafter` help names every registered drafter.
+  for (const auto& s : find("speculative").params)
+    if (s.name == "drafter")
+      for (const auto& d : all_drafters()) EXPECT_NE(s.help.find(d.name), std::string::npos) << d.name;
+  // Only the speculative strategy takes them.
+  EXPECT_THROW(resolve("greedy", P({{"ngram_max", "4"}})), Error);
+}
+
+TEST(DrafterRegistry, AutoIsModelWithADraftModelElseNgram) {
+  const Params p = resolve("speculative", {});
+  EXPECT_EQ(resolve_drafter_name(p, true), "model");
+  EXPECT_EQ(resolve_drafter_name(p, false), "ngram");
+  const Params s = resolve("speculative", P({{"drafter", "suffix"}}));
+  EXPECT_EQ(resolve_drafter_name(s, true), "suffix");
+  EXPECT_THROW(resolve_drafter_name(resolve("speculative", P({{"drafter", "x"}})), false), Error);
+}
+
+TEST(StrategyNeeds, ComeFromTheRegistryNotFromParameterNames) {
+  const Params spec = resolve("speculative", P({{"gamma", "5"}}));
+  StrategyNeeds n = strategy_needs("speculative", spec, false);
+  EXPECT_FALSE(n.draft_model);
+  EXPECT_EQ(n.drafter, "ngram");
+  EXPECT_EQ(n.draft_length, 5);
+  n = strategy_needs("speculative", spec, true);
+  EXPECT_TRUE(n.draft_model);
+  EXPECT_EQ(n.drafter, "model");
+  n = strategy_needs("speculative", resolve("speculative", P({{"drafter", "model"}})), false);
+  EXPECT_TRUE(n.draft_model);  // the harness must refuse this run without a draft model
+  n = strategy_needs("greedy", resolve("greedy", {}), true);
+  EXPECT_FALSE(n.draft_model);
+  EXPECT_EQ(n.draft_length, 0);
+  EXPECT_EQ(n.drafter, "");
+}
+
+TEST(DrafterRegistry, BadChoicesAndValuesAreNamedErrors) {
+  std::string msg = error_of([] { create("speculative", P({{"drafter", "oracle"}})); });
+  EXPECT_NE(msg.find("unknown drafter 'oracle' (parameter 'drafter'); valid values: auto, model, ngram, suffix"),
+            std::string::npos)
+      << msg;
+  msg = error_of([] { create("speculative", P({{"suffix_min_match", "0"}})); });
+  EXPECT_NE(msg.find("suffix_min_match=0"), std::string::npos) << msg;
+  msg = error_of([] { create("speculative", P({{"suffix_min_match", "5"}, {"suffix_max_match", "4"}})); });
+  EXPECT_NE(msg.find("suffix_min_match=5 suffix_max_match=4"), std::string::npos) << msg;
+  msg = error_of([] { create("speculative", P({{"suffix_tree_width", "0"}})); });
+  EXPECT_NE(msg.find("suffix_tree_width must be in [1, 16], got 0"), std::string::npos) << msg;
+  msg = error_of([] { create("speculative", P({{"repeat_min_run", "0"}})); });
+  EXPECT_NE(msg.find("repeat_min_run must be >= 1, got 0"), std::string::npos) << msg;
+  msg = error_of([] { Rig({{"ngram_min", "0"}}).make("ngram"); });  // make_drafter checks too
+  EXPECT_NE(msg.find("ngram_min=0"), std::string::npos) << msg;
+  // drafter=model without a draft model: at make_drafter, and at generate().
+  msg = error_of([] { Rig().make("model"); });
+  EXPECT_NE(msg.find("drafter 'model' needs a draft model"), std::string::npos) << msg;
+  Request req;
+  req.prompt = {1, 2, 3};
+  req.target = tiny(11);
+  req.stop.max_new_tokens = 4;
+  msg = error_of([&] { create("speculative", P({{"drafter", "model"}}))->generate(req, {}); });
+  EXPECT_NE(msg.find("drafter 'model' needs a draft model"), std::string::npos) << msg;
+}
+
+TEST(DrafterRegistry, ModelDrafterRefusesADraftWithAnotherVocabulary) {
+  Rig rig;
+  rig.req.target = tiny(11);
+  model::ModelConfig cfg = model::tiny_llama_config();
+  cfg.n_vocab += 1;
+  rig.req.draft = model::make_tiny_llama(cfg, 3);
+  const std::string msg = error_of([&] { rig.make("model"); });
+  EXPECT_NE(msg.find("draft vocabulary"), std::string::npos) << msg;
+}
+
+// ---- suffix: a brute-force reference ----------------------------------------------------------------
+// End positions of earlier occurrences of the longest suffix (<= max_match tokens) that occurred
+// earlier, newest first, then of shorter suffixes down to min_match, distinct, at most `width`.
+std::vector<int64_t> reference_ends(const Tokens& s, int64_t min_match, int64_t max_match, int64_t width) {
+  std::vector<int64_t> ends;
+  const int64_t n = static_cast<int64_t>(s.size());
+  for (int64_t len = std::min(max_match, n - 1); len >= min_match; --len)
+    for (int64_t e = n - 2; e >= len - 1; --e) {
+      if (static_cast<int64_t>(ends.size()) == width) return ends;
+      if (std::equal(s.end() - len, s.end(), s.begin() + (e - len + 1)) &&
+          std::find(ends.begin(), ends.end(), e) == ends.end())
+        ends.push_back(e);
+    }
+  return ends;
+}
+
+// The continuations s[e+1 ..] (<= depth tokens) merged into a trie in that order; a chain when
+// it does not branch.
+DraftProposal reference_trie(const Tokens& s, const std::vector<int64_t>& ends, int64_t depth) {
+  DraftProposal out;
+  for (int64_t e : ends) {
+    int32_t at = -1;
+    for (int64_t i = e + 1; i < std::min<int64_t>(s.size(), e + 1 + depth); ++i) {
+      int32_t found = -1;
+      for (size_t j = 0; j < out.tokens.size(); ++j)
+        if (out.parents[j] == at && out.tokens[j] == s[i]) found = static_cast<int32_t>(j);
+      if (found < 0) {
+        out.tokens.push_back(s[i]);
+        out.parents.push_back(at);
+        found = static_cast<int32_t>(out.tokens.size()) - 1;
+      }
+      at = found;
+    }
+  }
+  bool chain = true;
+  for (size_t j = 0; j < out.parents.size(); ++j) chain = chain && out.parents[j] == int32_t(j) - 1;
+  if (chain) out.parents.clear();
+  return out;
+}
+
+Tokens random_tokens(uint64_t seed, int64_t n, int64_t alphabet) {
+  Rng rng(seed);
+  Tokens t;
+  for (int64_t i = 0; i < n; ++i) t.push_back(static_cast<TokenId>(rng.next() % uint64_t(alphabet)));
+  return t;
+}
+
+// A valid trie in DraftProposal form: topological, siblings distinct, paths within max_depth,
+// every root-to-node path a continuation of some earlier occurrence in `seq`.
+void expect_valid_trie(const DraftProposal& d, const Tokens& seq, int64_t max_depth) {
+  if (d.is_chain()) return;
+  ASSERT_EQ(d.parents.size(), d.tokens.size());
+  for (int64_t i = 0; i < d.size(); ++i) {
+    ASSERT_TRUE(d.parents[i] >= -1 && d.parents[i] < i) << i;
+    EXPECT_LE(d.depth(i), max_depth);
+    for (int64_t j = 0; j < i; ++j)
+      EXPECT_FALSE(d.parents[j] == d.parents[i] && d.tokens[j] == d.tokens[i]) << "duplicate sibling " << i;
+    Tokens path;
+    for (int32_t k = static_cast<int32_t>(i); k >= 0; k = d.parents[k]) path.insert(path.begin(), d.tokens[k]);
+    bool found = false;
+    for (size_t e = 0; e + 1 < seq.size() && !found; ++e)
+      found = e + 1 + path.size() <= seq.size() && std::equal(path.begin(), path.end(), seq.begin() + e + 1);
+    EXPECT_TRUE(found) << "node " << i << " is no continuation in the sequence";
+  }
+}
+
+struct SuffixCase {
+  int64_t min_match, max_match, width;
+};
+
+TEST(SuffixDrafter, IncrementalIndexEqualsARebuildAndTheReference) {
+  const SuffixCase cases[] = {{1, 1, 1}, {1, 3, 1}, {2, 5, 1}, {1, 32, 1}, {1, 2, 3}, {2, 8, 4}, {1, 1024, 16}};
+  for (const auto& c : cases) {
+    for (uint64_t seed : {1, 2}) {
+      const Tokens seq = random_tokens(seed, 240, seed == 1 ? 3 : 6);
+      Rig rig({{"suffix_min_match", std::to_string(c.min_match)},
+               {"suffix_max_match", std::to_string(c.max_match)},
+               {"suffix_tree_width", std::to_string(c.width)}});
+      auto incremental = rig.make("suffix");
+      incremental->prefill(Tokens(seq.begin(), seq.begin() + 3));
+      for (size_t n = 4; n <= seq.size(); ++n) {
+        const Tokens prefix(seq.begin(), seq.begin() + n);
+        const int64_t depth = 1 + int64_t(n % 6);
+        const DraftProposal got = incremental->propose(prefix, depth);
+        const DraftProposal want = reference_trie(prefix, reference_ends(prefix, c.min_match, c.max_match, c.width), depth);
+        const std::string where = "min " + std::to_string(c.min_match) + " max " + std::to_string(c.max_match) +
+                                  " width " + std::to_string(c.width) + " seed " + std::to_string(seed) +
+                                  " n " + std::to_string(n);
+        ASSERT_EQ(got.tokens, want.tokens) << where;
+        ASSERT_EQ(got.parents, want.parents) << where;
+        EXPECT_FALSE(got.q.defined());
+        if (n % 17 == 0) {  // a fresh drafter (one rebuild) proposes the same
+          const DraftProposal fresh = rig.make("suffix")->propose(prefix, depth);
+          ASSERT_EQ(fresh.tokens, got.tokens) << where;
+          ASSERT_EQ(fresh.parents, got.parents) << where;
+        }
+        if (c.width > 1) expect_valid_trie(got, prefix, depth);
+      }
+    }
+  }
+}
+
+TEST(SuffixDrafter, ProposesWhatNgramProposesWithTheSameBounds) {
+  for (const auto& [lo, hi] : std::vector<std::pair<int, int>>{{1, 3}, {2, 2}, {1, 6}}) {
+    Rig rig({{"ngram_min", std::to_string(lo)}, {"ngram_max", std::to_string(hi)},
+             {"suffix_min_match", std::to_string(lo)}, {"suffix_max_match", std::to_string(hi)}});
+    auto ngram = rig.make("ngram");
+    auto suffix = rig.make("suffix");
+    const Tokens text = {3, 4, 5, 6, 7, 4, 5, 9, 4, 5, 6, 7, 4, 5};
+    for (size_t n = 1; n <= text.size(); ++n) {
+      const Tokens prefix(text.begin(), text.begin() + n);
+      EXPECT_EQ(suffix->propose(prefix, 4).tokens, ngram->propose(prefix, 4).tokens) << lo << "-" << hi << " n " << n;
+    }
+    const Tokens noisy = random_tokens(7, 400, 4);
+    for (size_t n = 1; n <= noisy.size(); n += 3) {
+      const Tokens prefix(noisy.begin(), noisy.begin() + n);
+      ASSERT_EQ(suffix->propose(prefix, 5).tokens, ngram->propose(prefix, 5).tokens) << lo << "-" << hi << " n " << n;
+    }
+  }
+}
+
+TEST(SuffixDrafter, FindsLongerMatchesThanNgramMax) {
+  // "1 2 3 4 5 6" is followed by 7 early on; later only its last three tokens "4 5 6" recur,
+  // followed by 9. ngram (max 3) copies the recent 9; suffix matches all six tokens and copies 7.
+  const Tokens seq = {1, 2, 3, 4, 5, 6, 7, 8, 0, 4, 5, 6, 9, 9, 0, 1, 2, 3, 4, 5, 6};
+  Rig rig;
+  EXPECT_EQ(rig.make("ngram")->propose(seq, 2).tokens, (Tokens{9, 9}));
+  EXPECT_EQ(rig.make("suffix")->propose(seq, 2).tokens, (Tokens{7, 8}));
+  Rig capped({{"suffix_max_match", "3"}});  // capped like ngram: the recent occurrence again
+  EXPECT_EQ(capped.make("suffix")->propose(seq, 2).tokens, (Tokens{9, 9}));
+  Rig strict({{"suffix_min_match", "7"}});  // no earlier match of 7 tokens
+  EXPECT_TRUE(strict.make("suffix")->propose(seq, 2).tokens.empty());
+}
+
+TEST(SuffixDrafter, TreeModeMergesContinuationsIntoATrie) {
+  // The longest earlier match "0 5 6" ended at 10 (then "1 2") and at 5 (then "1 3"); the third
+  // occurrence comes from the shorter "5 6", which also ended at 1 (then "4 0"). Newest and
+  // longest first: 1 -> {2, 3}, then 4 -> 0.
+  const Tokens seq = {5, 6, 4, 0, 5, 6, 1, 3, 0, 5, 6, 1, 2, 0, 5, 6};
+  Rig rig({{"suffix_tree_width", "3"}});
+  const DraftProposal d = rig.make("suffix")->propose(seq, 2);
+  EXPECT_EQ(d.tokens, (Tokens{1, 2, 3, 4, 0}));
+  EXPECT_EQ(d.parents, (std::vector<int32_t>{-1, 0, 0, -1, 3}));
+  EXPECT_EQ(d.depth(2), 2);
+  EXPECT_EQ(d.depth(3), 1);
+  EXPECT_EQ(d.depth(4), 2);
+  expect_valid_trie(d, seq, 2);
+  Rig chain({{"suffix_tree_width", "1"}});  // width 1: a chain, the newest continuation
+  const DraftProposal c = chain.make("suffix")->propose(seq, 2);
+  EXPECT_TRUE(c.is_chain());
+  EXPECT_EQ(c.tokens, (Tokens{1, 2}));
+  Rig two({{"suffix_tree_width", "2"}, {"suffix_min_match", "3"}});  // only "0 5 6" qualifies
+  const DraftProposal t = two.make("suffix")->propose(seq, 4);
+  EXPECT_EQ(t.tokens, (Tokens{1, 2, 0, 5, 3, 0, 5}));
+  EXPECT_EQ(t.parents, (std::vector<int32_t>{-1, 0, 1, 2, 0, 4, 5}));
+}
+
+TEST(SuffixDrafter, ARunOfOneTokenMatchesTheReference) {
+  // The suffix-link chain of "7 7 7 ..." is as long as the text; appends walk only
+  // suffix_max_match states of it, and the answers stay exact.
+  Tokens run;
+  Rig rig({{"suffix_max_match", "16"}});
+  auto d = rig.make("suffix");
+  for (int i = 0; i < 20000; ++i) {
+    run.push_back(7);
+    d->propose(run, 1);
+  }
+  run.push_back(3);
+  run.push_back(7);
+  for (int64_t depth : {1, 3}) {
+    const DraftProposal last = d->propose(run, depth);
+    EXPECT_EQ(last.tokens, reference_trie(run, reference_ends(run, 1, 16, 1), depth).tokens);
+    EXPECT_EQ(last.tokens.front(), 3);  // "7" last ended before the 3
+  }
+}
+
+TEST(SuffixDrafter, AnUnrelatedSequenceIsIndexedAfresh) {
+  Rig rig;
+  auto d = rig.make("suffix");
+  d->propose({1, 2, 3, 1, 2}, 3);
+  const Tokens other = {4, 5, 6, 4, 5};
+  EXPECT_EQ(d->propose(other, 3).tokens, rig.make("suffix")->propose(other, 3).tokens);
+  EXPECT_EQ(d->propose(other, 3).tokens, (Tokens{6, 4, 5}));
+}
+
+// ---- model ---------------------------------------------------------------------------------------
+TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
+  Rig rig({{"temperature", "0"}});
+  rig.req.target = tiny(11);
+  rig.req.draft = tiny(11);
+  auto d = rig.make("model");
+  EXPECT_TRUE(d->has_distribution());
+  Request g;
+  g.prompt = {1, 5, 9, 5, 9, 3};
+  g.target = tiny(11);
+  g.stop.max_new_tokens = 6;
+  const Tokens greedy = create("greedy", {})->generate(g, {}).tokens;
+  d->prefill(Tokens(g.prompt.begin(), g.prompt.end() - 1));
+  const DraftProposal p = d->propose(g.prompt, 4);
+  EXPECT_EQ(p.tokens, Tokens(greedy.begin(), greedy.begin() + 4));
+  EXPECT_EQ(p.n_forwards, 4);
+  // Keep two of the four, then draft on: the cache was cut back to the committed prefix.
+  Tokens seq = g.prompt;
+  seq.insert(seq.end(), greedy.begin(), greedy.begin() + 3);
+  d->commit(static_cast<int64_t>(seq.size()) - 1, {0, 1});
+  EXPECT_EQ(d->propose(seq, 3).tokens, Tokens(greedy.begin() + 3, greedy.begin() + 6));
+}
+
+// ---- every drafter through the strategy ------------------------------------------------------------
+TEST(SpeculativeDrafters, GreedyEqualsGreedyTargetWithEveryRegisteredDrafter) {
+  Request req;
+  req.prompt = {1, 5, 9, 5, 9, 3, 1, 5, 9};
+  req.target = tiny(11);
+  req.stop.max_new_tokens = 40;
+  const Result base = create("greedy", {})->generate(req, {});
+  ASSERT_EQ(base.tokens.size(), 40u);
+  for (const auto& d : all_drafters()) {
+    Request r = req;
+    if (d.needs_draft_model) r.draft = tiny(12);
+    const Result spec =
+        create("speculative", P({{"temperature", "0"}, {"drafter", d.name}, {"repeat_min_run", "1"}}))
+            ->generate(r, {});
+    EXPECT_EQ(spec.tokens, base.tokens) << d.name;
+    EXPECT_GT(spec.stats.n_drafted, 0) << d.name;
+  }
+}
+
+TEST(SpeculativeDrafters, SuffixTreeModeKeepsGreedyOutput) {
+  Request req;
+  req.prompt = {1, 5, 9, 5, 9, 3, 1, 5, 9, 4, 1, 5, 2};
+  req.target = tiny(11);
+  req.stop.max_new_tokens = 40;
+  const Result base = create("greedy", {})->generate(req, {});
+  for (const char* width : {"2", "4"}) {
+    const Result spec = create("speculative", P({{"temperature", "0"}, {"drafter", "suffix"},
+                                                 {"suffix_tree_width", width}}))->generate(req, {});
+    EXPECT_EQ(spec.tokens, base.tokens) << width;
+    EXPECT_GT(spec.stats.n_drafted, 0) << width;
+  }
+}
+
+}  // namespace
