@@ -2,6 +2,8 @@
 // listed in drafters/registry.cpp.
 #include "strategies/drafters.h"
 
+#include <sstream>
+
 #include "core/error.h"
 
 namespace specdec::strategies {
@@ -13,6 +15,27 @@ int64_t DraftProposal::depth(int64_t i) const {
   // parents[j] < j (topological order), so this walk ends at a root within i steps.
   for (int32_t j = parents[i]; j >= 0; j = parents[j]) ++d;
   return d;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
+                                    int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t v = lo - 1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SD_CHECK(used == item.size() && !item.empty() && v >= lo && v <= hi, drafter, ": ", key, " = '", text,
+             "': entry '", item, "' must be an integer in [", lo, ", ", hi, "]");
+    out.push_back(v);
+  }
+  SD_CHECK(!out.empty(), drafter, ": ", key, " = '", text, "' is empty");
+  return out;
 }
 
 }  // namespace specdec::strategies

@@ -115,6 +115,11 @@ std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterCont
 // (else an error listing them), and every drafter's `check` passes on these resolved params.
 void check_drafter_params(const Params& resolved);
 
+// A drafter parameter holding a comma-separated list of integers ("4,2,2,1"), each in [lo, hi].
+// Throws specdec::Error naming the drafter, the key, the whole value and the bad entry.
+std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
+                                    int64_t lo, int64_t hi);
+
 // The `model` drafter over any CausalLM (a separate draft model, or a view of the target such
 // as layer_skip's layer subset): one forward per draft token, q from the processed logits.
 std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& proc,

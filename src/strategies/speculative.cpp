@@ -116,6 +116,10 @@ Verdict Speculative::verify(const DraftProposal& d, const at::Tensor& p, Rng& rn
 
 // Trees: greedy, multi-draft speculative sampling over siblings (SpecInfer), or tokens_only.
 Verdict Speculative::verify_tree(const DraftProposal& d, const at::Tensor& p, Rng& rng) const {
+  // The planted bug lives in the chain kernel only; silently verifying trees correctly would
+  // let a "checks must fail" run pass.
+  SD_CHECK(!cfg_.planted_residual_bug, "speculative: inject_residual_bug applies to chain verification only, but "
+           "the drafter proposed a token tree");
   const int64_t n = d.size(), n_vocab = p.size(1);
   std::vector<float> uniforms(n + 1);
   for (auto& u : uniforms) u = rng.uniformf();

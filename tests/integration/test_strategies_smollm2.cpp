@@ -187,6 +187,8 @@ TEST_F(SmolLM2, GreedySpeculativeEqualsGreedyWithEveryDrafter) {
       {{{"drafter", "layer_skip"}, {"skip_ratio", "0.15"}, {"skip_search", "4"}}, false},
       {{{"drafter", "suffix"}}, false},
       {{{"drafter", "suffix"}, {"suffix_tree_width", "3"}}, false},
+      {{{"drafter", "recycling"}}, false},
+      {{{"drafter", "lookahead"}}, false},
   };
   const auto& m = smollm2();
   const std::vector<Tokens> prompts = {

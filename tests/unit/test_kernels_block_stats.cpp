@@ -22,7 +22,7 @@
 //   * a planted bug must fail them decisively: p-value < 1e-6 for one of the laws.
 #include <gtest/gtest.h>
 
-#include <boost/math/distributions/chi_squared.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -32,88 +32,18 @@
 #include "kernels/cpu/row_ops_cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/verify_math.h"
+#include "tests/support/kernel_stats.h"
 
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
 
 namespace {
 
-// ---- statistics ------------------------------------------------------------------------------
-
-struct Fit {
-  double p_value = 1.0;
-  bool impossible_seen = false;  // a category of probability 0 occurred
-};
-
-// Pearson chi-square; categories with expected count < 5 are pooled into one (the chi-square
-// approximation needs it), categories of probability 0 are excluded and must stay empty.
-Fit chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
-  int64_t n = 0;
-  for (auto c : counts) n += c;
-  Fit f;
-  double stat = 0, pooled_e = 0;
-  int64_t pooled_c = 0;
-  int n_cells = 0;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    const double e = probs[k] * n;
-    if (probs[k] <= 0) {
-      f.impossible_seen |= counts[k] > 0;
-    } else if (e < 5) {
-      pooled_e += e, pooled_c += counts[k];
-    } else {
-      stat += (counts[k] - e) * (counts[k] - e) / e, ++n_cells;
-    }
-  }
-  if (pooled_e > 0) stat += (pooled_c - pooled_e) * (pooled_c - pooled_e) / pooled_e, ++n_cells;
-  if (n_cells > 1) f.p_value = boost::math::cdf(boost::math::complement(boost::math::chi_squared(n_cells - 1), stat));
-  return f;
-}
-
-// Total variation of the empirical law at n draws, relative to its expectation under the
-// right law and to the bound B(n) of the header.
-struct TvPoint {
-  double to_mean = 0, to_bound = 0;
-};
-
-TvPoint tv_point(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
-  double tv = 0, expected = 0;
-  int k = 0;
-  for (size_t c = 0; c < counts.size(); ++c) {
-    tv += std::fabs(double(counts[c]) / n - probs[c]) / 2;
-    expected += std::sqrt(2 * probs[c] * (1 - probs[c]) / (M_PI * n)) / 2;  // E|p_hat - p|, normal approx.
-    k += probs[c] > 0;
-  }
-  const double q = boost::math::quantile(boost::math::chi_squared(std::max(k - 1, 1)), 1 - 1e-3);
-  return {tv / expected, tv / (0.5 * std::sqrt(q / n))};
-}
-
-// ---- a pair of Markov language models ---------------------------------------------------------
-
-// Rows depend on the position and the previous token (context V = the start of the text).
-struct Lm {
-  int64_t vocab = 0, n_pos = 0;
-  std::vector<float> tgt, dft;  // [n_pos, V+1, V] each
-  const float* p(int64_t pos, int32_t ctx) const { return tgt.data() + (pos * (vocab + 1) + ctx) * vocab; }
-  const float* q(int64_t pos, int32_t ctx) const { return dft.data() + (pos * (vocab + 1) + ctx) * vocab; }
-};
-
-// Random rows with zero corners: about 1/4 of q and 1/8 of p entries are 0.
-Lm random_lm(int64_t vocab, int64_t n_pos, uint64_t seed) {
-  specdec::Rng rng(seed);
-  Lm lm{vocab, n_pos, std::vector<float>(n_pos * (vocab + 1) * vocab), std::vector<float>(n_pos * (vocab + 1) * vocab)};
-  auto fill = [&](float* row, double zero_frac) {
-    std::vector<double> w(vocab);
-    double s = 0;
-    for (auto& x : w) s += (x = rng.uniform() < zero_frac ? 0.0 : std::pow(rng.uniform(), 2.0) + 1e-2);
-    if (s == 0) s = w[0] = 1;
-    for (int64_t k = 0; k < vocab; ++k) row[k] = static_cast<float>(w[k] / s);
-  };
-  for (int64_t r = 0; r < n_pos * (vocab + 1); ++r) {
-    fill(lm.dft.data() + r * vocab, 0.25);
-    fill(lm.tgt.data() + r * vocab, 0.125);
-  }
-  return lm;
-}
+namespace ts = specdec::test_support;
+using ts::chi_square;
+using ts::draw;
+using ts::random_lm;
+using Lm = ts::MarkovLm;
 
 // The motivating example of Sun et al. (2025): context-free p = (1/3, 2/3), q = (2/3, 1/3). With gamma = 2,
 // token-wise verification accepts 10/9 tokens per round on average, block verification 11/9.
@@ -126,48 +56,13 @@ Lm paper_lm(int64_t n_pos) {
   return lm;
 }
 
-std::vector<double> normalised(const float* row, int64_t n) {
-  std::vector<double> r(row, row + n);
-  double s = 0;
-  for (double x : r) s += x;
-  for (double& x : r) x /= s;
-  return r;
-}
-
-std::vector<double> first_law(const Lm& lm) { return normalised(lm.p(0, lm.vocab), lm.vocab); }
-
-std::vector<double> pair_law(const Lm& lm) {
-  const std::vector<double> first = first_law(lm);
-  std::vector<double> law(lm.vocab * lm.vocab);
-  for (int32_t a = 0; a < lm.vocab; ++a) {
-    const std::vector<double> next = normalised(lm.p(1, a), lm.vocab);
-    for (int32_t b = 0; b < lm.vocab; ++b) law[a * lm.vocab + b] = first[a] * next[b];
-  }
-  return law;
-}
-
-// x ~ row by a plain inverse CDF (independent of the kernel's sampler).
-int32_t draw(const float* row, int64_t vocab, double u) {
-  double total = 0, cum = 0;
-  for (int64_t k = 0; k < vocab; ++k) total += row[k];
-  int32_t last = 0;
-  for (int64_t k = 0; k < vocab; ++k) {
-    if (row[k] <= 0) continue;
-    cum += row[k], last = static_cast<int32_t>(k);
-    if (u * total < cum) return last;
-  }
-  return last;
-}
-
 // ---- simulation ---------------------------------------------------------------------------------
 
 using Verifier = std::function<void(const sk::VerifyArgs&)>;
 
 // One batched round of speculative decoding: sequence b starts at position pos after token
 // ctx[b] (V: the start), drafts gamma tokens from q and is verified.
-struct Round {
-  std::vector<int32_t> n_acc, out;  // [B], [B, gamma+1]
-};
+using Round = ts::RoundOutput;  // [B], [B, gamma+1]
 
 Round run_round(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier& verify, int64_t pos,
                 const std::vector<int32_t>& ctx, specdec::Rng& rng) {
@@ -193,64 +88,31 @@ Round run_round(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier
   return r;
 }
 
-struct Simulation {
-  std::vector<int64_t> first, pair;      // counts of y1 [V] and (y1, y2) [V*V]
-  std::vector<int32_t> tau;              // accepted length of the first round, per trial
-  std::vector<TvPoint> tv_first, tv_pair;  // at the checkpoints
+struct Simulation : ts::TwoLawCounts {  // y1, (y1, y2) and the TV points at the checkpoints
+  using TwoLawCounts::TwoLawCounts;
+  std::vector<int32_t> tau;  // accepted length of the first round, per trial
 };
-
-const std::vector<int64_t> kCheckpoints = {1000, 10000, 100000};
 
 // Two generators: the first rounds (drafts and uniforms) depend only on `seed`, so two modes
 // simulated with the same seed see the same first-round draws.
 Simulation simulate(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier& verify, uint64_t seed) {
-  const int64_t B = 1000, G = gamma, Vn = lm.vocab;
   specdec::Rng rng_first(seed), rng_second(seed * 7919 + 1);
-  Simulation sim{std::vector<int64_t>(Vn), std::vector<int64_t>(Vn * Vn), {}, {}, {}};
-  const std::vector<double> law1 = first_law(lm), law2 = pair_law(lm);
-  for (int64_t n = 0; n < kCheckpoints.back();) {
-    const Round r1 = run_round(lm, G, mode, verify, 0, std::vector<int32_t>(B, static_cast<int32_t>(Vn)), rng_first);
-    std::vector<int32_t> again;  // first tokens of trials that need a second round
-    for (int64_t b = 0; b < B; ++b) {
-      const int32_t* out = r1.out.data() + b * (G + 1);
-      sim.first[out[0]]++;
-      sim.tau.push_back(r1.n_acc[b]);
-      if (r1.n_acc[b] >= 1) sim.pair[out[0] * Vn + out[1]]++;
-      else again.push_back(out[0]);
-    }
-    if (!again.empty()) {
-      const Round r2 = run_round(lm, G, mode, verify, 1, again, rng_second);
-      for (size_t k = 0; k < again.size(); ++k) sim.pair[again[k] * Vn + r2.out[k * (G + 1)]]++;
-    }
-    n += B;
-    for (int64_t cp : kCheckpoints)
-      if (n == cp) {
-        sim.tv_first.push_back(tv_point(sim.first, law1, n));
-        sim.tv_pair.push_back(tv_point(sim.pair, law2, n));
-      }
-  }
+  Simulation sim(lm.vocab);
+  ts::run_two_law_trials(
+      lm, 1000, gamma + 1, sim,
+      [&](int64_t pos, const std::vector<int32_t>& ctx) {
+        return run_round(lm, gamma, mode, verify, pos, ctx, pos == 0 ? rng_first : rng_second);
+      },
+      [&](int32_t n_acc) { sim.tau.push_back(n_acc); });
   return sim;
 }
 
-struct Verdict {
-  bool passed = true;
-  double p_first = 1, p_pair = 1;
-};
+using Verdict = ts::TwoLawVerdict;
 
 Verdict judge(const Lm& lm, const Simulation& sim, const char* label) {
-  const Fit f1 = chi_square(sim.first, first_law(lm)), f2 = chi_square(sim.pair, pair_law(lm));
-  Verdict v;
-  v.p_first = f1.p_value, v.p_pair = f2.p_value;
-  v.passed = f1.p_value > 1e-3 && f2.p_value > 1e-3 && !f1.impossible_seen && !f2.impossible_seen;
-  for (const auto* tv : {&sim.tv_first, &sim.tv_pair})
-    for (const TvPoint& t : *tv) v.passed &= t.to_bound <= 1.0;
-  std::printf("  %-27s p-value y1 %.3g, (y1,y2) %.3g; N = 1e3, 1e4, 1e5: TV/E[TV] (TV/B) y1", label, v.p_first,
-              v.p_pair);
-  for (const TvPoint& t : sim.tv_first) std::printf(" %.2f (%.2f)", t.to_mean, t.to_bound);
-  std::printf(", (y1,y2)");
-  for (const TvPoint& t : sim.tv_pair) std::printf(" %.2f (%.2f)", t.to_mean, t.to_bound);
-  std::printf(" -> %s\n", v.passed ? "pass" : "FAIL");
-  return v;
+  char head[64];
+  std::snprintf(head, sizeof head, "  %-27s", label);
+  return ts::judge_two_laws(lm, sim, head);
 }
 
 void verify_with_cpu(const sk::VerifyArgs& a) { sk::verify_cpu(a); }
@@ -360,7 +222,7 @@ TEST(KernelsBlockStats, ChiSquareLawIsBoostsAndPoolingWorks) {
   EXPECT_NEAR(chi_square({5000, 5000}, {0.5, 0.5}).p_value, 1.0, 1e-12);
   EXPECT_LT(chi_square({5500, 4500}, {0.5, 0.5}).p_value, 1e-20);
   // df 1, statistic 3.841 -> 5 % (table value).
-  EXPECT_NEAR(boost::math::cdf(boost::math::complement(boost::math::chi_squared(1), 3.841)), 0.05, 1e-4);
+  EXPECT_NEAR(ts::chi_square_sf(1, 3.841), 0.05, 1e-4);
   EXPECT_TRUE(chi_square({10, 0}, {1.0, 0.0}).p_value == 1.0);
   EXPECT_TRUE(chi_square({9, 1}, {1.0, 0.0}).impossible_seen);
 }

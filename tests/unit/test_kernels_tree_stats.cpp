@@ -8,7 +8,8 @@
 // from q given the node's path; then verify_tree. When it emitted only one token, a second
 // round (a new tree) from that token supplies the second. The first two emitted tokens
 // (y1, y2) are recorded.
-// Pass criteria (fixed seeds, so deterministic), as in test_kernels_block_stats.cpp:
+// Pass criteria (fixed seeds, so deterministic), as in test_kernels_block_stats.cpp (shared
+// helpers: tests/support/kernel_stats.h):
 //   * Pearson chi-square (Boost.Math; expected counts < 5 pooled) of y1 against p(. | start)
 //     and of (y1, y2) against p(y1 | start) p(y2 | y1) at N = 1e5 trials: p-value > 1e-3
 //     each, and no token of target probability 0 ever emitted;
@@ -17,7 +18,7 @@
 //   * each planted bug fails them decisively: p-value < 1e-6 for y1 or (y1, y2).
 #include <gtest/gtest.h>
 
-#include <boost/math/distributions/chi_squared.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -27,115 +28,17 @@
 #include "kernels/cpu/row_ops_cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/tree_math.h"
+#include "tests/support/kernel_stats.h"
 
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
 
 namespace {
 
-// ---- statistics (as test_kernels_block_stats.cpp) --------------------------------------------
-
-struct Fit {
-  double p_value = 1.0;
-  bool impossible_seen = false;
-};
-
-Fit chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
-  int64_t n = 0;
-  for (auto c : counts) n += c;
-  Fit f;
-  double stat = 0, pooled_e = 0;
-  int64_t pooled_c = 0;
-  int n_cells = 0;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    const double e = probs[k] * n;
-    if (probs[k] <= 0) {
-      f.impossible_seen |= counts[k] > 0;
-    } else if (e < 5) {
-      pooled_e += e, pooled_c += counts[k];
-    } else {
-      stat += (counts[k] - e) * (counts[k] - e) / e, ++n_cells;
-    }
-  }
-  if (pooled_e > 0) stat += (pooled_c - pooled_e) * (pooled_c - pooled_e) / pooled_e, ++n_cells;
-  if (n_cells > 1) f.p_value = boost::math::cdf(boost::math::complement(boost::math::chi_squared(n_cells - 1), stat));
-  return f;
-}
-
-struct TvPoint {
-  double to_mean = 0, to_bound = 0;  // TV / E[TV], TV / B(n)
-};
-
-TvPoint tv_point(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
-  double tv = 0, expected = 0;
-  int k = 0;
-  for (size_t c = 0; c < counts.size(); ++c) {
-    tv += std::fabs(double(counts[c]) / n - probs[c]) / 2;
-    expected += std::sqrt(2 * probs[c] * (1 - probs[c]) / (M_PI * n)) / 2;
-    k += probs[c] > 0;
-  }
-  const double q = boost::math::quantile(boost::math::chi_squared(std::max(k - 1, 1)), 1 - 1e-3);
-  return {tv / expected, tv / (0.5 * std::sqrt(q / n))};
-}
-
-// ---- a pair of Markov language models ---------------------------------------------------------
-
-struct Lm {
-  int64_t vocab = 0, n_pos = 0;
-  std::vector<float> tgt, dft;  // [n_pos, V+1, V]; context V = the start of the text
-  const float* p(int64_t pos, int32_t ctx) const { return tgt.data() + (pos * (vocab + 1) + ctx) * vocab; }
-  const float* q(int64_t pos, int32_t ctx) const { return dft.data() + (pos * (vocab + 1) + ctx) * vocab; }
-};
-
-// Random rows with zero corners: about 1/4 of q and 1/8 of p entries are 0.
-Lm random_lm(int64_t vocab, int64_t n_pos, uint64_t seed) {
-  specdec::Rng rng(seed);
-  Lm lm{vocab, n_pos, std::vector<float>(n_pos * (vocab + 1) * vocab), std::vector<float>(n_pos * (vocab + 1) * vocab)};
-  auto fill = [&](float* row, double zero_frac) {
-    std::vector<double> w(vocab);
-    double s = 0;
-    for (auto& x : w) s += (x = rng.uniform() < zero_frac ? 0.0 : std::pow(rng.uniform(), 2.0) + 1e-2);
-    if (s == 0) s = w[0] = 1;
-    for (int64_t k = 0; k < vocab; ++k) row[k] = static_cast<float>(w[k] / s);
-  };
-  for (int64_t r = 0; r < n_pos * (vocab + 1); ++r) {
-    fill(lm.dft.data() + r * vocab, 0.25);
-    fill(lm.tgt.data() + r * vocab, 0.125);
-  }
-  return lm;
-}
-
-std::vector<double> normalised(const float* row, int64_t n) {
-  std::vector<double> r(row, row + n);
-  double s = 0;
-  for (double x : r) s += x;
-  for (double& x : r) x /= s;
-  return r;
-}
-
-std::vector<double> first_law(const Lm& lm) { return normalised(lm.p(0, lm.vocab), lm.vocab); }
-
-std::vector<double> pair_law(const Lm& lm) {
-  const std::vector<double> first = first_law(lm);
-  std::vector<double> law(lm.vocab * lm.vocab);
-  for (int32_t a = 0; a < lm.vocab; ++a) {
-    const std::vector<double> next = normalised(lm.p(1, a), lm.vocab);
-    for (int32_t b = 0; b < lm.vocab; ++b) law[a * lm.vocab + b] = first[a] * next[b];
-  }
-  return law;
-}
-
-int32_t draw(const float* row, int64_t vocab, double u) {
-  double total = 0, cum = 0;
-  for (int64_t k = 0; k < vocab; ++k) total += row[k];
-  int32_t last = 0;
-  for (int64_t k = 0; k < vocab; ++k) {
-    if (row[k] <= 0) continue;
-    cum += row[k], last = static_cast<int32_t>(k);
-    if (u * total < cum) return last;
-  }
-  return last;
-}
+namespace ts = specdec::test_support;
+using ts::draw;
+using ts::random_lm;
+using Lm = ts::MarkovLm;
 
 // ---- trees ----------------------------------------------------------------------------------
 
@@ -165,9 +68,7 @@ Shape make_shape(const std::vector<int>& branching) {
 
 using TreeVerifier = std::function<void(const sk::TreeVerifyArgs&)>;
 
-struct Round {
-  std::vector<int32_t> n_acc, out;  // [B], [B, N+1]
-};
+using Round = ts::RoundOutput;  // [B], [B, N+1]
 
 // One batched round: sequence b's tree starts at position pos after token ctx[b] (V: the
 // start). Node i's token ~ q(pos + depth - 1 | parent's token); its p row is p(pos + depth |
@@ -204,66 +105,32 @@ Round run_round(const Lm& lm, const Shape& shape, sk::VerifyMode mode, const Tre
   return r;
 }
 
-struct Simulation {
-  std::vector<int64_t> first, pair;  // counts of y1 [V] and (y1, y2) [V*V]
-  double mean_accepted = 0;          // mean path length of the first round
-  std::vector<TvPoint> tv_first, tv_pair;
+struct Simulation : ts::TwoLawCounts {  // y1, (y1, y2) and the TV points at the checkpoints
+  using TwoLawCounts::TwoLawCounts;
+  double mean_accepted = 0;  // mean path length of the first round
 };
-
-const std::vector<int64_t> kCheckpoints = {1000, 10000, 100000};
 
 Simulation simulate(const Lm& lm, const Shape& shape, sk::VerifyMode mode, const TreeVerifier& verify,
                     uint64_t seed, bool dependent_siblings = false) {
-  const int64_t B = 1000, N1 = static_cast<int64_t>(shape.parents.size()) + 1, Vn = lm.vocab;
   specdec::Rng rng(seed);
-  Simulation sim{std::vector<int64_t>(Vn), std::vector<int64_t>(Vn * Vn), 0.0, {}, {}};
-  const std::vector<double> law1 = first_law(lm), law2 = pair_law(lm);
+  Simulation sim(lm.vocab);
   int64_t accepted = 0;
-  for (int64_t n = 0; n < kCheckpoints.back();) {
-    const std::vector<int32_t> start(B, static_cast<int32_t>(Vn));
-    const Round r1 = run_round(lm, shape, mode, verify, 0, start, rng, dependent_siblings);
-    std::vector<int32_t> again;
-    for (int64_t b = 0; b < B; ++b) {
-      const int32_t* out = r1.out.data() + b * N1;
-      sim.first[out[0]]++;
-      accepted += r1.n_acc[b];
-      if (r1.n_acc[b] >= 1) sim.pair[out[0] * Vn + out[1]]++;
-      else again.push_back(out[0]);
-    }
-    if (!again.empty()) {
-      const Round r2 = run_round(lm, shape, mode, verify, 1, again, rng, dependent_siblings);
-      for (size_t k = 0; k < again.size(); ++k) sim.pair[again[k] * Vn + r2.out[k * N1]]++;
-    }
-    n += B;
-    for (int64_t cp : kCheckpoints)
-      if (n == cp) {
-        sim.tv_first.push_back(tv_point(sim.first, law1, n));
-        sim.tv_pair.push_back(tv_point(sim.pair, law2, n));
-      }
-  }
-  sim.mean_accepted = double(accepted) / kCheckpoints.back();
+  ts::run_two_law_trials(
+      lm, 1000, static_cast<int64_t>(shape.parents.size()) + 1, sim,
+      [&](int64_t pos, const std::vector<int32_t>& ctx) {
+        return run_round(lm, shape, mode, verify, pos, ctx, rng, dependent_siblings);
+      },
+      [&](int32_t n_acc) { accepted += n_acc; });
+  sim.mean_accepted = double(accepted) / ts::kTwoLawCheckpoints.back();
   return sim;
 }
 
-struct Verdict {
-  bool passed = true;
-  double p_first = 1, p_pair = 1;
-};
+using Verdict = ts::TwoLawVerdict;
 
 Verdict judge(const Lm& lm, const Simulation& sim, const char* label) {
-  const Fit f1 = chi_square(sim.first, first_law(lm)), f2 = chi_square(sim.pair, pair_law(lm));
-  Verdict v;
-  v.p_first = f1.p_value, v.p_pair = f2.p_value;
-  v.passed = f1.p_value > 1e-3 && f2.p_value > 1e-3 && !f1.impossible_seen && !f2.impossible_seen;
-  for (const auto* tv : {&sim.tv_first, &sim.tv_pair})
-    for (const TvPoint& t : *tv) v.passed &= t.to_bound <= 1.0;
-  std::printf("  %-24s E[accepted] %.3f; p-value y1 %.3g, (y1,y2) %.3g; N = 1e3, 1e4, 1e5: TV/E[TV] (TV/B) y1",
-              label, sim.mean_accepted, v.p_first, v.p_pair);
-  for (const TvPoint& t : sim.tv_first) std::printf(" %.2f (%.2f)", t.to_mean, t.to_bound);
-  std::printf(", (y1,y2)");
-  for (const TvPoint& t : sim.tv_pair) std::printf(" %.2f (%.2f)", t.to_mean, t.to_bound);
-  std::printf(" -> %s\n", v.passed ? "pass" : "FAIL");
-  return v;
+  char head[96];
+  std::snprintf(head, sizeof head, "  %-24s E[accepted] %.3f;", label, sim.mean_accepted);
+  return ts::judge_two_laws(lm, sim, head);
 }
 
 void verify_with_cpu(const sk::TreeVerifyArgs& a) { sk::verify_tree_cpu(a); }

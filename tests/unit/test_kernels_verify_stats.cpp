@@ -5,9 +5,11 @@
 // Setup: vocab 8-16, random p_i and q_i with zero corners (q = 0 where p > 0 and p = 0
 // where q > 0), independent of the prefix, gamma in {1, 3, 5}. Per step x_i ~ q_i, then
 // verify_cpu. Given that position j is emitted, out[j] must follow p_j.
-// Pass criteria (fixed seeds, so the outcome is deterministic):
-//   * chi-square goodness of fit of out[0] against p_0 at N = 1e5: p-value > 1e-3, and of
-//     every later position j against p_j: p-value > 1e-3 / (gamma + 1) (Bonferroni);
+// Pass criteria (fixed seeds, so the outcome is deterministic; the statistics live in
+// tests/support/kernel_stats.h):
+//   * Pearson chi-square (Boost.Math's chi-square law, no pooling) of out[0] against p_0 at
+//     N = 1e5: p-value > 1e-3, and of every later position j against p_j: p-value
+//     > 1e-3 / (gamma + 1) (Bonferroni);
 //     categories with p = 0 must never occur;
 //   * total-variation distance TV(N) of out[0] at N = 1e3, 3e3, 1e4, 3e4, 1e5 stays within
 //     [0.25, 2.5] x E[TV(N)] ~= sum_k sqrt(p_k (1 - p_k) / (2 pi N)), i.e. it shrinks as
@@ -24,77 +26,17 @@
 #include "kernels/cpu/row_ops_cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/verify_math.h"
+#include "tests/support/kernel_stats.h"
 
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
 
 namespace {
 
-// ---- statistics ----------------------------------------------------------------------------
-
-// Regularised upper incomplete gamma Q(a, x): series for x < a + 1, else a continued
-// fraction (modified Lentz), both to ~1e-14.
-double gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double log_prefix = -x + a * std::log(x) - std::lgamma(a);
-  if (x < a + 1) {
-    double term = 1.0 / a, sum = term;
-    for (int n = 1; n < 1000 && std::fabs(term) > 1e-16 * std::fabs(sum); ++n) sum += (term *= x / (a + n));
-    return 1.0 - sum * std::exp(log_prefix);
-  }
-  const double tiny = 1e-300;
-  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    d = std::fabs(d) < tiny ? tiny : d;
-    c = b + an / c;
-    c = std::fabs(c) < tiny ? tiny : c;
-    d = 1 / d;
-    const double delta = d * c;
-    h *= delta;
-    if (std::fabs(delta - 1) < 1e-15) break;
-  }
-  return std::exp(log_prefix) * h;
-}
-
-struct FitResult {
-  double p_value = 1.0;
-  bool impossible_seen = false;  // a category with probability 0 occurred
-};
-
-// Pearson chi-square of counts against probabilities (categories with p = 0 excluded).
-FitResult chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
-  int64_t n = 0;
-  for (auto c : counts) n += c;
-  FitResult r;
-  double stat = 0;
-  int df = -1;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    if (probs[k] <= 0) {
-      r.impossible_seen |= counts[k] > 0;
-      continue;
-    }
-    const double e = probs[k] * n;
-    stat += (counts[k] - e) * (counts[k] - e) / e;
-    ++df;
-  }
-  r.p_value = df > 0 ? gamma_q(df / 2.0, stat / 2.0) : 1.0;
-  return r;
-}
-
-double total_variation(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
-  double tv = 0;
-  for (size_t k = 0; k < counts.size(); ++k) tv += std::fabs(double(counts[k]) / n - probs[k]);
-  return tv / 2;
-}
-
-double expected_tv(const std::vector<double>& probs, int64_t n) {
-  double e = 0;  // E|p_hat - p| ~= sqrt(2 p (1-p) / (pi n)) per category (normal approx.)
-  for (double p : probs) e += std::sqrt(2 * p * (1 - p) / (M_PI * n));
-  return e / 2;
-}
+namespace ts = specdec::test_support;
+using ts::chi_square;
+using ts::draw;
+using ts::Fit;
 
 // ---- problems --------------------------------------------------------------------------------
 
@@ -108,38 +50,14 @@ struct Problem {
 Problem make_problem(int64_t gamma, int64_t vocab, uint64_t seed) {
   specdec::Rng rng(seed);
   Problem pr{gamma, vocab, std::vector<float>(gamma * vocab), std::vector<float>((gamma + 1) * vocab)};
-  auto fill = [&](float* row, double zero_frac) {
-    std::vector<double> w(vocab);
-    double s = 0;
-    for (auto& x : w) s += (x = rng.uniform() < zero_frac ? 0.0 : std::pow(rng.uniform(), 2.0) + 1e-3);
-    for (int64_t k = 0; k < vocab; ++k) row[k] = static_cast<float>(w[k] / s);
-  };
-  for (int64_t i = 0; i < gamma; ++i) fill(pr.q.data() + i * vocab, 0.25);
-  for (int64_t i = 0; i <= gamma; ++i) fill(pr.p.data() + i * vocab, 0.125);
+  for (int64_t i = 0; i < gamma; ++i) ts::fill_random_row(rng, pr.q.data() + i * vocab, vocab, 0.25, 1e-3);
+  for (int64_t i = 0; i <= gamma; ++i) ts::fill_random_row(rng, pr.p.data() + i * vocab, vocab, 0.125, 1e-3);
   return pr;
 }
 
 // Distribution the output should follow: the float row of p, normalised in double.
 std::vector<double> target_row(const Problem& pr, int64_t i) {
-  std::vector<double> t(pr.p.begin() + i * pr.vocab, pr.p.begin() + (i + 1) * pr.vocab);
-  double s = 0;
-  for (double x : t) s += x;
-  for (double& x : t) x /= s;
-  return t;
-}
-
-// Draft token x ~ q_row by a plain inverse CDF (independent of the kernel's sampler).
-int32_t draw(const float* row, int64_t vocab, double u) {
-  double total = 0, cum = 0;
-  for (int64_t k = 0; k < vocab; ++k) total += row[k];
-  int32_t last = 0;
-  for (int64_t k = 0; k < vocab; ++k) {
-    if (row[k] <= 0) continue;
-    cum += row[k];
-    last = static_cast<int32_t>(k);
-    if (u * total < cum) return last;
-  }
-  return last;
+  return ts::normalised(pr.p.data() + i * pr.vocab, pr.vocab);
 }
 
 // ---- simulation ----------------------------------------------------------------------------
@@ -180,7 +98,7 @@ Simulation simulate(const Problem& pr, sk::VerifyMode mode, const VerifyFn& veri
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t j = 0; j <= G && out[b * (G + 1) + j] >= 0; ++j) sim.counts[j][out[b * (G + 1) + j]]++;
       if (++n == kCheckpoints[next_checkpoint]) {
-        sim.tv_ratio.push_back(total_variation(sim.counts[0], p0, n) / expected_tv(p0, n));
+        sim.tv_ratio.push_back(ts::tv_point(sim.counts[0], p0, n).to_mean);
         ++next_checkpoint;
       }
     }
@@ -198,7 +116,7 @@ struct Verdict {
 Verdict judge(const Problem& pr, const Simulation& sim) {
   Verdict v;
   for (int64_t j = 0; j <= pr.gamma; ++j) {
-    const FitResult f = chi_square(sim.counts[j], target_row(pr, j));
+    const Fit f = chi_square(sim.counts[j], target_row(pr, j), 0.0);  // no pooling
     const double alpha = j == 0 ? 1e-3 : 1e-3 / (pr.gamma + 1);
     v.passed &= !f.impossible_seen && f.p_value > alpha;
     v.min_p_value = std::min(v.min_p_value, f.p_value);
@@ -237,10 +155,14 @@ void verify_with_wrong_residual(const sk::VerifyArgs& a) {
 
 TEST(KernelsVerifyStats, ChiSquarePValueMatchesTables) {
   // Critical values from standard chi-square tables.
-  EXPECT_NEAR(gamma_q(0.5, 3.841 / 2), 0.05, 1e-4);   // df 1, 5 %
-  EXPECT_NEAR(gamma_q(5.0, 18.307 / 2), 0.05, 1e-4);  // df 10, 5 %
-  EXPECT_NEAR(gamma_q(7.5, 30.578 / 2), 0.01, 1e-4);  // df 15, 1 %
-  EXPECT_NEAR(gamma_q(1.0, 0.2), std::exp(-0.2), 1e-12);
+  EXPECT_NEAR(ts::chi_square_sf(1, 3.841), 0.05, 1e-4);    // df 1, 5 %
+  EXPECT_NEAR(ts::chi_square_sf(10, 18.307), 0.05, 1e-4);  // df 10, 5 %
+  EXPECT_NEAR(ts::chi_square_sf(15, 30.578), 0.01, 1e-4);  // df 15, 1 %
+  EXPECT_NEAR(ts::chi_square_sf(2, 0.4), std::exp(-0.2), 1e-12);
+  // The fits here pool nothing: cells expected 0.04 and 3.96 times both count (df 1), where
+  // the default (expected < 5 pooled) leaves one cell and p-value 1.
+  EXPECT_NEAR(chi_square({0, 4}, {0.01, 0.99}, 0.0).p_value, ts::chi_square_sf(1, 0.04 + 0.04 * 0.04 / 3.96), 1e-12);
+  EXPECT_EQ(chi_square({0, 4}, {0.01, 0.99}).p_value, 1.0);
 }
 
 class SamplingPreservesTarget : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};

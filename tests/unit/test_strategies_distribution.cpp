@@ -1,7 +1,8 @@
 // Speculative sampling preserves the processed target distribution (Leviathan et al. 2023,
 // Chen et al. 2023), checked by Monte Carlo on tiny random models (vocab 32) with a real
 // draft model: the empirical joint distribution of the first 3 generated tokens is compared
-// with the target's exact processed distribution by a chi-square test at p = 0.001.
+// with the target's exact processed distribution by a chi-square test at p = 0.001 (Boost.Math,
+// tests/support/spec_distribution.h).
 // Power: N = 20000 samples; the same test must reject (a) 2%-total-variation perturbations of
 // the exact distribution and (b) speculative sampling with a broken residual.
 #include <gtest/gtest.h>
@@ -14,14 +15,15 @@
 #include "model/tiny.h"
 #include "strategies/common.h"
 #include "strategies/registry.h"
+#include "tests/support/spec_distribution.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
 
 namespace {
 
-using Triple = std::array<TokenId, 3>;
-using Dist = std::map<Triple, double>;
+using test_support::Dist;
+using test_support::Triple;
 
 constexpr int64_t kSamples = 20000;
 constexpr double kPValue = 1e-3;
@@ -35,58 +37,10 @@ sampling::ProcessorConfig proc() {
 }
 Params proc_params() { return Params({{"temperature", "0.7"}, {"top_k", "6"}, {"gamma", "2"}}); }
 
-// Processed next-token distribution after `seq` with a fresh cache. returns [V]
-at::Tensor next_probs(model::CausalLM& m, const Tokens& seq) {
-  model::KVCache cache = m.make_cache(1, 16);
-  at::Tensor logits = forward_tokens(m, cache, seq.data(), static_cast<int64_t>(seq.size()), 0);  // [T, V]
-  return sampling::probabilities(logits.narrow(0, logits.size(0) - 1, 1), proc(), seq).squeeze(0);
-}
-
-Dist exact_joint(model::CausalLM& m) {
-  Dist d;
-  const at::Tensor p1 = next_probs(m, kPrompt);
-  for (TokenId a = 0; a < p1.size(0); ++a) {
-    const double pa = p1[a].item<double>();
-    if (pa <= 0) continue;
-    Tokens s1 = kPrompt;
-    s1.push_back(a);
-    const at::Tensor p2 = next_probs(m, s1);
-    for (TokenId b = 0; b < p2.size(0); ++b) {
-      const double pb = p2[b].item<double>();
-      if (pb <= 0) continue;
-      Tokens s2 = s1;
-      s2.push_back(b);
-      const at::Tensor p3 = next_probs(m, s2);
-      for (TokenId c = 0; c < p3.size(0); ++c)
-        if (p3[c].item<double>() > 0) d[{a, b, c}] = pa * pb * p3[c].item<double>();
-    }
-  }
-  return d;
-}
-
-// Chi-square goodness of fit; outcomes expected < 5 times are pooled into one cell, samples
-// outside the support go to that cell too. p-value from the Wilson-Hilferty approximation.
-double chi_square_p(const Dist& exact, const std::map<Triple, int64_t>& counts, int64_t n) {
-  double stat = 0, pooled_e = 0, pooled_o = 0;
-  int64_t n_cells = 0, n_seen = 0;
-  for (const auto& [t, p] : exact) {
-    const double e = p * double(n);
-    auto it = counts.find(t);
-    const double o = it == counts.end() ? 0.0 : double(it->second);
-    n_seen += int64_t(o);
-    if (e < 5) { pooled_e += e; pooled_o += o; continue; }
-    stat += (o - e) * (o - e) / e;
-    ++n_cells;
-  }
-  pooled_o += double(n - n_seen);  // impossible outcomes
-  if (pooled_e > 0) { stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e; ++n_cells; }
-  else if (pooled_o > 0) return 0.0;
-  const double k = double(n_cells - 1);
-  const double z = (std::cbrt(stat / k) - (1 - 2 / (9 * k))) / std::sqrt(2 / (9 * k));
-  const double p = 0.5 * std::erfc(z / std::sqrt(2.0));
-  std::printf("  chi2 = %.1f, df = %.0f, p = %.3g\n", stat, k, p);
-  return p;
-}
+// Processed next-token distribution after `seq` (tests/support/spec_distribution.h). returns [V]
+at::Tensor next_probs(model::CausalLM& m, const Tokens& seq) { return test_support::next_probs(m, seq, proc()); }
+Dist exact_joint(model::CausalLM& m) { return test_support::exact_joint(m, kPrompt, proc()); }
+using test_support::chi_square_p;
 
 struct Models {
   std::shared_ptr<model::CausalLM> tgt = model::make_tiny_llama(model::tiny_llama_config(), 21);

@@ -101,4 +101,33 @@ TEST(DrafterDistribution, SuffixRetrievalOnARepetitivePrompt) {
   EXPECT_GT(o.n_drafted, kSamples);  // every first round proposes "3 4"
 }
 
+// Drafters that learn from the target's rows (observe()): trees without q, verified tokens_only.
+// The prompt is {1, 2, 3} and the target's greedy continuation, so its bigrams and n-grams are
+// ones the target likes and drafts are often accepted at T = 0.7.
+Tokens greedy_prompt() {
+  Request req;
+  req.prompt = kPrompt;
+  req.target = models().tgt;
+  req.stop.max_new_tokens = 9;
+  Tokens out = kPrompt;
+  for (TokenId t : create("greedy", {})->generate(req, {}).tokens) out.push_back(t);
+  return out;
+}
+
+TEST(DrafterDistribution, TokenRecyclingTreeVerifiedTokensOnly) {
+  const Outcome o = run({{"drafter", "recycling"}, {"gamma", "2"}}, greedy_prompt(), false);
+  EXPECT_GT(o.p_value, kPValue);
+  EXPECT_GT(o.n_drafted, kSamples);  // the prompt's bigrams give the first rounds a tree
+  EXPECT_GT(o.tau, 1.2);             // acceptance and rejection both occur
+}
+
+TEST(DrafterDistribution, LookaheadWindowAndNgramsVerifiedTokensOnly) {
+  const Outcome o = run({{"drafter", "lookahead"}, {"lookahead_ngram", "3"}, {"lookahead_window", "2"},
+                         {"gamma", "2"}},
+                        greedy_prompt(), false);
+  EXPECT_GT(o.p_value, kPValue);
+  EXPECT_GT(o.n_drafted, kSamples);  // the window alone is 2 nodes per round
+  EXPECT_GT(o.tau, 1.2);
+}
+
 }  // namespace

@@ -20,21 +20,8 @@ namespace specdec::strategies {
 namespace {
 
 std::vector<int64_t> parse_skip(const std::string& text, int64_t n_layers) {
-  std::set<int64_t> skip;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int64_t l = -1;
-    try {
-      l = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SD_CHECK(used == item.size() && !item.empty() && l >= 0 && l < n_layers, "layer_skip: skip_layers = '", text,
-             "': entry '", item, "' must be a layer index in [0, ", n_layers, ")");
-    skip.insert(l);
-  }
+  const std::vector<int64_t> listed = parse_int_list("layer_skip", "skip_layers", text, 0, n_layers - 1);
+  const std::set<int64_t> skip(listed.begin(), listed.end());
   SD_CHECK(static_cast<int64_t>(skip.size()) < n_layers, "layer_skip: skip_layers = '", text,
            "' skips every layer; keep at least one");
   std::vector<int64_t> keep;

@@ -15,6 +15,8 @@
   X(suffix)                     \
   X(tree)                       \
   X(layer_skip)                 \
+  X(recycling)                  \
+  X(lookahead)                  \
   X(repeat_last)
 
 namespace specdec::strategies {

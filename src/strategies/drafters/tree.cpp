@@ -34,24 +34,9 @@
 namespace specdec::strategies {
 namespace {
 
+// Children per node at each depth, e.g. "4,2,2,1".
 std::vector<int64_t> parse_branching(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int64_t k = -1;
-    try {
-      k = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SD_CHECK(used == item.size() && !item.empty() && k >= 1 && k <= 64, "tree drafter: tree_branching = '", text,
-             "': entry '", item, "' must be an integer in [1, 64] (a comma-separated list such as 4,2,2,1)");
-    out.push_back(k);
-  }
-  SD_CHECK(!out.empty(), "tree drafter: tree_branching = '", text, "' is empty (e.g. 4,2,2,1)");
-  return out;
+  return parse_int_list("tree drafter", "tree_branching", text, 1, 64);
 }
 
 int64_t parse_budget(const std::string& text) {
