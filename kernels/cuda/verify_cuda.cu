@@ -38,20 +38,9 @@ void verify_cuda(const VerifyArgs& args) {
   if (args.batch == 0) return;
   verify_kernel<<<static_cast<unsigned>(args.batch), math::kLanes>>>(args);
   detail::cuda_check(cudaGetLastError(), who, "kernel launch");
-  // Row errors (bad token, bad uniform, ...) come back as negative counts; copying [B]
-  // ints also synchronises, so the caller sees finished outputs.
-  std::vector<int32_t> n_acc(static_cast<size_t>(args.batch));
-  detail::cuda_check(cudaMemcpy(n_acc.data(), args.n_accepted, sizeof(int32_t) * n_acc.size(),
-                                cudaMemcpyDeviceToHost),
-                     who, "copy of n_accepted");
-  for (int64_t b = 0; b < args.batch; ++b)
-    if (n_acc[static_cast<size_t>(b)] < 0) {
-      int32_t bad_index = -1;
-      detail::cuda_check(cudaMemcpy(&bad_index, args.out_tokens + b * (args.gamma + 1), sizeof(int32_t),
-                                    cudaMemcpyDeviceToHost),
-                         who, "copy of the failing row");
-      detail::throw_row_error(who, b, n_acc[static_cast<size_t>(b)], bad_index);
-    }
+  // Row errors (bad token, bad uniform, ...) come back as negative counts.
+  detail::raise_first_bad_sequence(who, args.n_accepted, args.out_tokens, args.batch, args.gamma + 1,
+                                   detail::throw_row_error);
 }
 
 bool cuda_available() {

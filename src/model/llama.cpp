@@ -254,6 +254,7 @@ class LlamaModel final : public CausalLM {
     // ancestors, root first, itself last) at slots start - tree_cached + node. Empty for a chain.
     std::vector<int64_t> anc, anc_begin;
     int64_t tree_cached = 0;
+    std::vector<int64_t> all_slots;  // 0, 1, ..., max_b start[b] + T - 1: filled once per forward
   } step_;
 };
 
@@ -310,21 +311,24 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
       const int64_t b = i / H, h = i % H;
       const int64_t base = ((b * Hkv + h / G) * S) * hd;  // kv head h / G (HF repeat_kv)
       scores.resize(s.start[b] + T);
-      // A chain row t attends to slots 0 .. start + t (a prefix of one list); a tree row to
-      // slots 0 .. start - 1 and then its ancestors.
-      slots.resize(tree ? s.start[b] - s.tree_cached : s.start[b] + T);
-      std::iota(slots.begin(), slots.end(), int64_t{0});
+      // A chain row t attends to slots 0 .. start + t: a prefix of s.all_slots. A tree row
+      // attends to the slots before the tree and then to its ancestors.
+      const int64_t tree_base = s.start[b] - s.tree_cached;
+      if (tree) slots.assign(s.all_slots.begin(), s.all_slots.begin() + tree_base);
       for (int64_t t = 0; t < T; ++t) {
         const float* q = qkvp + (b * T + t) * row + h * hd;
         float* o = outp + (b * T + t) * q_dim + h * hd;
+        const int64_t* row_slots = s.all_slots.data();
         int64_t n_keys = s.start[b] + t + 1;
         if (tree) {
-          const int64_t tree_base = s.start[b] - s.tree_cached, node = s.tree_cached + t;
+          const int64_t node = s.tree_cached + t;
           slots.resize(tree_base);
           for (int64_t a = s.anc_begin[node]; a < s.anc_begin[node + 1]; ++a) slots.push_back(tree_base + s.anc[a]);
+          row_slots = slots.data();
           n_keys = static_cast<int64_t>(slots.size());
         }
-        attend(q, kc + base, vc + base, slots.data(), n_keys, hd, scale, scores.data(), o);
+        // One call site for both (two let the compiler specialise one and round it differently).
+        attend(q, kc + base, vc + base, row_slots, n_keys, hd, scale, scores.data(), o);
       }
     }
   });
@@ -344,6 +348,8 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   s.pos = fed_positions(start_pos, s.T, opt);
   tree_ancestors(opt.parents, s.anc, s.anc_begin);
   s.tree_cached = opt.tree_cached;
+  s.all_slots.resize(*std::max_element(start_pos.begin(), start_pos.end()) + s.T);
+  std::iota(s.all_slots.begin(), s.all_slots.end(), int64_t{0});
   ensure_rope_table(*std::max_element(s.pos.begin(), s.pos.end()) + 1);
   const int64_t ff = cfg_.d_ff;
   const at::Tensor ids = tokens.to(at::kLong).reshape({-1});

@@ -7,6 +7,7 @@
 #include "model/tiny.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
+#include "tests/support/drafter_rig.h"
 #include "strategies/speculative.h"
 #include "strategies/stop.h"
 
@@ -15,12 +16,7 @@ using namespace specdec::strategies;
 
 namespace {
 
-std::shared_ptr<model::CausalLM> tiny(uint64_t seed) {
-  static std::map<uint64_t, std::shared_ptr<model::CausalLM>> cache;
-  auto& m = cache[seed];
-  if (!m) m = model::make_tiny_llama(model::tiny_llama_config(), seed);
-  return m;
-}
+using test_support::tiny;
 
 Request tiny_request(uint64_t target_seed, int64_t max_new) {
   Request r;

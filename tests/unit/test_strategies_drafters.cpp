@@ -12,42 +12,17 @@
 #include "model/tiny.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
+#include "tests/support/drafter_rig.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
 
 namespace {
 
-std::shared_ptr<model::CausalLM> tiny(uint64_t seed) {
-  static std::map<uint64_t, std::shared_ptr<model::CausalLM>> cache;
-  auto& m = cache[seed];
-  if (!m) m = model::make_tiny_llama(model::tiny_llama_config(), seed);
-  return m;
-}
-
-Params P(std::map<std::string, std::string> values) { return Params(std::move(values)); }
-
-// What Speculative::make_drafter passes to the registry, built from user-style parameters.
-struct Rig {
-  Request req;
-  Params params;
-  sampling::ProcessorConfig proc;
-  Rng rng{0};
-  Rig(std::initializer_list<std::pair<const std::string, std::string>> given = {})
-      : params(resolve("speculative", P(given))), proc(processor_config(params)) {}
-  std::unique_ptr<Drafter> make(const std::string& name) {
-    return make_drafter(name, DrafterContext{req, params, proc, rng, 512, params.get_int("gamma_max")});
-  }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::error_of;
+using test_support::P;
+using test_support::Rig;
+using test_support::tiny;
 
 // ---- registry ------------------------------------------------------------------------------------
 TEST(DrafterRegistry, ListsDraftersAndRejectsUnknownNamesWithTheValidOnes) {

@@ -14,6 +14,7 @@
 #include "model/tiny.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
+#include "tests/support/drafter_rig.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -22,29 +23,9 @@ namespace {
 
 using Opts = std::map<std::string, std::string>;
 
-Params P(std::map<std::string, std::string> values) { return Params(std::move(values)); }
-
-// What Speculative::make_drafter passes to the registry, built from user-style parameters.
-struct Rig {
-  Request req;
-  Params params;
-  sampling::ProcessorConfig proc;
-  Rng rng{0};
-  explicit Rig(std::map<std::string, std::string> given = {})
-      : params(resolve("speculative", P(std::move(given)))), proc(processor_config(params)) {}
-  std::unique_ptr<Drafter> make(const std::string& name) {
-    return make_drafter(name, DrafterContext{req, params, proc, rng, 512, params.get_int("gamma_max")});
-  }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::error_of;
+using test_support::P;
+using test_support::Rig;
 
 // One verification round as speculative.cpp runs it: observe the rows, then commit.
 void round_trip(Drafter& d, const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& rows,

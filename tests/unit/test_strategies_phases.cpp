@@ -11,18 +11,14 @@
 
 #include "model/tiny.h"
 #include "strategies/registry.h"
+#include "tests/support/drafter_rig.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
 
 namespace {
 
-std::shared_ptr<model::CausalLM> tiny(uint64_t seed) {
-  static std::map<uint64_t, std::shared_ptr<model::CausalLM>> cache;
-  auto& m = cache[seed];
-  if (!m) m = model::make_tiny_llama(model::tiny_llama_config(), seed);
-  return m;
-}
+using test_support::tiny;
 
 // A model that sleeps before every forward: a known cost that must show up in the phase
 // the forward belongs to (prefill, verify or draft).
