@@ -8,6 +8,9 @@ Reads metrics.json and writes next to it:
                               strategy and temperature; Leviathan et al.'s prediction dashed
   acceptance_by_position.png  acceptance rate per draft position, one line per cell
   tok_s_per_strategy.png      tok/s per cell (median, min-max bars) with its baseline
+  speedup_per_category.png    Spec-Bench's speedup (mean question tok/s / the baseline's) per
+                              prompt category and overall, one bar per cell (runs with several
+                              categories only)
 Uses Debian's python3-matplotlib (run with /usr/bin/python3, not a venv python).
 """
 import json
@@ -98,6 +101,34 @@ def plot_tok_s(cells, out):
     return True
 
 
+SPEC_BENCH_GROUPS = ["multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"]
+
+
+def plot_speedup_per_category(cells, out):
+    cells = [c for c in cells if c.get("baseline") and len(c.get("categories", {})) > 1]
+    if not cells:
+        return False
+    present = {k for c in cells for k in c["categories"]}
+    cols = [g for g in SPEC_BENCH_GROUPS if g in present] + sorted(present - set(SPEC_BENCH_GROUPS))
+    groups = cols + ["overall"]
+    width = 0.8 / len(cells)
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(groups) + 2), 4.5))
+    for i, c in enumerate(cells):
+        ys = [c["categories"].get(g, {}).get("mean_speedup", 0) for g in cols] + [c.get("mean_speedup", 0)]
+        xs = [j + (i - (len(cells) - 1) / 2) * width for j in range(len(groups))]
+        ax.bar(xs, ys, width=width, label=cell_name(c))
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(list(range(len(groups))))
+    ax.set_xticklabels(groups, rotation=20, ha="right")
+    ax.set_ylabel("speedup over autoregressive (mean tok/s)")
+    ax.set_title("Speedup per category (Spec-Bench's definition)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -108,7 +139,8 @@ def main():
     made = []
     for name, fn in [("speedup_vs_gamma.png", plot_speedup_vs_gamma),
                      ("acceptance_by_position.png", plot_acceptance),
-                     ("tok_s_per_strategy.png", plot_tok_s)]:
+                     ("tok_s_per_strategy.png", plot_tok_s),
+                     ("speedup_per_category.png", plot_speedup_per_category)]:
         if fn(cells, os.path.join(run, name)):
             made.append(name)
     print(" ".join(made))

@@ -41,7 +41,7 @@ int cmd_run(const Args& args) {
   ro.threads_oversubscribe = vm.count("threads-oversubscribe") != 0;
   harness::install_stop_handlers();
   const auto r = harness::run_experiment(cfg, ro);
-  std::cout << "run folder: " << r.run_dir << "\ncells: " << r.n_finished << " of " << r.n_cells << " finished ("
+  std::cout << "run folder: " << r.run_dir << "\n" << r.unit << ": " << r.n_finished << " of " << r.n_cells << " finished ("
             << r.n_resumed << " resumed)\nreport: " << r.run_dir << "/report.md\n";
   if (r.interrupted) {
     std::cerr << "specdec run: interrupted; finished cells are saved. Continue with: specdec run " << experiment

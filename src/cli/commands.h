@@ -16,5 +16,6 @@ int cmd_models(const Args& args);      // cmd_models.cpp
 int cmd_run(const Args& args);         // cmd_run.cpp
 int cmd_validate(const Args& args);    // cmd_validate.cpp
 int cmd_compare(const Args& args);     // cmd_compare.cpp
+int cmd_merge(const Args& args);       // cmd_merge.cpp
 
 }  // namespace specdec::cli

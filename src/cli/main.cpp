@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"strategies", "list the registered decoding strategies and their parameters", specdec::cli::cmd_strategies},
     {"models", "list the models of configs/models.yaml and whether their files are present", specdec::cli::cmd_models},
     {"compare", "print a side-by-side table of two runs", specdec::cli::cmd_compare},
+    {"merge", "merge the shards of a prompt-interleaved run (e.g. Spec-Bench over machines)", specdec::cli::cmd_merge},
 };
 
 void usage(std::ostream& os) {

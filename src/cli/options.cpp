@@ -29,7 +29,9 @@ std::optional<int> parse_command(const std::string& command, const Args& args, c
     std::cout << opts;
     return 0;
   }
-  if (static_cast<int>(positional.size()) != n_positional) {
+  // n_positional < 0: at least -n_positional of them.
+  if (n_positional >= 0 ? static_cast<int>(positional.size()) != n_positional
+                        : static_cast<int>(positional.size()) < -n_positional) {
     std::cerr << "specdec " << command << ": missing " << positional_usage << "\n" << opts;
     return 1;
   }

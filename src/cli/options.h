@@ -12,8 +12,8 @@
 
 namespace specdec::cli {
 
-// Parses args against `opts` plus `n_positional` positional arguments collected in
-// `positional`. Returns an exit code when the command should stop here: 0 after printing
+// Parses args against `opts` plus `n_positional` positional arguments (a negative count:
+// at least -n_positional) collected in `positional`. Returns an exit code when the command should stop here: 0 after printing
 // --help, 1 after a usage error (printed with the options); std::nullopt to go on.
 std::optional<int> parse_command(const std::string& command, const Args& args,
                                  const boost::program_options::options_description& opts, int n_positional,

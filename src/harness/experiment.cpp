@@ -6,10 +6,12 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -178,27 +180,161 @@ PromptItem parse_prompt(const Ctx& c, const YAML::Node& n, const std::string& pa
   if (n.IsScalar()) {
     p.text = n.Scalar();
   } else {
-    c.check_keys(n, path, {"text", "chat", "category", "id"});
-    if (!n["text"]) c.bad(path + ".text", "missing");
-    p.text = c.str(n["text"], path + ".text");
+    c.check_keys(n, path, {"text", "turns", "chat", "category", "subcategory", "id"});
+    if (n["text"] && n["turns"]) c.bad(path, "both 'text' and 'turns' given (use one: turns = [first, follow-ups...])");
+    if (!n["text"] && !n["turns"]) c.bad(path + ".text", "missing (give 'text' or 'turns')");
+    if (n["text"]) {
+      p.text = c.str(n["text"], path + ".text");
+    } else {
+      const YAML::Node t = n["turns"];
+      if (!t.IsSequence() || t.size() == 0)
+        c.bad(path + ".turns", "expected a non-empty list of strings, got " + Ctx::show(t));
+      for (size_t i = 0; i < t.size(); ++i) {
+        const std::string ti = path + ".turns[" + std::to_string(i) + "]";
+        std::string turn = c.str(t[i], ti);
+        if (turn.empty()) c.bad(ti, "empty turn");
+        if (i == 0) {
+          p.text = std::move(turn);
+        } else {
+          p.follow_ups.push_back(std::move(turn));
+        }
+      }
+    }
     if (n["chat"]) p.chat = c.boolean(n["chat"], path + ".chat");
     if (n["category"]) p.category = c.str(n["category"], path + ".category");
+    if (n["subcategory"]) p.subcategory = c.str(n["subcategory"], path + ".subcategory");
     if (n["id"]) p.id = c.str(n["id"], path + ".id");
   }
   if (p.text.empty()) c.bad(path, "empty prompt text");
+  if (!p.follow_ups.empty() && !p.chat)
+    c.bad(path, "follow-up turns need chat: true (each answer is fed back through the chat template); " +
+                    std::to_string(p.follow_ups.size()) + " follow-up turn(s) with chat: false");
   return p;
+}
+
+// Spec-Bench's six groups (its paper's columns) from the fine categories of its question file.
+// The one table of the mapping; nullptr for a category Spec-Bench does not have.
+const char* spec_bench_group(const std::string& category) {
+  static const std::pair<const char*, const char*> k_table[] = {
+      {"writing", "multi_turn"},   {"roleplay", "multi_turn"},   {"reasoning", "multi_turn"},
+      {"math", "multi_turn"},      {"coding", "multi_turn"},     {"extraction", "multi_turn"},
+      {"stem", "multi_turn"},      {"humanities", "multi_turn"}, {"translation", "translation"},
+      {"summarization", "summarization"}, {"qa", "qa"},          {"math_reasoning", "math_reasoning"},
+      {"rag", "rag"},
+  };
+  for (const auto& [fine, group] : k_table)
+    if (category == fine) return group;
+  return nullptr;
+}
+
+std::string spec_bench_categories() {
+  std::string list;
+  for (const char* fine : {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+                           "translation", "summarization", "qa", "math_reasoning", "rag"})
+    list += (list.empty() ? "" : ", ") + std::string(fine);
+  return list;
+}
+
+// Categories in order of first appearance.
+std::vector<std::string> categories_in_order(const std::vector<PromptItem>& prompts) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& p : prompts)
+    if (seen.insert(p.category).second) out.push_back(p.category);
+  return out;
+}
+
+// Uniform in [0, n), n >= 1, from the raw 64-bit output (std::uniform_int_distribution's
+// algorithm is implementation-defined; mt19937_64's sequence is not): rejection of the top
+// partial block, so unbiased.
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % n;  // a multiple of n
+  uint64_t x = 0;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return x % n;
+}
+
+// prompts.per_category: n prompts of each category (categories in order of first appearance,
+// one generator for all), chosen by a Fisher-Yates shuffle of the category's indices; the kept
+// prompts stay in file order. n = 0 keeps everything.
+std::vector<PromptItem> keep_per_category(std::vector<PromptItem> prompts, int64_t n, uint64_t seed) {
+  if (n <= 0) return prompts;
+  std::mt19937_64 rng(seed);
+  std::vector<bool> keep(prompts.size(), false);
+  for (const auto& cat : categories_in_order(prompts)) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      if (prompts[i].category == cat) idx.push_back(i);
+    if (static_cast<int64_t>(idx.size()) > n) {
+      for (size_t i = idx.size() - 1; i > 0; --i) std::swap(idx[i], idx[uniform_below(rng, i + 1)]);
+      idx.resize(static_cast<size_t>(n));
+    }
+    for (size_t i : idx) keep[i] = true;
+  }
+  std::vector<PromptItem> out;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (keep[i]) out.push_back(std::move(prompts[i]));
+  return out;
+}
+
+// prompts.range "A:B" -> [A, B) (B = -1: to the end). YAML reads `40:` as the mapping
+// {40: null}; that form is taken as "40:" too.
+struct PromptRange {
+  int64_t lo = 0;
+  int64_t hi = -1;  // -1: to the end
+  std::string text;
+};
+
+PromptRange parse_range(const Ctx& c, const YAML::Node& n) {
+  std::string text;
+  if (n.IsMap() && n.size() == 1 && n.begin()->first.IsScalar() && n.begin()->second.IsNull()) {
+    text = n.begin()->first.Scalar() + ":";
+  } else if (n.IsScalar()) {
+    text = n.Scalar();
+  } else {
+    c.bad("prompts.range", "expected \"A:B\" (prompts A to B-1, 0-based; \"A:\" to the end), got " + Ctx::show(n));
+  }
+  const auto colon = text.find(':');
+  const std::string a = colon == std::string::npos ? text : text.substr(0, colon);
+  const std::string b = colon == std::string::npos ? "" : text.substr(colon + 1);
+  const int64_t lo = a.empty() ? 0 : parse_index(a);
+  const int64_t hi = b.empty() ? -1 : parse_index(b);
+  if (colon == std::string::npos || lo < 0 || (!b.empty() && hi < 0))
+    c.bad("prompts.range", "'" + clip(text) + "' is not a range \"A:B\" (0-based, B exclusive; \"A:\" to the end)");
+  if (hi >= 0 && hi <= lo) c.bad("prompts.range", "'" + clip(text) + "' is an empty range (need A < B)");
+  return {lo, hi, text};
 }
 
 void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
   bool chat = false;
   int64_t limit = 0;
   YAML::Node inline_list;
+  std::string groups;
+  int64_t per_category = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> categories;
+  std::optional<PromptRange> range;
   if (n.IsSequence()) {
     inline_list.reset(n);
   } else {
-    c.check_keys(n, "prompts", {"file", "inline", "chat", "limit"});
+    c.check_keys(n, "prompts",
+                 {"file", "inline", "chat", "groups", "per_category", "seed", "categories", "range", "limit"});
     if (n["chat"]) chat = c.boolean(n["chat"], "prompts.chat");
     if (n["limit"]) limit = c.integer(n["limit"], "prompts.limit", 0, 1000000);
+    if (n["groups"]) {
+      groups = c.str(n["groups"], "prompts.groups");
+      if (groups != "spec_bench")
+        c.bad("prompts.groups", "unknown grouping '" + clip(groups) + "' (valid: spec_bench)");
+    }
+    if (n["per_category"]) per_category = c.integer(n["per_category"], "prompts.per_category", 0, 1000000);
+    if (n["seed"]) seed = static_cast<uint64_t>(c.integer(n["seed"], "prompts.seed", 0, INT64_MAX));
+    if (n["categories"]) {
+      categories = c.strings(n["categories"], "prompts.categories");
+      if (categories.empty()) c.bad("prompts.categories", "empty list (omit the key to keep every category)");
+    }
+    if (n["range"]) range = parse_range(c, n["range"]);
     if (n["inline"]) inline_list.reset(n["inline"]);
     if (n["file"]) {
       cfg.prompts_file = c.str(n["file"], "prompts.file");
@@ -212,10 +348,45 @@ void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
     for (size_t i = 0; i < inline_list.size(); ++i)
       cfg.prompts.push_back(parse_prompt(c, inline_list[i], "prompts[" + std::to_string(i) + "]", chat));
   }
-  if (limit > 0 && static_cast<int64_t>(cfg.prompts.size()) > limit) cfg.prompts.resize(static_cast<size_t>(limit));
-  if (cfg.prompts.empty()) c.bad("prompts", "no prompts (give a list, prompts.inline or prompts.file)");
+  // Ids before any selection, so a prompt keeps its id in every shard.
   for (size_t i = 0; i < cfg.prompts.size(); ++i)
     if (cfg.prompts[i].id.empty()) cfg.prompts[i].id = "p" + std::to_string(i);
+  // Selection: groups -> per_category -> categories -> range -> limit.
+  if (groups == "spec_bench") {
+    for (auto& p : cfg.prompts) {
+      const char* group = spec_bench_group(p.category);
+      if (!group)
+        c.bad("prompts.groups", "prompt '" + clip(p.id) + "' has category '" + clip(p.category) +
+                                    "', which spec_bench does not map (known: " + spec_bench_categories() + ")");
+      p.subcategory = p.category;
+      p.category = group;
+    }
+  }
+  cfg.prompts = keep_per_category(std::move(cfg.prompts), per_category, seed);
+  if (!categories.empty()) {
+    const auto present = categories_in_order(cfg.prompts);
+    for (const auto& want : categories) {
+      if (std::find(present.begin(), present.end(), want) != present.end()) continue;
+      std::string list;
+      for (const auto& p : present) list += (list.empty() ? "" : ", ") + p;
+      c.bad("prompts.categories", "unknown category '" + clip(want) + "' (categories present: " + list + ")");
+    }
+    std::vector<PromptItem> kept;
+    for (auto& p : cfg.prompts)
+      if (std::find(categories.begin(), categories.end(), p.category) != categories.end()) kept.push_back(std::move(p));
+    cfg.prompts = std::move(kept);
+  }
+  if (range) {
+    const int64_t size = static_cast<int64_t>(cfg.prompts.size());
+    if (range->lo >= size)
+      c.bad("prompts.range", "'" + clip(range->text) + "' selects no prompts (" + std::to_string(size) +
+                                 " selected before the range)");
+    const int64_t end = range->hi < 0 ? size : std::min(range->hi, size);
+    cfg.prompts = std::vector<PromptItem>(std::make_move_iterator(cfg.prompts.begin() + range->lo),
+                                          std::make_move_iterator(cfg.prompts.begin() + end));
+  }
+  if (limit > 0 && static_cast<int64_t>(cfg.prompts.size()) > limit) cfg.prompts.resize(static_cast<size_t>(limit));
+  if (cfg.prompts.empty()) c.bad("prompts", "no prompts (give a list, prompts.inline or prompts.file)");
 }
 
 void parse_strategies(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
@@ -298,6 +469,20 @@ void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   if (n["inject_residual_bug"]) k.inject_residual_bug = c.boolean(n["inject_residual_bug"], "checks.inject_residual_bug");
 }
 
+// report: {context: path}: resolved like prompts.file; kept as written (like prompts.file), so
+// the resolved config, compared on --resume, is the same on every machine and checkout.
+void parse_report(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
+  c.check_keys(n, "report", {"context"});
+  if (!n["context"]) return;
+  const std::string as_written = c.str(n["context"], "report.context");
+  if (as_written.empty()) c.bad("report.context", "empty path");
+  const std::string path = resolve_data_path(as_written, c.file);
+  if (!fs::exists(path)) c.bad("report.context", "file '" + clip(as_written) + "' not found");
+  if (fs::is_directory(path))
+    c.bad("report.context", "'" + clip(as_written) + "' is a directory, expected a markdown file");
+  cfg.report_context = as_written;
+}
+
 // "a.b[2].c=value": walks (creating maps as needed) and sets the node to YAML::Load(value).
 void apply_override(const Ctx& c, YAML::Node root, const std::string& text) {
   const auto eq = text.find('=');
@@ -364,24 +549,49 @@ std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_de
     } catch (const std::exception& e) {
       fail(where, ": not valid JSON: ", e.what());
     }
-    SD_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(), path, ":", line_no,
-             ": expected an object with a string field \"text\"");
+    SD_CHECK(j.is_object(), where, ": expected an object with a string field \"text\" or a list \"turns\", got ",
+             clip(j.dump()));
+    const bool has_text = j.contains("text"), has_turns = j.contains("turns");
+    SD_CHECK(!(has_text && has_turns), where, ": both \"text\" and \"turns\" given (use one)");
+    SD_CHECK(has_text || has_turns, where, ": expected an object with a string field \"text\" or a list \"turns\"");
     PromptItem p;
     p.chat = chat_default;
-    p.text = j["text"].get<std::string>();
-    SD_CHECK(!p.text.empty(), path, ":", line_no, ": empty \"text\"");
+    if (has_text) {
+      SD_CHECK(j["text"].is_string(), where, ": \"text\" must be a string, got ", clip(j["text"].dump()));
+      p.text = j["text"].get<std::string>();
+      SD_CHECK(!p.text.empty(), where, ": empty \"text\"");
+    } else {
+      const auto& turns = j["turns"];
+      SD_CHECK(turns.is_array() && !turns.empty(), where, ": \"turns\" must be a non-empty list of strings, got ",
+               clip(turns.dump()));
+      for (size_t i = 0; i < turns.size(); ++i) {
+        SD_CHECK(turns[i].is_string() && !turns[i].get_ref<const std::string&>().empty(), where, ": \"turns\"[", i,
+                 "] must be a non-empty string, got ", clip(turns[i].dump()));
+        if (i == 0) {
+          p.text = turns[i].get<std::string>();
+        } else {
+          p.follow_ups.push_back(turns[i].get<std::string>());
+        }
+      }
+    }
     if (j.contains("chat")) {
-      SD_CHECK(j["chat"].is_boolean(), path, ":", line_no, ": \"chat\" must be true or false, got ", j["chat"].dump());
+      SD_CHECK(j["chat"].is_boolean(), where, ": \"chat\" must be true or false, got ", clip(j["chat"].dump()));
       p.chat = j["chat"].get<bool>();
     }
+    SD_CHECK(p.follow_ups.empty() || p.chat, where, ": follow-up turns need chat: true (each answer is fed back ",
+             "through the chat template); set \"chat\": true on the line or prompts.chat: true");
     if (j.contains("category")) {
-      SD_CHECK(j["category"].is_string(), path, ":", line_no, ": \"category\" must be a string");
+      SD_CHECK(j["category"].is_string(), where, ": \"category\" must be a string, got ", clip(j["category"].dump()));
       p.category = j["category"].get<std::string>();
     }
-    if (j.contains("id")) {
-      SD_CHECK(j["id"].is_string() || j["id"].is_number_integer(), path, ":", line_no,
-               ": \"id\" must be a string or an integer, got ", clip(j["id"].dump()));
-      p.id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+    SD_CHECK(!(j.contains("id") && j.contains("question_id")), where,
+             ": both \"id\" and \"question_id\" given (use one)");
+    for (const char* key : {"id", "question_id"}) {
+      if (!j.contains(key)) continue;
+      const auto& v = j[key];
+      SD_CHECK(v.is_string() || v.is_number_integer(), where, ": \"", key, "\" must be a string or an integer, got ",
+               clip(v.dump()));
+      p.id = v.is_string() ? v.get<std::string>() : v.dump();
     }
     out.push_back(std::move(p));
   }
@@ -406,8 +616,8 @@ ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& fil
   if (!root || root.IsNull()) fail(file, ": empty experiment file");
   for (const auto& o : overrides) apply_override(c, root, o);
   check_yaml_shape(root, file + " (after --set)");
-  c.check_keys(root, "", {"name", "description", "models", "prompts", "strategies", "sweep", "repeats", "warmup",
-                          "seed", "max_new_tokens", "stop", "eos", "timeout_s", "plots", "checks"});
+  c.check_keys(root, "", {"name", "description", "models", "prompts", "interleave", "strategies", "sweep", "repeats",
+                          "warmup", "seed", "max_new_tokens", "stop", "eos", "timeout_s", "plots", "report", "checks"});
   ExperimentConfig cfg;
   cfg.file = file;
   if (root["name"]) {
@@ -422,6 +632,11 @@ ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& fil
   parse_models(c, root["models"], cfg);
   if (!root["prompts"]) c.bad("prompts", "missing");
   parse_prompts(c, root["prompts"], cfg);
+  if (root["interleave"]) {
+    cfg.interleave = c.str(root["interleave"], "interleave");
+    if (cfg.interleave != "cell" && cfg.interleave != "prompt")
+      c.bad("interleave", "unknown value '" + clip(cfg.interleave) + "' (valid: cell, prompt)");
+  }
   if (!root["strategies"]) c.bad("strategies", "missing");
   parse_strategies(c, root["strategies"], cfg);
   if (root["sweep"]) parse_sweep(c, root["sweep"], cfg);
@@ -433,6 +648,7 @@ ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& fil
   if (root["eos"]) cfg.eos = c.boolean(root["eos"], "eos");
   if (root["timeout_s"]) cfg.timeout_s = c.real(root["timeout_s"], "timeout_s", 0, 1e9);
   if (root["plots"]) cfg.plots = c.boolean(root["plots"], "plots");
+  if (root["report"]) parse_report(c, root["report"], cfg);
   if (root["checks"]) parse_checks(c, root["checks"], cfg.checks);
   return cfg;
 }
@@ -477,11 +693,23 @@ std::string to_yaml(const ExperimentConfig& cfg) {
   }
   e << YAML::EndMap;
   e << YAML::Key << "prompts" << YAML::Value << YAML::BeginSeq;
-  for (const auto& p : cfg.prompts)
-    e << YAML::BeginMap << YAML::Key << "id" << YAML::Value << p.id << YAML::Key << "text" << YAML::Value << p.text
-      << YAML::Key << "chat" << YAML::Value << p.chat << YAML::Key << "category" << YAML::Value << p.category
-      << YAML::EndMap;
+  for (const auto& p : cfg.prompts) {
+    // A prompt with follow-up turns is written in the `turns` form; subcategory only when set,
+    // so configs without either keep their old resolved text (and --resume keeps working).
+    e << YAML::BeginMap << YAML::Key << "id" << YAML::Value << p.id;
+    if (p.follow_ups.empty()) {
+      e << YAML::Key << "text" << YAML::Value << p.text;
+    } else {
+      e << YAML::Key << "turns" << YAML::Value << YAML::BeginSeq << p.text;
+      for (const auto& f : p.follow_ups) e << f;
+      e << YAML::EndSeq;
+    }
+    e << YAML::Key << "chat" << YAML::Value << p.chat << YAML::Key << "category" << YAML::Value << p.category;
+    if (!p.subcategory.empty()) e << YAML::Key << "subcategory" << YAML::Value << p.subcategory;
+    e << YAML::EndMap;
+  }
   e << YAML::EndSeq;
+  if (cfg.interleave != "cell") e << YAML::Key << "interleave" << YAML::Value << cfg.interleave;
   e << YAML::Key << "strategies" << YAML::Value << YAML::BeginSeq;
   for (const auto& s : cfg.strategies) {
     e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name << YAML::Key << "label" << YAML::Value
@@ -498,6 +726,9 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     << cfg.max_new_tokens << YAML::Key << "stop" << YAML::Value << YAML::Flow << cfg.stop << YAML::Key << "eos"
     << YAML::Value << cfg.eos << YAML::Key << "timeout_s" << YAML::Value << cfg.timeout_s << YAML::Key << "plots"
     << YAML::Value << cfg.plots;
+  if (!cfg.report_context.empty())
+    e << YAML::Key << "report" << YAML::Value << YAML::BeginMap << YAML::Key << "context" << YAML::Value
+      << cfg.report_context << YAML::EndMap;
   const auto& k = cfg.checks;
   e << YAML::Key << "checks" << YAML::Value << YAML::BeginMap << YAML::Key << "greedy_equality" << YAML::Value
     << k.greedy_equality << YAML::Key << "first_token" << YAML::Value << YAML::BeginMap << YAML::Key << "enabled"

@@ -20,10 +20,15 @@ struct ModelChoice {
 };
 
 struct PromptItem {
-  std::string id;                 // "p0", "p1", ... or the JSONL "id" field
-  std::string text;
+  std::string id;                 // "p0", "p1", ... or the JSONL "id" / "question_id" field
+  std::string text;               // the first user turn
+  // Later user turns (Spec-Bench's MT-bench questions have a second turn). Each is asked after
+  // the model's own answer to the previous turn, through the chat template; every turn is
+  // timed and counted. Needs chat: true.
+  std::vector<std::string> follow_ups;
   bool chat = false;              // wrap in the tokenizer's chat template
-  std::string category = "default";
+  std::string category = "default";  // what the report groups by (Spec-Bench: one of its six groups)
+  std::string subcategory;        // the file's own category when `groups` mapped it to `category`
 };
 
 struct StrategyEntry {
@@ -61,6 +66,14 @@ struct ExperimentConfig {
   std::optional<ModelChoice> draft;
   std::vector<PromptItem> prompts;
   std::string prompts_file;  // as written (JSONL), empty for inline prompts
+  // How candidates and the autoregressive baseline interleave:
+  //   "cell":   each cell runs its own baseline right before it on every prompt (any strategy
+  //             mix, distribution checks allowed);
+  //   "prompt": Spec-Bench's layout: on each prompt the baseline runs once, then every cell;
+  //             every cell must share one baseline (greedy at T=0). --resume continues at the
+  //             first unfinished prompt.
+  std::string interleave = "cell";
+  std::string report_context;  // markdown file appended to report.md ("report.context"), as written
   std::vector<StrategyEntry> strategies;
   std::vector<SweepAxis> sweep;  // Cartesian grid, first axis varies slowest
   int64_t repeats = 3;
@@ -94,8 +107,9 @@ ExperimentConfig parse_experiment(const std::string& yaml_text, const std::strin
 // The resolved configuration (defaults filled, prompts inlined) as YAML text.
 std::string to_yaml(const ExperimentConfig& cfg);
 
-// Prompts from a JSONL file: {"text": ..., "chat": bool?, "category": str?, "id": str?} per line;
-// a line without "chat" takes chat_default.
+// Prompts from a JSONL file, one object per line: {"text": ..., "chat": bool?, "category": str?,
+// "id": str?}, or Spec-Bench's {"question_id": ..., "category": ..., "turns": [...]} (turns[0] is
+// the text, later turns the follow-ups). A line without "chat" takes chat_default.
 std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_default = false);
 
 }  // namespace specdec::harness

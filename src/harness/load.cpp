@@ -96,6 +96,41 @@ LoadSample compare_snapshots(const LoadSnapshot& a, const LoadSnapshot& b, doubl
   return out;
 }
 
+LoadSample combine(const std::vector<LoadSample>& parts) {
+  if (parts.empty()) return {};
+  if (parts.size() == 1) return parts[0];
+  LoadSample out;
+  out.loadavg_start = parts.front().loadavg_start;
+  out.loadavg_end = parts.back().loadavg_end;
+  bool known = true, switches = true, own = true;
+  double steal_weighted = 0, resolution_weighted = 0;
+  out.involuntary_switches = 0, out.own_cpu_s = 0, out.foreign_cpu_s = 0;
+  for (const auto& p : parts) {
+    out.wall_s += p.wall_s;
+    out.loadavg_max = std::max(out.loadavg_max, p.loadavg_max);
+    switches = switches && p.involuntary_switches >= 0;
+    own = own && p.own_cpu_s >= 0;
+    known = known && p.known();
+    out.involuntary_switches += p.involuntary_switches;
+    out.own_cpu_s += p.own_cpu_s;
+    out.foreign_cpu_s += p.foreign_cpu_s;
+    steal_weighted += p.steal_fraction * p.wall_s;
+    resolution_weighted += p.resolution_cores * p.wall_s;
+    out.n_cpus = std::max(out.n_cpus, p.n_cpus);
+  }
+  if (!switches) out.involuntary_switches = -1;
+  else if (out.wall_s > 0) out.involuntary_switches_per_s = double(out.involuntary_switches) / out.wall_s;
+  if (!own) out.own_cpu_s = -1;
+  if (!known || out.wall_s <= 0) {
+    out.foreign_cpu_s = -1;
+    return out;
+  }
+  out.foreign_cores = out.foreign_cpu_s / out.wall_s;
+  out.steal_fraction = steal_weighted / out.wall_s;
+  out.resolution_cores = resolution_weighted / out.wall_s;
+  return out;
+}
+
 namespace {
 // How far foreign_cores and steal_fraction are above (> 0) or below (< 0) their thresholds,
 // with the resolution counted against the claim being made.

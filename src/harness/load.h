@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace specdec::harness {
 
@@ -71,6 +72,11 @@ struct LoadSample {
 
 // The interval between two snapshots; ticks_per_s is sysconf(_SC_CLK_TCK).
 LoadSample compare_snapshots(const LoadSnapshot& start, const LoadSnapshot& end, double ticks_per_s);
+
+// Several intervals as one (e.g. the questions of an interleave: prompt run): times, CPU
+// seconds and switches add up, rates are recomputed over the summed wall time, the tick
+// resolution adds up per interval. Unknown when any part is unknown.
+LoadSample combine(const std::vector<LoadSample>& parts);
 
 // Brackets one measurement: start(), run it, stop().
 class LoadMonitor {

@@ -27,20 +27,28 @@ PhaseBreakdown phases_from(const json& j) {
   p.wall_ms = j.at("wall_ms").get<double>();
   p.n_rounds = j.at("n_rounds").get<int64_t>();
   p.n_generations = j.at("n_generations").get<int64_t>();
-  const json& ms = j.at("ms");
-  for (const auto& f : strategies::PhaseTimes::fields()) p.ms.*f.ms = ms.value(f.name, 0.0);
+  p.ms = phase_ms_from(j.at("ms"));
   return p;
 }
 }  // namespace
 
+json to_json(const strategies::PhaseTimes& t) {
+  json ms = json::object();
+  for (const auto& f : strategies::PhaseTimes::fields()) ms[f.name] = t.*f.ms;
+  return ms;
+}
+
+strategies::PhaseTimes phase_ms_from(const json& ms) {
+  strategies::PhaseTimes t;
+  for (const auto& f : strategies::PhaseTimes::fields()) t.*f.ms = ms.value(f.name, 0.0);
+  return t;
+}
+
 json to_json(const PhaseBreakdown& p) {
-  json ms = json::object(), fraction = json::object();
-  for (const auto& f : strategies::PhaseTimes::fields()) {
-    ms[f.name] = p.ms.*f.ms;
-    fraction[f.name] = p.fraction(f.ms);
-  }
+  json fraction = json::object();
+  for (const auto& f : strategies::PhaseTimes::fields()) fraction[f.name] = p.fraction(f.ms);
   return {{"wall_ms", p.wall_ms}, {"n_rounds", p.n_rounds}, {"n_generations", p.n_generations},
-          {"ms", ms}, {"fraction", fraction}};
+          {"ms", to_json(p.ms)}, {"fraction", fraction}};
 }
 
 json to_json(const LoadSample& l) {
@@ -77,7 +85,8 @@ json to_json(const CellMetrics& m) {
                       {"n_samples", c.n_samples}, {"detectable_tv", c.detectable_tv}, {"detail", c.detail}});
   json cats = json::object();
   for (const auto& [k, c] : m.categories)
-    cats[k] = {{"n_prompts", c.n_prompts}, {"tok_s", c.tok_s}, {"speedup", c.speedup}};
+    cats[k] = {{"n_prompts", c.n_prompts}, {"tok_s", c.tok_s}, {"speedup", c.speedup}, {"mean_tok_s", c.mean_tok_s},
+               {"mean_baseline_tok_s", c.mean_baseline_tok_s}, {"mean_speedup", c.mean_speedup}, {"tau", c.tau}};
   return {{"key", m.cell.key}, {"label", m.cell.label}, {"strategy", m.cell.strategy},
           {"params", m.cell.params}, {"point", m.cell.point}, {"baseline", m.baseline},
           {"n_prompts", m.n_prompts}, {"n_repeats", m.n_repeats}, {"n_generated", m.n_generated},
@@ -85,6 +94,8 @@ json to_json(const CellMetrics& m) {
           {"speedup", spread_json(m.speedup)}, {"ms_per_token", m.ms_per_token}, {"ttft_ms", m.ttft_ms},
           {"gamma", m.gamma}, {"n_drafted", m.n_drafted}, {"n_accepted", m.n_accepted}, {"n_rounds", m.n_rounds},
           {"n_target_forwards", m.n_target_forwards}, {"alpha", m.alpha}, {"tau", m.tau},
+          {"mean_tok_s", m.mean_tok_s}, {"mean_baseline_tok_s", m.mean_baseline_tok_s},
+          {"mean_speedup", m.mean_speedup}, {"decode_speedup", m.decode_speedup},
           {"acceptance_per_position", m.acceptance_per_position}, {"draft_step_ms", m.draft_step_ms},
           {"target_step_ms", m.target_step_ms}, {"cost_ratio", m.cost_ratio},
           {"predicted_speedup", m.predicted_speedup}, {"measured_over_predicted", m.measured_over_predicted},
@@ -116,6 +127,11 @@ CellMetrics cell_from_json(const json& j) {
     m.n_target_forwards = j.at("n_target_forwards").get<int64_t>();
     m.alpha = j.at("alpha").get<double>();
     m.tau = j.at("tau").get<double>();
+    // Spec-Bench's figures (absent from records written before they existed: 0).
+    m.mean_tok_s = j.value("mean_tok_s", 0.0);
+    m.mean_baseline_tok_s = j.value("mean_baseline_tok_s", 0.0);
+    m.mean_speedup = j.value("mean_speedup", 0.0);
+    m.decode_speedup = j.value("decode_speedup", 0.0);
     m.acceptance_per_position = j.at("acceptance_per_position").get<std::vector<double>>();
     m.draft_step_ms = j.at("draft_step_ms").get<double>();
     m.target_step_ms = j.at("target_step_ms").get<double>();
@@ -123,7 +139,9 @@ CellMetrics cell_from_json(const json& j) {
     m.predicted_speedup = j.at("predicted_speedup").get<double>();
     m.measured_over_predicted = j.at("measured_over_predicted").get<double>();
     for (const auto& [k, c] : j.at("categories").items())
-      m.categories[k] = {c.at("n_prompts").get<int64_t>(), c.at("tok_s").get<double>(), c.at("speedup").get<double>()};
+      m.categories[k] = {c.at("n_prompts").get<int64_t>(), c.at("tok_s").get<double>(), c.at("speedup").get<double>(),
+                         c.value("mean_tok_s", 0.0), c.value("mean_baseline_tok_s", 0.0),
+                         c.value("mean_speedup", 0.0), c.value("tau", 0.0)};
     for (const auto& c : j.at("checks"))
       m.checks.push_back({c.at("name").get<std::string>(), c.at("pass").get<bool>(), c.at("p_value").get<double>(),
                           c.at("significance").get<double>(), c.at("n_samples").get<int64_t>(),

@@ -32,6 +32,11 @@ struct CategoryMetrics {
   int64_t n_prompts = 0;
   double tok_s = 0;          // candidate, median over repeats
   double speedup = 0;        // median over repeats (0 when no baseline run)
+  // Spec-Bench's definitions. A question's speed is its generated tokens over its wall time,
+  // every turn and its prefill included; mean_speedup = mean speed of the candidate over the
+  // category's questions (and repeats) / the same mean of the baseline.
+  double mean_tok_s = 0, mean_baseline_tok_s = 0, mean_speedup = 0;
+  double tau = 0;            // mean accepted tokens (see CellMetrics::tau)
 };
 
 // Where one side's measured generations spent their wall time (strategies::PhaseTimes summed
@@ -57,7 +62,15 @@ struct CellMetrics {
   // speculative statistics (zeros otherwise)
   int64_t gamma = 0;             // the cell's gamma param, 0 if none
   int64_t n_drafted = 0, n_accepted = 0, n_rounds = 0, n_target_forwards = 0;
-  double alpha = 0, tau = 0;
+  double alpha = 0;
+  // Mean tokens per target forward that yields tokens, the bonus token included (Spec-Bench's
+  // "mean accepted tokens"): generated / verification rounds for speculative decoding (its
+  // prompt forward yields no token), generated / forwards otherwise, so autoregressive
+  // decoding is exactly 1.00. Summed over generations.
+  double tau = 0;
+  // Spec-Bench's overall speedup over all questions (see CategoryMetrics), and the same ratio
+  // of decode speeds alone (prefill time and the prefill's token left out).
+  double mean_tok_s = 0, mean_baseline_tok_s = 0, mean_speedup = 0, decode_speedup = 0;
   std::vector<double> acceptance_per_position;  // [gamma_max]: accepted_i / drafted_i
   double draft_step_ms = 0, target_step_ms = 0, cost_ratio = 0;
   double predicted_speedup = 0, measured_over_predicted = 0;
@@ -79,6 +92,9 @@ CellMetrics cell_from_json(const nlohmann::json& j);
 // every phase of strategies::PhaseTimes::fields(), draft_catchup included.
 nlohmann::json to_json(const PhaseBreakdown& p);
 nlohmann::json to_json(const LoadSample& l);
+// {phase: ms} for every phase of strategies::PhaseTimes::fields(); missing phases read as 0.
+nlohmann::json to_json(const strategies::PhaseTimes& t);
+strategies::PhaseTimes phase_ms_from(const nlohmann::json& ms);
 LoadSample load_from_json(const nlohmann::json& j);
 
 }  // namespace specdec::harness

@@ -120,9 +120,11 @@ void fill_baseline(PlannedCell& pc) {
 }
 
 void count_work(const ExperimentConfig& cfg, PlannedCell& pc) {
-  const int64_t n_prompts = static_cast<int64_t>(cfg.prompts.size());
-  const int64_t per_run = (pc.baseline.empty() ? 1 : 2);
-  pc.n_generations = (cfg.repeats + cfg.warmup) * n_prompts * per_run;
+  int64_t n_turns = 0;  // one generate() per turn
+  for (const auto& p : cfg.prompts) n_turns += 1 + static_cast<int64_t>(p.follow_ups.size());
+  // interleave: prompt runs the shared baseline once per prompt (counted in make_plan).
+  const int64_t per_run = (pc.baseline.empty() || cfg.interleave == "prompt" ? 1 : 2);
+  pc.n_generations = (cfg.repeats * n_turns + cfg.warmup) * per_run;
   pc.max_target_forwards = pc.n_generations * (cfg.max_new_tokens + 1);
   if (!pc.checked) return;
   const auto& k = cfg.checks;
@@ -137,6 +139,34 @@ void count_work(const ExperimentConfig& cfg, PlannedCell& pc) {
   pc.n_generations += n_cand + n_base;
   // + one likelihood forward per sequence-test sample on each side
   pc.max_target_forwards += (n_cand + n_base) * (len + 1) + (k.sequence ? 2 * k.sequence_samples : 0);
+}
+
+// interleave: prompt: every cell must be measured against the same autoregressive baseline,
+// which then runs once per prompt; only greedy equality can be checked (the sampling checks
+// run per cell).
+void share_baseline(const ExperimentConfig& cfg, Plan& plan) {
+  for (size_t i = 0; i < plan.cells.size(); ++i) {
+    const auto& pc = plan.cells[i];
+    const std::string where = cfg.file + ": interleave: prompt: cell '" + pc.cell.key + "'";
+    if (pc.baseline.empty())
+      fail(where, " is the autoregressive baseline itself; it runs once per prompt anyway, drop the strategy");
+    if (pc.checked && !pc.greedy && (cfg.checks.first_token || cfg.checks.sequence))
+      fail(where, " would need the sampling checks, which run per cell: use interleave: cell");
+    if (i == 0) {
+      plan.baseline = pc.baseline;
+      plan.baseline_params = pc.baseline_params;
+    } else if (pc.baseline != plan.baseline || format_params(pc.baseline_params.values()) !=
+                                                   format_params(plan.baseline_params.values())) {
+      fail(where, " needs baseline ", pc.baseline, " (", format_params(pc.baseline_params.values()),
+           ") but cell '", plan.cells[0].cell.key, "' needs ", plan.baseline, " (",
+           format_params(plan.baseline_params.values()), "): cells of one prompt-interleaved run share one baseline");
+    }
+  }
+  PlannedCell base;
+  base.baseline = plan.baseline;
+  count_work(cfg, base);
+  plan.n_generations += base.n_generations;
+  plan.max_target_forwards += base.max_target_forwards;
 }
 
 }  // namespace
@@ -182,6 +212,7 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
     plan.max_target_forwards += pc.max_target_forwards;
     plan.cells.push_back(std::move(pc));
   }
+  if (cfg.interleave == "prompt") share_baseline(cfg, plan);
   return plan;
 }
 
@@ -199,7 +230,10 @@ std::string format_plan(const ExperimentConfig& cfg, const Plan& plan) {
     first = false;
   }
   os << "), repeats " << cfg.repeats << ", warmup " << cfg.warmup << ", max_new_tokens " << cfg.max_new_tokens
-     << ", seed " << cfg.seed << "\n  cells " << plan.cells.size() << ":\n";
+     << ", seed " << cfg.seed << "\n";
+  if (cfg.interleave == "prompt")
+    os << "  interleave prompt: on each prompt the baseline " << plan.baseline << " runs once, then every cell\n";
+  os << "  cells " << plan.cells.size() << ":\n";
   for (size_t i = 0; i < plan.cells.size(); ++i) {
     const auto& c = plan.cells[i];
     os << "    [" << i + 1 << "] " << c.cell.label << "  " << format_params(c.cell.params) << "  baseline "

@@ -24,6 +24,9 @@ struct PlannedCell {
 
 struct Plan {
   std::vector<PlannedCell> cells;
+  // interleave: prompt: the one baseline every cell shares (run once per prompt).
+  std::string baseline;
+  strategies::Params baseline_params;
   int64_t n_generations = 0;
   int64_t max_target_forwards = 0;
 };

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -188,17 +189,64 @@ void acceptance_table(std::ostringstream& os, const std::vector<CellMetrics>& ce
   os << "\n";
 }
 
+// Category columns: Spec-Bench's six groups in its paper's order, then any other category
+// alphabetically.
+std::vector<std::string> category_columns(const std::vector<CellMetrics>& cells) {
+  std::set<std::string> all;
+  for (const auto& m : cells)
+    for (const auto& [cat, c] : m.categories) all.insert(cat);
+  std::vector<std::string> out;
+  for (const char* group : {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"})
+    if (all.erase(group)) out.push_back(group);
+  out.insert(out.end(), all.begin(), all.end());
+  return out;
+}
+
+std::string times(double x) { return fmt(x) + "x"; }
+
+// Spec-Bench's table: methods x categories (speedup), mean accepted tokens, overall.
 void category_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
   bool any = false;
   for (const auto& m : cells) any = any || m.categories.size() > 1;
   if (!any) return;
-  os << "## Per prompt category\n\n| strategy | params | category | prompts | tok/s | speedup |\n"
-        "|---|---|---|---|---|---|\n";
-  for (const auto& m : cells)
-    for (const auto& [cat, c] : m.categories)
-      os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << cat << " | " << c.n_prompts
-         << " | " << fmt(c.tok_s) << " | " << fmt(c.speedup, 3) << " |\n";
+  const auto cols = category_columns(cells);
+  os << "## Speedup per prompt category (Spec-Bench's table)\n\n"
+        "Speedup as Spec-Bench defines it: the mean over questions of a method's tokens per second (every turn "
+        "of a question and its prefill included) divided by the same mean of the autoregressive baseline. "
+        "Mean accepted tokens: tokens per target forward that yields tokens, the bonus token included (1.00 for "
+        "autoregressive decoding). Decode only: the ratio of decode speeds, prefill time and the prefill's token "
+        "left out.\n\n| method | params |";
+  for (const auto& c : cols) os << ' ' << c << " |";
+  os << " mean accepted tokens | overall | decode only |\n|---|---|";
+  for (size_t i = 0; i < cols.size() + 3; ++i) os << "---|";
   os << "\n";
+  const CellMetrics* with_baseline = nullptr;
+  for (const auto& m : cells) {
+    const bool base = !m.baseline.empty();
+    if (base && !with_baseline) with_baseline = &m;
+    os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " |";
+    for (const auto& c : cols) {
+      const auto it = m.categories.find(c);
+      os << ' ' << (base && it != m.categories.end() ? times(it->second.mean_speedup) : "-") << " |";
+    }
+    os << ' ' << fmt(m.tau) << " | " << (base ? times(m.mean_speedup) : "-") << " | "
+       << (base ? times(m.decode_speedup) : "-") << " |\n";
+  }
+  os << "\nQuestions per category:";
+  const CellMetrics& any_cell = with_baseline ? *with_baseline : cells.front();
+  for (const auto& c : cols) {
+    const auto it = any_cell.categories.find(c);
+    os << ' ' << c << ' ' << (it != any_cell.categories.end() ? it->second.n_prompts : 0) << ';';
+  }
+  if (with_baseline) {
+    os << " autoregressive baseline, mean tok/s:";
+    for (const auto& c : cols) {
+      const auto it = with_baseline->categories.find(c);
+      if (it != with_baseline->categories.end()) os << ' ' << c << ' ' << fmt(it->second.mean_baseline_tok_s) << ';';
+    }
+    os << " overall " << fmt(with_baseline->mean_baseline_tok_s);
+  }
+  os << ".\n\n";
 }
 
 void checks_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
@@ -234,6 +282,9 @@ void load_line(std::ostringstream& os, const RunInfo& info, const std::vector<Ce
      << (end >= 0 ? fmt(end) : "?") << " at end; " << n_contended << " of " << cells.size() << " cells contended";
   const int64_t n_unknown = static_cast<int64_t>(cells.size()) - n_contended - n_quiet;
   if (n_unknown > 0) os << " (" << n_unknown << " unknown)";
+  if (load.contains("n_prompts_contended"))  // interleave: prompt judges each prompt too
+    os << "; " << load.value("n_prompts_contended", int64_t{0}) << " of " << load.value("n_prompts_done", int64_t{0})
+       << " prompts contended";
   os << "\n";
 }
 }  // namespace
@@ -267,6 +318,7 @@ std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>&
     os << "## Plots\n\n";
     for (const auto& p : plots) os << "![" << p << "](" << p << ")\n\n";
   }
+  if (!info.context_markdown.empty()) os << "## Context (not measured in this run)\n\n" << info.context_markdown << "\n";
   return os.str();
 }
 

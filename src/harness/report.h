@@ -18,6 +18,7 @@ struct RunInfo {
   std::string target, draft;   // model names
   nlohmann::json env;          // env.json contents
   int64_t n_cells_planned = 0;
+  std::string context_markdown;  // report.context's text, appended to report.md (empty: none)
 };
 
 nlohmann::json metrics_json(const RunInfo& info, const std::vector<CellMetrics>& cells);

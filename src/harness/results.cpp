@@ -65,28 +65,32 @@ RunStore::RunStore(std::string dir) : dir_(std::move(dir)) {
 
 std::string RunStore::path(const std::string& file) const { return (fs::path(dir_) / file).string(); }
 
-std::vector<CellMetrics> RunStore::load_finished() const {
-  std::vector<CellMetrics> out;
-  std::ifstream in(path("cells.jsonl"));
+std::vector<json> RunStore::load_records(const std::string& file) const {
+  std::vector<json> out;
+  std::ifstream in(path(file));
   if (!in) return out;
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   for (size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].empty()) continue;
-    json j;
     try {
-      io::check_json_depth(lines[i], path("cells.jsonl") + ":" + std::to_string(i + 1));
-      j = json::parse(lines[i]);
+      io::check_json_depth(lines[i], path(file) + ":" + std::to_string(i + 1));
+      out.push_back(json::parse(lines[i]));
     } catch (const json::exception& e) {
-      if (i + 1 == lines.size()) break;  // torn final line: that cell never committed
-      fail(path("cells.jsonl"), ":", i + 1, ": malformed cell record: ", e.what());
+      if (i + 1 == lines.size()) break;  // torn final line: that record never committed
+      fail(path(file), ":", i + 1, ": malformed record: ", e.what());
     }
-    out.push_back(cell_from_json(j));
   }
   return out;
 }
 
-int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
+std::vector<CellMetrics> RunStore::load_finished() const {
+  std::vector<CellMetrics> out;
+  for (const auto& j : load_records("cells.jsonl")) out.push_back(cell_from_json(j));
+  return out;
+}
+
+int64_t RunStore::prune_samples(const std::function<bool(const json&)>& keep_line) const {
   std::ifstream in(path("samples.jsonl"));
   if (!in) return 0;
   std::string kept;
@@ -96,8 +100,7 @@ int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
     bool keep = false;
     try {
       io::check_json_depth(line, path("samples.jsonl"));
-      const json j = json::parse(line);
-      keep = finished.count(j.at("cell").get<std::string>()) != 0;
+      keep = keep_line(json::parse(line));
     } catch (const json::exception&) {
       keep = false;  // a torn line from an interrupted write
     }
@@ -112,11 +115,32 @@ int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
   return dropped;
 }
 
-void RunStore::commit_cell(const std::vector<json>& samples, const CellMetrics& metrics) const {
+int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
+  return prune_samples([&](const json& j) { return finished.count(j.at("cell").get<std::string>()) != 0; });
+}
+
+namespace {
+std::string lines_of(const std::vector<json>& records) {
   std::string text;
-  for (const auto& s : samples) text += s.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  if (!text.empty()) append_durable(path("samples.jsonl"), text);
-  append_durable(path("cells.jsonl"), to_json(metrics).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+  for (const auto& r : records) text += r.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return text;
+}
+}  // namespace
+
+void RunStore::commit_unit(const std::vector<json>& samples, const json& unit) const {
+  if (!samples.empty()) append_durable(path("samples.jsonl"), lines_of(samples));
+  append_durable(path("units.jsonl"), lines_of({unit}));
+}
+
+void RunStore::write_cells(const std::vector<CellMetrics>& cells) const {
+  std::vector<json> records;
+  for (const auto& c : cells) records.push_back(to_json(c));
+  write_atomic(path("cells.jsonl"), lines_of(records));
+}
+
+void RunStore::commit_cell(const std::vector<json>& samples, const CellMetrics& metrics) const {
+  if (!samples.empty()) append_durable(path("samples.jsonl"), lines_of(samples));
+  append_durable(path("cells.jsonl"), lines_of({to_json(metrics)}));
 }
 
 // results_root/experiment, refusing any experiment name that could leave the root ("..",

@@ -1,9 +1,13 @@
 #pragma once
 // The run folder results/<experiment>/<run-id>/ and its durable writes.
+// interleave: prompt runs commit per prompt ("unit") instead: the unit's generations go to
+// samples.jsonl, then one line to units.jsonl; cells.jsonl is rewritten from the samples after
+// each unit, and --resume keeps the samples of finished units only.
 // A cell is committed by appending its generations to samples.jsonl and then its record to
 // cells.jsonl, each with one write + fsync; a cell without a cells.jsonl line never
 // finished. --resume drops samples of unfinished cells and skips finished ones, so an
 // interrupted run (Ctrl-C, SIGTERM, even SIGKILL) loses no finished cell and duplicates none.
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -28,11 +32,18 @@ class RunStore {
   // Finished cells in commit order. A torn last line (crash mid-write) is ignored;
   // a malformed line elsewhere is an error naming the file and line.
   std::vector<CellMetrics> load_finished() const;
+  // The JSON lines of `file` (same torn-last-line rule).
+  std::vector<nlohmann::json> load_records(const std::string& file) const;
   // Rewrites samples.jsonl keeping only lines whose "cell" is in `finished`; returns the
   // number of lines dropped.
   int64_t prune_samples(const std::set<std::string>& finished) const;
+  int64_t prune_samples(const std::function<bool(const nlohmann::json&)>& keep) const;
   // Commits one cell: its sample lines, then its metrics record.
   void commit_cell(const std::vector<nlohmann::json>& samples, const CellMetrics& metrics) const;
+  // interleave: prompt: commits one unit's samples, then its units.jsonl line.
+  void commit_unit(const std::vector<nlohmann::json>& samples, const nlohmann::json& unit) const;
+  // Rewrites cells.jsonl atomically (interleave: prompt, where cells derive from the samples).
+  void write_cells(const std::vector<CellMetrics>& cells) const;
 
  private:
   std::string dir_;

@@ -90,8 +90,8 @@ Models load_models(const ExperimentConfig& cfg, bool oversubscribe) {
 }
 
 struct EncodedPrompt {
-  std::string id, category;
-  Tokens tokens;
+  const PromptItem* item;  // its text and follow-up turns
+  Tokens tokens;           // the first turn, encoded
 };
 
 // Tokenizer-less models (tiny random ones) read the prompt's bytes modulo the vocabulary.
@@ -118,37 +118,47 @@ struct Totals {
   int64_t n_generated = 0, n_drafted = 0, n_accepted = 0, n_rounds = 0, n_target_forwards = 0, n_draft_forwards = 0;
   int64_t n_tree_rounds = 0;
   double ms_decode = 0;
-  int64_t n_decode_tokens = 0;
+  int64_t n_decode_tokens = 0, n_tau_tokens = 0, n_tau_forwards = 0;
   PhaseBreakdown phases;
   std::vector<int64_t> accepted_pos, drafted_pos;
   std::vector<double> ttft;
 
-  void add(const reg::Result& r, double ttft_ms, double wall_ms) {
-    const auto& s = r.stats;
-    n_generated += s.n_generated;
-    n_drafted += s.n_drafted;
-    n_accepted += s.n_accepted;
-    n_rounds += s.n_rounds;
-    n_tree_rounds += s.n_tree_rounds;
-    n_target_forwards += s.n_target_forwards;
-    n_draft_forwards += s.n_draft_forwards;
-    phases.ms += s.phase_ms;
+  // One measured generation, from its samples.jsonl line (see sample_line).
+  void add(const json& line) {
+    const json& st = line.at("stats");
+    const int64_t gen = line.at("n_generated").get<int64_t>(), fwd = line.at("n_target_forwards").get<int64_t>();
+    const double wall_ms = line.at("wall_ms").get<double>();
+    const strategies::PhaseTimes ms = phase_ms_from(st.at("phase_ms"));
+    const int64_t rounds = st.at("n_rounds").get<int64_t>();
+    n_generated += gen;
+    n_drafted += line.at("n_drafted").get<int64_t>();
+    n_accepted += line.at("n_accepted").get<int64_t>();
+    n_rounds += rounds;
+    n_tree_rounds += st.at("n_tree_rounds").get<int64_t>();
+    n_target_forwards += fwd;
+    n_draft_forwards += st.at("n_draft_forwards").get<int64_t>();
+    phases.ms += ms;
     phases.wall_ms += wall_ms;
     // A round is a verification round, or for autoregressive decoding one decode step.
-    phases.n_rounds += s.n_rounds > 0 ? s.n_rounds : std::max<int64_t>(0, s.n_target_forwards - 1);
+    phases.n_rounds += rounds > 0 ? rounds : std::max<int64_t>(0, fwd - 1);
     ++phases.n_generations;
     // The prefill forward yields the first token; each later token costs decode time. (Not
     // wall - TTFT: beam search emits everything at the end, so its TTFT is its wall time.)
-    if (s.n_generated >= 2) {
-      ms_decode += wall_ms - s.phase_ms.prefill;
-      n_decode_tokens += s.n_generated - 1;
+    if (gen >= 2) {
+      ms_decode += wall_ms - ms.prefill;
+      n_decode_tokens += gen - 1;
     }
-    ttft.push_back(ttft_ms);
-    if (accepted_pos.size() < s.accepted_per_position.size()) accepted_pos.resize(s.accepted_per_position.size());
-    if (drafted_pos.size() < s.drafted_per_position.size()) drafted_pos.resize(s.drafted_per_position.size());
-    for (size_t i = 0; i < s.accepted_per_position.size(); ++i) accepted_pos[i] += s.accepted_per_position[i];
-    for (size_t i = 0; i < s.drafted_per_position.size(); ++i) drafted_pos[i] += s.drafted_per_position[i];
+    n_tau_tokens += gen;  // tau as strategies::Stats::tau(): per forward that yields tokens
+    n_tau_forwards += rounds > 0 ? rounds : fwd;
+    ttft.push_back(line.at("ttft_ms").get<double>());
+    const auto acc = st.at("accepted_per_position").get<std::vector<int64_t>>();
+    const auto dra = st.at("drafted_per_position").get<std::vector<int64_t>>();
+    if (accepted_pos.size() < acc.size()) accepted_pos.resize(acc.size());
+    if (drafted_pos.size() < dra.size()) drafted_pos.resize(dra.size());
+    for (size_t i = 0; i < acc.size(); ++i) accepted_pos[i] += acc[i];
+    for (size_t i = 0; i < dra.size(); ++i) drafted_pos[i] += dra[i];
   }
+  double tau() const { return n_tau_forwards ? double(n_tau_tokens) / double(n_tau_forwards) : 0; }
 };
 
 Spread spread_of(const std::vector<double>& v) {
@@ -157,13 +167,158 @@ Spread spread_of(const std::vector<double>& v) {
           stats::quantile(v, 0.25), stats::quantile(v, 0.75)};
 }
 
+// A side's measured generations grouped the ways the figures need them.
+struct SideFigures {
+  Totals all;
+  std::map<std::string, Totals> per_category;
+  std::map<int64_t, std::array<double, 2>> per_repeat;                             // tokens, ms
+  std::map<std::pair<int64_t, std::string>, std::array<double, 2>> per_repeat_category;
+  std::map<std::pair<int64_t, std::string>, std::array<double, 2>> per_question;  // (repeat, prompt): all turns
+  std::map<std::string, std::string> category_of;                                  // prompt -> category
+
+  explicit SideFigures(const std::vector<const json*>& lines) {
+    for (const json* l : lines) {
+      const std::string prompt = l->at("prompt").get<std::string>(), cat = l->at("category").get<std::string>();
+      const int64_t r = l->at("repeat").get<int64_t>();
+      const double tok = double(l->at("n_generated").get<int64_t>()), ms = l->at("wall_ms").get<double>();
+      all.add(*l);
+      per_category[cat].add(*l);
+      for (auto* v : {&per_repeat[r], &per_repeat_category[{r, cat}], &per_question[{r, prompt}]})
+        (*v)[0] += tok, (*v)[1] += ms;
+      category_of[prompt] = cat;
+    }
+  }
+  static double tok_s(const std::array<double, 2>& v) { return 1000.0 * v[0] / std::max(v[1], 1e-9); }
+  // Spec-Bench's speed: the mean over questions (and repeats) of tokens / wall time, every
+  // turn of a question together. `category` empty: all questions.
+  double mean_question_tok_s(const std::string& category = "") const {
+    double sum = 0;
+    int64_t n = 0;
+    for (const auto& [key, v] : per_question)
+      if (category.empty() || category_of.at(key.second) == category) sum += tok_s(v), ++n;
+    return n ? sum / double(n) : 0;
+  }
+  double decode_tok_s() const { return all.ms_decode > 0 ? 1000.0 * double(all.n_decode_tokens) / all.ms_decode : 0; }
+};
+
+// A cell's figures from the samples.jsonl lines of its measured generations (candidate and
+// autoregressive baseline; `base` empty when the cell is its own baseline). Both interleave
+// modes and resumed runs compute every figure here and nowhere else.
+CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& cand_lines,
+                         const std::vector<const json*>& base_lines, bool has_draft) {
+  CellMetrics m;
+  m.cell = pc.cell;
+  m.baseline = pc.baseline;
+  const SideFigures cand(cand_lines), base(base_lines);
+  const bool has_base = !base_lines.empty();
+  const Totals& ct = cand.all;
+  std::vector<double> cand_tps, base_tps, speedups;
+  for (const auto& [r, v] : cand.per_repeat) {
+    cand_tps.push_back(SideFigures::tok_s(v));
+    if (!has_base || !base.per_repeat.count(r)) continue;
+    base_tps.push_back(SideFigures::tok_s(base.per_repeat.at(r)));
+    speedups.push_back(cand_tps.back() / std::max(base_tps.back(), 1e-12));
+  }
+  m.n_prompts = static_cast<int64_t>(cand.category_of.size());
+  m.n_repeats = static_cast<int64_t>(cand.per_repeat.size());
+  m.n_generated = ct.n_generated;
+  m.tok_s = spread_of(cand_tps);
+  m.baseline_tok_s = has_base ? spread_of(base_tps) : m.tok_s;
+  m.speedup = has_base ? spread_of(speedups) : Spread{1, 1, 1, 1, 1};
+  m.ms_per_token = ct.n_decode_tokens ? ct.ms_decode / ct.n_decode_tokens : 0;
+  m.ttft_ms = stats::median(ct.ttft);
+  m.phases = ct.phases;
+  if (has_base) m.baseline_phases = base.all.phases;
+  const SideFigures& ar = has_base ? base : cand;  // the autoregressive side
+  m.mean_tok_s = cand.mean_question_tok_s();
+  m.mean_baseline_tok_s = ar.mean_question_tok_s();
+  m.mean_speedup = m.mean_tok_s / std::max(m.mean_baseline_tok_s, 1e-12);
+  m.decode_speedup = cand.decode_tok_s() / std::max(ar.decode_tok_s(), 1e-12);
+  for (const auto& [prompt, cat] : cand.category_of) ++m.categories[cat].n_prompts;
+  for (auto& [name, c] : m.categories) {
+    std::vector<double> tps, sp;
+    for (const auto& [key, v] : cand.per_repeat_category) {
+      if (key.second != name) continue;
+      tps.push_back(SideFigures::tok_s(v));
+      const auto b = ar.per_repeat_category.find(key);
+      if (b != ar.per_repeat_category.end()) sp.push_back(tps.back() / std::max(SideFigures::tok_s(b->second), 1e-12));
+    }
+    c.tok_s = stats::median(tps);
+    c.speedup = has_base ? stats::median(sp) : 1.0;
+    c.mean_tok_s = cand.mean_question_tok_s(name);
+    c.mean_baseline_tok_s = ar.mean_question_tok_s(name);
+    c.mean_speedup = c.mean_tok_s / std::max(c.mean_baseline_tok_s, 1e-12);
+    c.tau = cand.per_category.at(name).tau();
+  }
+  // Speculative statistics and the Leviathan et al. prediction.
+  m.n_drafted = ct.n_drafted;
+  m.n_accepted = ct.n_accepted;
+  m.n_rounds = ct.n_rounds;
+  m.n_target_forwards = ct.n_target_forwards;
+  m.alpha = m.n_drafted ? double(m.n_accepted) / double(m.n_drafted) : 0;
+  m.tau = ct.tau();
+  for (size_t i = 0; i < ct.drafted_pos.size(); ++i)
+    m.acceptance_per_position.push_back(ct.drafted_pos[i] ? double(ct.accepted_pos[i]) / double(ct.drafted_pos[i]) : 0);
+  while (!m.acceptance_per_position.empty() && ct.drafted_pos[m.acceptance_per_position.size() - 1] == 0)
+    m.acceptance_per_position.pop_back();
+  m.target_step_ms = ar.all.n_decode_tokens ? ar.all.ms_decode / ar.all.n_decode_tokens : 0;
+  const int64_t draft_steps = ct.n_draft_forwards ? ct.n_draft_forwards : ct.n_drafted;
+  m.draft_step_ms = draft_steps ? ct.phases.ms.draft / draft_steps : 0;
+  m.cost_ratio = m.target_step_ms > 0 ? m.draft_step_ms / m.target_step_ms : 0;
+  m.gamma = reg::strategy_needs(pc.cell.strategy, pc.resolved, has_draft).draft_length;
+  // Leviathan et al.'s prediction models chains; for token trees alpha is per node and the
+  // formula does not apply, so no prediction is made.
+  if (m.gamma > 0 && m.n_drafted > 0 && ct.n_tree_rounds == 0) {
+    m.predicted_speedup = stats::leviathan_speedup(m.alpha, m.gamma, m.cost_ratio);
+    m.measured_over_predicted = m.predicted_speedup > 0 ? m.speedup.median / m.predicted_speedup : 0;
+  }
+  return m;
+}
+
+// Greedy equality from the sample lines of repeat 0: every candidate turn against the
+// baseline's turn of the same prompt, token for token.
+CheckOutcome greedy_equality(const std::vector<const json*>& cand_lines, const std::vector<const json*>& base_lines) {
+  auto by_turn = [](const std::vector<const json*>& lines) {
+    std::vector<std::pair<std::string, Tokens>> out;
+    for (const json* l : lines) {
+      if (l->at("repeat").get<int64_t>() != 0) continue;
+      const int64_t turn = l->value("turn", int64_t{0});
+      out.emplace_back(l->at("prompt").get<std::string>() + (turn ? " turn " + std::to_string(turn + 1) : ""),
+                       l->at("tokens").get<Tokens>());
+    }
+    return out;
+  };
+  const auto cand = by_turn(cand_lines), base = by_turn(base_lines);
+  std::map<std::string, Tokens> base_of(base.begin(), base.end());
+  std::vector<std::string> ids;
+  std::vector<Tokens> b, c;
+  for (const auto& [id, toks] : cand) {
+    ids.push_back(id);
+    c.push_back(toks);
+    b.push_back(base_of.count(id) ? base_of.at(id) : Tokens{});
+  }
+  return greedy_equality_check(ids, b, c);
+}
+
+std::vector<const json*> lines_of(const std::vector<json>& samples, const std::string& cell, const std::string& role) {
+  std::vector<const json*> out;
+  for (const auto& j : samples)
+    if (j.at("cell").get<std::string>() == cell && j.at("role").get<std::string>() == role) out.push_back(&j);
+  return out;
+}
+
 class CellRunner {
  public:
   CellRunner(const ExperimentConfig& cfg, const Models& models, const std::vector<EncodedPrompt>& prompts,
              Progress& progress)
       : cfg_(cfg), models_(models), prompts_(prompts), progress_(progress) {}
 
+  // interleave: cell: one cell with its own interleaved baseline, checks included.
   CellMetrics run(const PlannedCell& pc, std::vector<json>& samples);
+  // interleave: prompt: one prompt (all its turns) of one side; appends one line per turn.
+  void converse(reg::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
+                int64_t repeat, std::vector<json>& samples);
+  void warmup(reg::Strategy& s);  // one unrecorded generation on the first prompt
 
  private:
   struct Timed {
@@ -172,10 +327,9 @@ class CellRunner {
   };
   reg::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new) const;
   Timed generate(reg::Strategy& s, const reg::Request& req, const std::string& what);
-  json sample_line(const PlannedCell& pc, const std::string& role, const EncodedPrompt& p, int64_t repeat,
+  json sample_line(const std::string& cell_key, const std::string& role, const EncodedPrompt& p, int64_t repeat,
                    uint64_t seed, const Timed& t) const;
-  void measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples,
-               std::vector<Tokens>& base_out, std::vector<Tokens>& cand_out);
+  void measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
   void sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
   std::vector<double> first_token_probs(const Tokens& prompt, const sampling::ProcessorConfig& proc) const;
   double loglik(const Tokens& prompt, const Tokens& gen, int64_t length) const;
@@ -220,18 +374,23 @@ CellRunner::Timed CellRunner::generate(reg::Strategy& s, const reg::Request& req
   return t;
 }
 
-json CellRunner::sample_line(const PlannedCell& pc, const std::string& role, const EncodedPrompt& p, int64_t repeat,
-                             uint64_t seed, const Timed& t) const {
+json CellRunner::sample_line(const std::string& cell_key, const std::string& role, const EncodedPrompt& p,
+                             int64_t repeat, uint64_t seed, const Timed& t) const {
   const auto& s = t.result.stats;
-  json j = {{"cell", pc.cell.key}, {"role", role}, {"prompt", p.id}, {"category", p.category},
+  json j = {{"cell", cell_key}, {"role", role}, {"prompt", p.item->id}, {"category", p.item->category},
             {"repeat", repeat}, {"seed", seed}, {"n_prompt", s.n_prompt}, {"n_generated", s.n_generated},
             {"finish", reg::to_string(t.result.finish)}, {"wall_ms", t.wall_ms}, {"ttft_ms", t.ttft_ms},
             {"tokens", t.result.tokens}};
+  if (!p.item->subcategory.empty()) j["subcategory"] = p.item->subcategory;
   if (role == "baseline" || role == "candidate") {
     j["text"] = t.result.text.empty() ? decode_text(t.result.tokens, models_.target) : t.result.text;
     j["n_target_forwards"] = s.n_target_forwards;
     j["n_drafted"] = s.n_drafted;
     j["n_accepted"] = s.n_accepted;
+    // Everything the cell's figures are computed from (cell_metrics reads it back).
+    j["stats"] = {{"n_draft_forwards", s.n_draft_forwards}, {"n_rounds", s.n_rounds},
+                  {"n_tree_rounds", s.n_tree_rounds}, {"accepted_per_position", s.accepted_per_position},
+                  {"drafted_per_position", s.drafted_per_position}, {"phase_ms", to_json(s.phase_ms)}};
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
   }
   return j;
@@ -241,96 +400,57 @@ uint64_t measure_seed(uint64_t base, int64_t repeat, size_t prompt) {
   return base + 1000 * static_cast<uint64_t>(repeat) + prompt;
 }
 
-void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples,
-                         std::vector<Tokens>& base_out, std::vector<Tokens>& cand_out) {
+void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
+                          int64_t repeat, std::vector<json>& samples) {
+  const EncodedPrompt& p = prompts_[prompt];
+  const auto& tok = models_.target.tokenizer;
+  std::vector<tokenizer::ChatMessage> chat = {{"user", p.item->text}};
+  Tokens ids = p.tokens;
+  const size_t n_turns = 1 + p.item->follow_ups.size();
+  for (size_t k = 0;; ++k) {
+    const uint64_t seed = measure_seed(cfg_.seed, repeat, prompt) + 1000003 * k;
+    std::string what = "prompt " + std::to_string(prompt + 1) + "/" + std::to_string(prompts_.size());
+    if (n_turns > 1) what += " turn " + std::to_string(k + 1) + "/" + std::to_string(n_turns);
+    what += " repeat " + std::to_string(repeat + 1) + "/" + std::to_string(cfg_.repeats);
+    const Timed t = generate(s, request(ids, seed, cfg_.max_new_tokens), what);
+    samples.push_back(sample_line(cell_key, role, p, repeat, seed, t));
+    if (k > 0) samples.back()["turn"] = k;
+    if (k + 1 == n_turns) return;
+    // The next turn is asked after this answer, as Spec-Bench does (the model sees its own
+    // answer, re-encoded through the chat template). Tokenizer-less models append raw ids.
+    const std::string& next = p.item->follow_ups[k];
+    if (tok) {
+      chat.push_back({"assistant", samples.back().at("text").get<std::string>()});
+      chat.push_back({"user", next});
+      ids = tok->encode(tok->apply_chat_template(chat, true), true);
+    } else {
+      ids.insert(ids.end(), t.result.tokens.begin(), t.result.tokens.end());
+      const Tokens more = encode_prompt(PromptItem{"", next}, models_.target);
+      ids.insert(ids.end(), more.begin(), more.end());
+    }
+  }
+}
+
+void CellRunner::warmup(reg::Strategy& s) {  // warms caches and allocators; not recorded
+  generate(s, request(prompts_[0].tokens, cfg_.seed, cfg_.max_new_tokens), "warmup");
+}
+
+void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples) {
   auto cand = reg::create(pc.cell.strategy, pc.resolved);
   std::unique_ptr<reg::Strategy> base;
   if (!pc.baseline.empty()) base = reg::create(pc.baseline, pc.baseline_params);
-  const int64_t n_max = cfg_.max_new_tokens;
-  for (int64_t w = 0; w < cfg_.warmup; ++w) {  // warm caches and allocators; not recorded
-    const auto& p = prompts_[0];
-    if (base) generate(*base, request(p.tokens, cfg_.seed, n_max), "warmup");
-    generate(*cand, request(p.tokens, cfg_.seed, n_max), "warmup");
+  for (int64_t w = 0; w < cfg_.warmup; ++w) {
+    if (base) warmup(*base);
+    warmup(*cand);
   }
-  Totals cand_tot, base_tot;
-  std::vector<double> cand_tps, base_tps, speedups;
-  std::map<std::string, std::vector<double>> cat_tps, cat_speedup;
-  for (int64_t r = 0; r < cfg_.repeats; ++r) {
-    double c_tok = 0, c_ms = 0, b_tok = 0, b_ms = 0;
-    std::map<std::string, std::array<double, 4>> cat;  // c_tok, c_ms, b_tok, b_ms
+  for (int64_t r = 0; r < cfg_.repeats; ++r)
     for (size_t i = 0; i < prompts_.size(); ++i) {
-      const auto& p = prompts_[i];
-      const uint64_t seed = measure_seed(cfg_.seed, r, i);
-      const std::string what = "prompt " + std::to_string(i + 1) + "/" + std::to_string(prompts_.size()) +
-                               " repeat " + std::to_string(r + 1) + "/" + std::to_string(cfg_.repeats);
-      // One generation of one side, added to that side's totals; `col` is its first column
-      // in `cat` (candidate 0, baseline 2).
-      auto run_side = [&](reg::Strategy& strategy, const char* role, Totals& tot, double& tok, double& ms,
-                          size_t col, std::vector<Tokens>& out) {
-        const Timed t = generate(strategy, request(p.tokens, seed, n_max), what);
-        tot.add(t.result, t.ttft_ms, t.wall_ms);
-        tok += t.result.stats.n_generated, ms += t.wall_ms;
-        cat[p.category][col] += t.result.stats.n_generated, cat[p.category][col + 1] += t.wall_ms;
-        samples.push_back(sample_line(pc, role, p, r, seed, t));
-        if (r == 0) out.push_back(t.result.tokens);
-      };
       // Interleaved: the baseline runs right before the candidate on the same prompt and seed.
-      if (base) run_side(*base, "baseline", base_tot, b_tok, b_ms, 2, base_out);
-      run_side(*cand, "candidate", cand_tot, c_tok, c_ms, 0, cand_out);
+      if (base) converse(*base, pc.cell.key, "baseline", i, r, samples);
+      converse(*cand, pc.cell.key, "candidate", i, r, samples);
     }
-    cand_tps.push_back(1000.0 * c_tok / std::max(c_ms, 1e-9));
-    if (base) {
-      base_tps.push_back(1000.0 * b_tok / std::max(b_ms, 1e-9));
-      speedups.push_back(cand_tps.back() / std::max(base_tps.back(), 1e-12));
-    }
-    for (const auto& [name, v] : cat) {
-      const double tps = 1000.0 * v[0] / std::max(v[1], 1e-9);
-      cat_tps[name].push_back(tps);
-      if (base) cat_speedup[name].push_back(tps / std::max(1000.0 * v[2] / std::max(v[3], 1e-9), 1e-12));
-    }
-  }
-  m.n_prompts = static_cast<int64_t>(prompts_.size());
-  m.n_repeats = cfg_.repeats;
-  m.n_generated = cand_tot.n_generated;
-  m.tok_s = spread_of(cand_tps);
-  m.baseline_tok_s = base ? spread_of(base_tps) : m.tok_s;
-  m.speedup = base ? spread_of(speedups) : Spread{1, 1, 1, 1, 1};
-  m.ms_per_token = cand_tot.n_decode_tokens ? cand_tot.ms_decode / cand_tot.n_decode_tokens : 0;
-  m.ttft_ms = stats::median(cand_tot.ttft);
-  m.phases = cand_tot.phases;
-  if (base) m.baseline_phases = base_tot.phases;
-  for (const auto& p : prompts_) ++m.categories[p.category].n_prompts;
-  for (auto& [name, c] : m.categories) {
-    c.tok_s = stats::median(cat_tps[name]);
-    c.speedup = base ? stats::median(cat_speedup[name]) : 1.0;
-  }
-  // Speculative statistics and the Leviathan et al. prediction.
-  m.n_drafted = cand_tot.n_drafted;
-  m.n_accepted = cand_tot.n_accepted;
-  m.n_rounds = cand_tot.n_rounds;
-  m.n_target_forwards = cand_tot.n_target_forwards;
-  m.alpha = m.n_drafted ? double(m.n_accepted) / double(m.n_drafted) : 0;
-  const int64_t n_prefills = m.n_prompts * m.n_repeats;
-  m.tau = cand_tot.n_target_forwards > n_prefills
-              ? double(cand_tot.n_generated) / double(cand_tot.n_target_forwards - n_prefills)
-              : 0;
-  for (size_t i = 0; i < cand_tot.drafted_pos.size(); ++i)
-    m.acceptance_per_position.push_back(
-        cand_tot.drafted_pos[i] ? double(cand_tot.accepted_pos[i]) / double(cand_tot.drafted_pos[i]) : 0);
-  while (!m.acceptance_per_position.empty() && cand_tot.drafted_pos[m.acceptance_per_position.size() - 1] == 0)
-    m.acceptance_per_position.pop_back();
-  const Totals& ar = base ? base_tot : cand_tot;  // autoregressive decode time per token
-  m.target_step_ms = ar.n_decode_tokens ? ar.ms_decode / ar.n_decode_tokens : 0;
-  const int64_t draft_steps = cand_tot.n_draft_forwards ? cand_tot.n_draft_forwards : cand_tot.n_drafted;
-  m.draft_step_ms = draft_steps ? cand_tot.phases.ms.draft / draft_steps : 0;
-  m.cost_ratio = m.target_step_ms > 0 ? m.draft_step_ms / m.target_step_ms : 0;
-  m.gamma = reg::strategy_needs(pc.cell.strategy, pc.resolved, models_.draft.has_value()).draft_length;
-  // Leviathan et al.'s prediction models chains; for token trees alpha is per node and the
-  // formula does not apply, so no prediction is made.
-  if (m.gamma > 0 && m.n_drafted > 0 && cand_tot.n_tree_rounds == 0) {
-    m.predicted_speedup = stats::leviathan_speedup(m.alpha, m.gamma, m.cost_ratio);
-    m.measured_over_predicted = m.predicted_speedup > 0 ? m.speedup.median / m.predicted_speedup : 0;
-  }
+  m = cell_metrics(pc, lines_of(samples, pc.cell.key, "candidate"), lines_of(samples, pc.cell.key, "baseline"),
+                   models_.draft.has_value());
 }
 
 std::vector<double> CellRunner::first_token_probs(const Tokens& prompt, const sampling::ProcessorConfig& proc) const {
@@ -377,13 +497,13 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     SD_CHECK(!t.result.tokens.empty(), "check run of ", pc.cell.key, " generated no token");
     first.push_back(t.result.tokens[0]);
     cand_seqs.push_back(t.result.tokens);
-    samples.push_back(sample_line(pc, "check_candidate", p, 0, seed, t));
+    samples.push_back(sample_line(pc.cell.key, "check_candidate", p, 0, seed, t));
   }
   if (k.first_token) {
     const auto probs = first_token_probs(p.tokens, reg::processor_config(pc.resolved));
     std::vector<TokenId> ft(first.begin(), first.begin() + k.first_token_samples);
     auto out = first_token_check(probs, ft, k.first_token_top_k, k.significance);
-    out.detail = "prompt " + p.id + "; " + out.detail;
+    out.detail = "prompt " + p.item->id + "; " + out.detail;
     m.checks.push_back(out);
   }
   if (!k.sequence) return;
@@ -393,14 +513,14 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     const Timed t = generate(*base, request(p.tokens, seed, len),
                              "check baseline " + std::to_string(j + 1) + "/" + std::to_string(k.sequence_samples));
     base_seqs.push_back(t.result.tokens);
-    samples.push_back(sample_line(pc, "check_baseline", p, 0, seed, t));
+    samples.push_back(sample_line(pc.cell.key, "check_baseline", p, 0, seed, t));
     check_interrupt();
     ll_base.push_back(loglik(p.tokens, base_seqs.back(), len));
     ll_cand.push_back(loglik(p.tokens, cand_seqs[static_cast<size_t>(j)], len));
   }
   cand_seqs.resize(static_cast<size_t>(k.sequence_samples));
   auto out = sequence_check(base_seqs, cand_seqs, ll_base, ll_cand, len, k.significance);
-  out.detail = "prompt " + p.id + "; " + out.detail;
+  out.detail = "prompt " + p.item->id + "; " + out.detail;
   m.checks.push_back(out);
 }
 
@@ -421,17 +541,13 @@ CellMetrics CellRunner::run(const PlannedCell& pc_in, std::vector<json>& samples
   }
   Stopwatch clock;
   CellMetrics m;
-  m.cell = pc.cell;
-  m.baseline = pc.baseline;
-  std::vector<Tokens> base_out, cand_out;
   LoadMonitor load;  // the speed figures come from measure(): judge the machine's load there
   load.start();
-  measure(pc, m, samples, base_out, cand_out);
+  measure(pc, m, samples);
   m.load = load.stop();
   if (pc.checked && pc.greedy && cfg_.checks.greedy_equality && pc.baseline == "greedy") {
-    std::vector<std::string> ids;
-    for (const auto& p : prompts_) ids.push_back(p.id);
-    m.checks.push_back(greedy_equality_check(ids, base_out, cand_out));
+    m.checks.push_back(greedy_equality(lines_of(samples, pc.cell.key, "candidate"),
+                                       lines_of(samples, pc.cell.key, "baseline")));
   } else if (pc.checked && !pc.greedy) {
     sampling_checks(pc, m, samples);
   }
@@ -482,7 +598,8 @@ std::vector<std::string> make_plots(const std::string& run_dir) {
   if (std::system(cmd.c_str()) != 0)
     log::warn("plotting failed (see ", (fs::path(run_dir) / "plots.log").string(), "); results are complete");
   std::vector<std::string> pngs;
-  for (const char* name : {"speedup_vs_gamma.png", "acceptance_by_position.png", "tok_s_per_strategy.png"})
+  for (const char* name : {"speedup_vs_gamma.png", "acceptance_by_position.png", "tok_s_per_strategy.png",
+                           "speedup_per_category.png"})
     if (fs::exists(fs::path(run_dir) / name)) pngs.push_back(name);
   return pngs;
 }
@@ -492,6 +609,16 @@ void write_outputs(const RunStore& store, const RunInfo& info, const std::vector
   write_atomic(store.path("metrics.json"), metrics_json(info, cells).dump(2) + "\n");
   write_atomic(store.path("summary.csv"), summary_csv(cells));
   write_atomic(store.path("report.md"), report_markdown(info, cells, plots));
+}
+
+// report.context: the markdown appended to report.md (published figures for context).
+std::string read_context(const ExperimentConfig& cfg) {
+  if (cfg.report_context.empty()) return "";
+  std::ifstream in(resolve_data_path(cfg.report_context, cfg.file));
+  SD_CHECK(in, cfg.file, ": report.context: cannot read '", cfg.report_context, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 json torch_env(json env) {
@@ -532,6 +659,129 @@ json load_summary(double loadavg_start, const std::vector<CellMetrics>& cells) {
           {"contended_steal_fraction", kContendedStealFraction}};
 }
 
+// Everything a run needs once its folder is open and its models are loaded.
+struct RunContext {
+  const ExperimentConfig& cfg;
+  const Plan& plan;
+  RunStore store;
+  RunInfo info;
+  Progress& progress;
+  CellRunner& runner;
+  bool has_draft;
+};
+
+// interleave: cell: cells one after another, each committed when finished.
+void run_by_cell(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& out) {
+  std::set<std::string> finished;
+  for (const auto& c : done) finished.insert(c.cell.key);
+  for (size_t i = 0; i < ctx.plan.cells.size(); ++i) {
+    const auto& pc = ctx.plan.cells[i];
+    if (finished.count(pc.cell.key)) {
+      ctx.progress.skip_cell(pc.n_generations);
+      continue;
+    }
+    ctx.progress.start_cell(static_cast<int64_t>(i), pc.cell.label + " " + format_params(pc.cell.point));
+    std::vector<json> samples;
+    CellMetrics m;
+    try {
+      m = ctx.runner.run(pc, samples);
+    } catch (const Interrupted&) {
+      out.interrupted = true;
+      return;
+    }
+    ctx.store.commit_cell(samples, m);  // durable before anything else refers to it
+    done.push_back(m);
+    write_outputs(ctx.store, ctx.info, done, {});
+    char line[384];
+    const std::string load_note = m.load.contended() ? ", CONTENDED: " + m.load.describe() : "";
+    std::snprintf(line, sizeof line, "%s %s: %.2f tok/s, speedup %.3f, alpha %.3f%s%s", pc.cell.label.c_str(),
+                  format_params(pc.cell.point).c_str(), m.tok_s.median, m.speedup.median, m.alpha,
+                  m.checks.empty() ? "" : (m.checks_passed() ? ", checks pass" : ", CHECKS FAIL"), load_note.c_str());
+    ctx.progress.finish_cell(line);
+  }
+}
+
+// interleave: prompt (Spec-Bench's layout): on each prompt the shared baseline, then every
+// cell. A unit (one repeat of one prompt, every side) is committed when finished; the cells'
+// figures are recomputed from all committed samples after each unit.
+void run_by_prompt(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& out) {
+  const auto& cfg = ctx.cfg;
+  const std::string base_key = "baseline";
+  auto unit_key = [](int64_t r, const std::string& prompt) { return std::to_string(r) + "/" + prompt; };
+  std::set<std::string> finished;
+  std::vector<LoadSample> loads;
+  for (const auto& u : ctx.store.load_records("units.jsonl")) {
+    finished.insert(unit_key(u.at("repeat").get<int64_t>(), u.at("prompt").get<std::string>()));
+    loads.push_back(load_from_json(u.at("load")));
+  }
+  if (const int64_t dropped = ctx.store.prune_samples([&](const json& j) {
+        return finished.count(unit_key(j.at("repeat").get<int64_t>(), j.at("prompt").get<std::string>())) != 0;
+      }); dropped > 0)
+    log::info("resume: dropped ", dropped, " samples of an unfinished prompt");
+  std::vector<json> samples = ctx.store.load_records("samples.jsonl");
+  out.n_resumed = static_cast<int64_t>(finished.size());
+
+  auto refresh = [&] {
+    done.clear();
+    const auto base_lines = lines_of(samples, base_key, "baseline");
+    const LoadSample load = combine(loads);
+    for (const auto& pc : ctx.plan.cells) {
+      const auto cand_lines = lines_of(samples, pc.cell.key, "candidate");
+      if (cand_lines.empty()) continue;
+      CellMetrics m = cell_metrics(pc, cand_lines, base_lines, ctx.has_draft);
+      m.load = load;
+      if (pc.checked && pc.greedy && cfg.checks.greedy_equality && pc.baseline == "greedy")
+        m.checks.push_back(greedy_equality(cand_lines, base_lines));
+      done.push_back(std::move(m));
+    }
+    ctx.store.write_cells(done);
+    write_outputs(ctx.store, ctx.info, done, {});
+  };
+  if (!samples.empty()) refresh();
+
+  auto base = reg::create(ctx.plan.baseline, ctx.plan.baseline_params);
+  std::vector<std::unique_ptr<reg::Strategy>> cands;
+  for (const auto& pc : ctx.plan.cells) cands.push_back(reg::create(pc.cell.strategy, pc.resolved));
+  const int64_t n_units = cfg.repeats * static_cast<int64_t>(cfg.prompts.size());
+  const int64_t per_unit = (ctx.plan.n_generations - (1 + static_cast<int64_t>(cands.size())) * cfg.warmup) /
+                           std::max<int64_t>(1, n_units);
+  try {
+    if (finished.size() < static_cast<size_t>(n_units)) {
+      ctx.progress.start_cell(0, "warm-up");
+      for (int64_t w = 0; w < cfg.warmup; ++w) {
+        ctx.runner.warmup(*base);
+        for (auto& c : cands) ctx.runner.warmup(*c);
+      }
+    }
+    for (int64_t r = 0; r < cfg.repeats; ++r)
+      for (size_t i = 0; i < cfg.prompts.size(); ++i) {
+        const std::string& id = cfg.prompts[i].id;
+        if (finished.count(unit_key(r, id))) {
+          ctx.progress.skip_cell(per_unit);
+          continue;
+        }
+        ctx.progress.start_cell(r * static_cast<int64_t>(cfg.prompts.size()) + static_cast<int64_t>(i),
+                                "prompt " + id);
+        std::vector<json> unit;
+        LoadMonitor monitor;
+        monitor.start();
+        ctx.runner.converse(*base, base_key, "baseline", i, r, unit);
+        for (size_t c = 0; c < cands.size(); ++c)
+          ctx.runner.converse(*cands[c], ctx.plan.cells[c].cell.key, "candidate", i, r, unit);
+        const LoadSample load = monitor.stop();
+        ctx.store.commit_unit(unit, {{"repeat", r}, {"prompt", id}, {"load", to_json(load)}});
+        finished.insert(unit_key(r, id));
+        loads.push_back(load);
+        samples.insert(samples.end(), unit.begin(), unit.end());
+        refresh();
+        ctx.progress.finish_cell("prompt " + id + " (" + cfg.prompts[i].category + ") done" +
+                                 (load.contended() ? ", CONTENDED: " + load.describe() : ""));
+      }
+  } catch (const Interrupted&) {
+    out.interrupted = true;
+  }
+}
+
 }  // namespace
 
 RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
@@ -541,57 +791,57 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   out.run_dir = open_run_dir(cfg, opt);
   out.n_cells = static_cast<int64_t>(plan.cells.size());
   RunStore store(out.run_dir);
-  std::vector<CellMetrics> done = store.load_finished();
-  std::set<std::string> finished;
-  for (const auto& c : done) finished.insert(c.cell.key);
-  if (const int64_t dropped = store.prune_samples(finished); dropped > 0)
-    log::info("resume: dropped ", dropped, " samples of an unfinished cell");
-  out.n_resumed = static_cast<int64_t>(done.size());
+  std::vector<CellMetrics> done;
+  if (cfg.interleave == "cell") {
+    done = store.load_finished();
+    std::set<std::string> finished;
+    for (const auto& c : done) finished.insert(c.cell.key);
+    if (const int64_t dropped = store.prune_samples(finished); dropped > 0)
+      log::info("resume: dropped ", dropped, " samples of an unfinished cell");
+    out.n_resumed = static_cast<int64_t>(done.size());
+  }
 
   const Models models = load_models(cfg, opt.threads_oversubscribe);
   std::vector<EncodedPrompt> prompts;
-  for (const auto& p : cfg.prompts) prompts.push_back({p.id, p.category, encode_prompt(p, models.target)});
+  for (const auto& p : cfg.prompts) prompts.push_back({&p, encode_prompt(p, models.target)});
   json env = torch_env(collect_env(cfg.target.threads, source_root()));
   env["load"] = {{"loadavg_start", loadavg_start}};  // completed at the end of the run
   RunInfo info{cfg.name, cfg.description, fs::path(out.run_dir).filename().string(), cfg.target.name,
                cfg.draft ? cfg.draft->name : "", env, out.n_cells};
+  info.context_markdown = read_context(cfg);
   write_atomic(store.path("env.json"), env.dump(2) + "\n");
 
-  Progress progress(out.n_cells, plan.n_generations, opt.progress);
+  const bool by_prompt = cfg.interleave == "prompt";
+  const int64_t n_units = by_prompt ? cfg.repeats * static_cast<int64_t>(cfg.prompts.size()) : out.n_cells;
+  Progress progress(n_units, plan.n_generations, opt.progress);
   CellRunner runner(cfg, models, prompts, progress);
-  for (size_t i = 0; i < plan.cells.size(); ++i) {
-    const auto& pc = plan.cells[i];
-    if (finished.count(pc.cell.key)) {
-      progress.skip_cell(pc.n_generations);
-      continue;
-    }
-    progress.start_cell(static_cast<int64_t>(i), pc.cell.label + " " + format_params(pc.cell.point));
-    std::vector<json> samples;
-    CellMetrics m;
-    try {
-      m = runner.run(pc, samples);
-    } catch (const Interrupted&) {
-      out.interrupted = true;
-      break;
-    }
-    store.commit_cell(samples, m);  // durable before anything else refers to it
-    done.push_back(m);
-    write_outputs(store, info, done, {});
-    char line[384];
-    const std::string load_note = m.load.contended() ? ", CONTENDED: " + m.load.describe() : "";
-    std::snprintf(line, sizeof line, "%s %s: %.2f tok/s, speedup %.3f, alpha %.3f%s%s", pc.cell.label.c_str(),
-                  format_params(pc.cell.point).c_str(), m.tok_s.median, m.speedup.median, m.alpha,
-                  m.checks.empty() ? "" : (m.checks_passed() ? ", checks pass" : ", CHECKS FAIL"), load_note.c_str());
-    progress.finish_cell(line);
+  RunContext ctx{cfg, plan, store, info, progress, runner, models.draft.has_value()};
+  if (by_prompt) {
+    run_by_prompt(ctx, done, out);
+  } else {
+    run_by_cell(ctx, done, out);
   }
   env["end_time"] = utc_now_iso();
   env["interrupted"] = out.interrupted;
   env["load"] = load_summary(loadavg_start, done);
+  if (by_prompt) {
+    int64_t n_contended = 0, n_units_done = 0;
+    for (const auto& u : store.load_records("units.jsonl"))
+      ++n_units_done, n_contended += load_from_json(u.at("load")).contended();
+    env["load"]["n_prompts_done"] = n_units_done;
+    env["load"]["n_prompts_contended"] = n_contended;
+  }
   info.env = env;
   write_atomic(store.path("env.json"), env.dump(2) + "\n");
   const auto plots = cfg.plots && !done.empty() ? make_plots(out.run_dir) : std::vector<std::string>{};
   write_outputs(store, info, done, plots);
-  out.n_finished = static_cast<int64_t>(done.size());
+  if (by_prompt) {  // counted in prompts (units), not cells
+    out.unit = "prompts";
+    out.n_cells = n_units;
+    out.n_finished = static_cast<int64_t>(store.load_records("units.jsonl").size());
+  } else {
+    out.n_finished = static_cast<int64_t>(done.size());
+  }
   for (const auto& c : done) out.checks_passed = out.checks_passed && c.checks_passed();
   return out;
 }

@@ -19,9 +19,10 @@ struct RunOptions {
 
 struct RunOutcome {
   std::string run_dir;
+  std::string unit = "cells";  // what the counts count: "cells", or "prompts" (interleave: prompt)
   int64_t n_cells = 0;
-  int64_t n_resumed = 0;     // finished cells found on disk and skipped
-  int64_t n_finished = 0;    // cells finished in total (resumed + this process)
+  int64_t n_resumed = 0;     // finished units found on disk and skipped
+  int64_t n_finished = 0;    // units finished in total (resumed + this process)
   bool interrupted = false;  // SIGINT/SIGTERM arrived; finished cells are on disk
   bool checks_passed = true;
 };

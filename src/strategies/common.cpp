@@ -20,8 +20,11 @@ const char* to_string(FinishReason r) {
 }
 
 double Stats::tau() const {
-  const int64_t n_decode_forwards = n_target_forwards - (n_prompt > 0 ? 1 : 0);
-  return n_decode_forwards > 0 ? double(n_generated) / double(n_decode_forwards) : 0.0;
+  // Speculative decoding's prompt forward yields no token (the last prompt token is fed with
+  // the first draft), so its tokens come from its verification rounds; autoregressive
+  // decoding's every forward, the prefill included, yields one token: exactly 1.
+  const int64_t yielding = n_rounds > 0 ? n_rounds : n_target_forwards;
+  return yielding > 0 ? double(n_generated) / double(yielding) : 0.0;
 }
 
 // ---- Params: typed getters -------------------------------------------------------------

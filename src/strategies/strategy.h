@@ -56,7 +56,8 @@ struct Stats {
   std::vector<int64_t> accepted_per_position;  // [gamma_max]: rounds accepting position i
   std::vector<int64_t> drafted_per_position;   // [gamma_max]: rounds drafting position i
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }
-  // mean tokens produced per target forward after prefill
+  // Mean tokens per target forward that yields tokens, the bonus token included (Spec-Bench's
+  // "mean accepted tokens"): per verification round, or 1.00 for autoregressive decoding.
   double tau() const;
   // Time per phase (ms). Strategies built on autoregressive_decode and speculative decoding
   // charge all of generate() to some phase, so phase_ms.sum() equals ms_total (within the

@@ -212,3 +212,33 @@ TEST(HarnessLoad, SeesABusyChildProcess) {
                 quiet.foreign_cores, n_cpus);
   }
 }
+
+// interleave: prompt judges a cell over all its questions: the intervals add up, rates are
+// recomputed over the summed wall time, and one unknown part makes the whole unknown.
+TEST(HarnessLoad, CombinedIntervalsAddUp) {
+  const double hz = 100;
+  // 10 s with 4 foreign CPU-s (0.4 cores) and 30 s quiet: 4 / 40 = 0.1 cores, quiet overall.
+  const LoadSample busy = compare_snapshots(snapshot(0, 0, 0, 0, 1.0, 10), snapshot(10, 1200, 800, 0, 9.0, 60), hz);
+  const LoadSample calm = compare_snapshots(snapshot(0, 0, 0, 0, 0, 0), snapshot(30, 3000, 3000, 0, 30.0, 30), hz);
+  ASSERT_TRUE(busy.contended());
+  LoadSample all = combine({busy, calm});
+  EXPECT_DOUBLE_EQ(all.wall_s, 40);
+  EXPECT_NEAR(all.foreign_cpu_s, 4.0, 1e-9);
+  EXPECT_NEAR(all.foreign_cores, 0.1, 1e-9);
+  EXPECT_NEAR(all.own_cpu_s, 38.0, 1e-9);
+  EXPECT_EQ(all.involuntary_switches, 80);
+  EXPECT_NEAR(all.involuntary_switches_per_s, 2.0, 1e-12);
+  EXPECT_NEAR(all.resolution_cores, (busy.resolution_cores * 10 + calm.resolution_cores * 30) / 40, 1e-12);
+  EXPECT_TRUE(all.quiet());
+  // Three busy intervals against one calm one: 12 / 60 s... still 0.2 cores, under 0.25.
+  all = combine({busy, busy, busy, calm});
+  EXPECT_NEAR(all.foreign_cores, 0.2, 1e-9);
+  EXPECT_FALSE(all.contended());
+  EXPECT_TRUE(combine({busy, busy}).contended());
+  // A part without /proc: unknown, never a made-up verdict.
+  LoadSample unknown;
+  unknown.wall_s = 5;
+  EXPECT_FALSE(combine({busy, unknown}).known());
+  EXPECT_STREQ(combine({busy, unknown}).verdict(), "unknown");
+  EXPECT_FALSE(combine({}).known());
+}

@@ -68,8 +68,12 @@ CellMetrics make_cell(const std::string& label, const std::string& gamma, double
   m.cost_ratio = 0.1;
   m.predicted_speedup = 2.4;
   m.measured_over_predicted = speedup / 2.4;
-  m.categories["code"] = {1, 44, 1.5};
-  m.categories["prose"] = {1, 36, 1.2};
+  m.categories["code"] = {1, 44, 1.5, 45, 30, 1.5, 3.5};
+  m.categories["prose"] = {1, 36, 1.2, 35, 29.1667, 1.2, 2.7};
+  m.mean_tok_s = 40;
+  m.mean_baseline_tok_s = 29.5;
+  m.mean_speedup = speedup;
+  m.decode_speedup = speedup + 0.25;
   CheckOutcome c;
   c.name = "greedy_equality";
   c.pass = true;
@@ -211,7 +215,9 @@ TEST(HarnessResults, SummaryCsvAndReport) {
   const std::string md = report_markdown(info, cells, {"speedup_vs_gamma.png"});
   for (const char* s : {"# exp — run 20260101-000000", "CPU X", "cells finished: 2 of 3", "**SOME FAIL**",
                         "| spec | gamma=2 temperature=0 | 40.00 |", "1.250 [1.150, 1.350]", "| 0.800 | 3.100 |",
-                        "## Acceptance by draft position", "| 0.900 | 0.800 | 0.700 |", "| code | 1 | 44.00 | 1.500 |",
+                        "## Acceptance by draft position", "| 0.900 | 0.800 | 0.700 |", "| spec | gamma=2 temperature=0 | 1.50x | 1.20x | 3.10 | 1.25x | 1.50x |",
+                        "Questions per category: code 1; prose 1; autoregressive baseline, mean tok/s: code 30.00; "
+                        "prose 29.17; overall 29.50.",
                         "prompt p1 differs at position 3", "**FAIL**", "![speedup_vs_gamma.png]",
                         "load average 0.12 at start, 0.34 at end; 0 of 2 cells contended", "| quiet |",
                         "## Where the time goes", "| spec | gamma=2 temperature=0 | 25.00 | 1.0% (0.250) | 9.0% (2.25) | "
@@ -224,6 +230,38 @@ TEST(HarnessResults, SummaryCsvAndReport) {
   EXPECT_EQ(j["checks_passed"], false);
   EXPECT_EQ(j["cells"][0]["load"]["verdict"], "quiet");
   EXPECT_DOUBLE_EQ(j["cells"][0]["phases"]["ms"]["verify"].get<double>(), 500);
+}
+
+// Spec-Bench's table: its six groups first in its paper's order (whatever the map's order),
+// other categories after them; "-" for a cell without a baseline; the context file appended.
+TEST(HarnessResults, SpecBenchTableOrderAndContext) {
+  CellMetrics a = make_cell("sps", "6", 1.8), ar = make_cell("greedy", "0", 1.0);
+  a.categories.clear();
+  const std::vector<std::pair<std::string, double>> groups = {{"rag", 2.0}, {"qa", 1.1}, {"zeta", 0.9},
+                                                               {"multi_turn", 1.6}, {"summarization", 1.4}};
+  for (const auto& [g, sp] : groups) a.categories[g] = {5, 10, sp, 10, 10 / sp, sp, 2.5};
+  ar.baseline.clear();
+  ar.categories = a.categories;
+  RunInfo info{"spec_bench", "", "r", "qwen", "", nlohmann::json::object(), 2};
+  info.context_markdown = "| SpS | 1.52x |\n";
+  const std::string md = report_markdown(info, {a, ar}, {});
+  const std::string header = "| method | params | multi_turn | summarization | qa | rag | zeta | mean accepted tokens "
+                             "| overall | decode only |";
+  EXPECT_NE(md.find(header), std::string::npos) << md;
+  EXPECT_NE(md.find("| sps | gamma=6 temperature=0 | 1.60x | 1.40x | 1.10x | 2.00x | 0.90x | 3.10 | 1.80x | 2.05x |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| greedy | gamma=0 temperature=0 | - | - | - | - | - | 3.10 | - | - |"), std::string::npos) << md;
+  const auto ctx = md.find("## Context (not measured in this run)\n\n| SpS | 1.52x |");
+  ASSERT_NE(ctx, std::string::npos) << md;
+  EXPECT_GT(ctx, md.find(header));  // at the end
+  info.context_markdown.clear();
+  EXPECT_EQ(report_markdown(info, {a, ar}, {}).find("## Context"), std::string::npos);
+  // Single-category runs (no cell with more than one category): no Spec-Bench table at all.
+  for (auto* m : {&a, &ar}) m->categories = {{"all", {5, 10, 1.8, 10, 5.56, 1.8, 2.5}}};
+  const std::string single = report_markdown(info, {a, ar}, {});
+  EXPECT_EQ(single.find("Spec-Bench"), std::string::npos) << single;
+  EXPECT_EQ(single.find("mean accepted tokens"), std::string::npos) << single;
+  EXPECT_EQ(single.find("Questions per category"), std::string::npos) << single;
 }
 
 TEST(HarnessResults, ReportAndCsvFlagContendedCells) {
