@@ -2,7 +2,9 @@
 // take, duplicates collapse, keys are stable.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "harness/experiment.h"
+#include "harness/plan.h"
 #include "harness/sweep.h"
 
 using namespace specdec::harness;
@@ -55,4 +57,40 @@ strategies: [{name: speculative, label: s1, params: {gamma: 3}}, {name: speculat
   EXPECT_EQ(a[1].key, "s2|");
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].key, b[i].key);
   EXPECT_EQ(cell_key("x", {{"b", "2"}, {"a", "1"}}), "x|a=1,b=2");  // sorted, order-independent
+}
+
+// interleave: prompt shares one baseline among the cells; what cannot share it is refused at
+// plan time with the cell named, before any model loads.
+TEST(HarnessSweep, PromptInterleaveNeedsOneSharedBaseline) {
+  auto plan_of = [](const std::string& strategies, const std::string& checks = "") {
+    return specdec::harness::make_plan(
+        parse_experiment("models: {target: tiny-llama, draft: tiny-llama}\nprompts: [hi]\ninterleave: prompt\n"
+                         "strategies:\n" + strategies + checks,
+                         "x.yaml"),
+        false);
+  };
+  auto error_of = [&](const std::string& strategies, const std::string& checks = "") -> std::string {
+    try {
+      plan_of(strategies, checks);
+    } catch (const specdec::Error& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  const auto ok = plan_of("  - {name: speculative, label: a, params: {drafter: ngram, temperature: 0}}\n"
+                          "  - {name: speculative, label: b, params: {drafter: model, temperature: 0}}\n");
+  EXPECT_EQ(ok.baseline, "greedy");
+  // Two cells and the shared baseline, each 3 repeats (the default) x 1 prompt + 1 warm-up; in
+  // interleave: cell each cell would run its own baseline too (16).
+  EXPECT_EQ(ok.n_generations, 12);
+  EXPECT_NE(error_of("  - {name: greedy, params: {temperature: 0}}\n").find("is the autoregressive baseline itself"),
+            std::string::npos);
+  const std::string mixed = error_of("  - {name: speculative, label: a, params: {drafter: ngram, temperature: 0}}\n"
+                                     "  - {name: speculative, label: b, params: {drafter: ngram, temperature: 1}}\n",
+                                     "checks: {first_token: false, sequence: false}\n");
+  EXPECT_NE(mixed.find("share one baseline"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("b|"), std::string::npos) << mixed;  // names the cell
+  EXPECT_NE(error_of("  - {name: speculative, params: {drafter: ngram, temperature: 1}}\n")
+                .find("use interleave: cell"),
+            std::string::npos);
 }
