@@ -21,10 +21,14 @@ int cmd_merge(const Args& args) {
       "unless some listed prompt was finished by no shard; then it runs, as --resume would).\n\noptions");
   std::string out;
   std::vector<std::string> shards;
-  opts.add_options()("help,h", "show this help")("out", po::value(&out)->required(), "merged run folder (new)");
+  opts.add_options()("help,h", "show this help")("out", po::value(&out), "merged run folder (new; required)");
   po::variables_map vm;
   if (auto code = parse_command("merge", args, opts, -1, "SHARD_RUN... (one or more run folders)", shards, vm))
     return *code;
+  if (out.empty()) {
+    std::cerr << "specdec merge: missing --out DIR (the merged run folder)\n" << opts;
+    return 1;
+  }
   const harness::ExperimentConfig cfg = harness::merge_shards(shards, out);
   harness::RunOptions ro;
   ro.out_dir = out;
