@@ -36,15 +36,6 @@ std::string settings_of(ExperimentConfig cfg) {
   return to_yaml(cfg);
 }
 
-std::string first_different_line(const std::string& a, const std::string& b) {
-  std::istringstream sa(a), sb(b);
-  std::string la, lb;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(sa, la)), gb = static_cast<bool>(std::getline(sb, lb));
-    if (!ga || !gb || la != lb) return "'" + (ga ? la : "<end>") + "' vs '" + (gb ? lb : "<end>") + "'";
-  }
-}
-
 }  // namespace
 
 ExperimentConfig merge_shards(const std::vector<std::string>& shards, const std::string& out) {
@@ -59,7 +50,7 @@ ExperimentConfig merge_shards(const std::vector<std::string>& shards, const std:
     const ExperimentConfig cfg = read_config(shard);
     const std::string mine = settings_of(cfg);
     SD_CHECK(mine == settings, "merge: '", shard, "' differs from '", shards[0], "' beyond its prompts: ",
-             first_different_line(settings, mine));
+             first_difference(settings, mine));
     for (const auto& p : cfg.prompts) {
       const auto [it, fresh] = owner.emplace(p.id, shard);
       SD_CHECK(fresh, "merge: prompt '", p.id, "' is in both '", it->second, "' and '", shard,
@@ -70,21 +61,17 @@ ExperimentConfig merge_shards(const std::vector<std::string>& shards, const std:
     const RunStore store(shard);
     std::set<std::string> done;
     for (const auto& u : store.load_records("units.jsonl")) {
-      done.insert(std::to_string(u.at("repeat").get<int64_t>()) + "/" + u.at("prompt").get<std::string>());
+      done.insert(unit_key(u));
       units.push_back(u);
     }
     for (const auto& s : store.load_records("samples.jsonl"))
-      if (done.count(std::to_string(s.at("repeat").get<int64_t>()) + "/" + s.at("prompt").get<std::string>()))
+      if (done.count(unit_key(s)))
         samples.push_back(s);
   }
   const RunStore store(out);
   write_atomic(store.path("config.yaml"), to_yaml(merged));
-  std::string text;
-  for (const auto& s : samples) text += s.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  write_atomic(store.path("samples.jsonl"), text);
-  text.clear();
-  for (const auto& u : units) text += u.dump() + "\n";
-  write_atomic(store.path("units.jsonl"), text);
+  write_atomic(store.path("samples.jsonl"), jsonl_text(samples));
+  write_atomic(store.path("units.jsonl"), jsonl_text(units));
   merged.file = store.path("config.yaml");
   return merged;
 }

@@ -119,28 +119,43 @@ int64_t RunStore::prune_samples(const std::set<std::string>& finished) const {
   return prune_samples([&](const json& j) { return finished.count(j.at("cell").get<std::string>()) != 0; });
 }
 
-namespace {
-std::string lines_of(const std::vector<json>& records) {
+std::string jsonl_text(const std::vector<json>& records) {
   std::string text;
   for (const auto& r : records) text += r.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   return text;
 }
-}  // namespace
+
+std::string unit_key(int64_t repeat, const std::string& prompt) { return std::to_string(repeat) + "/" + prompt; }
+
+std::string unit_key(const json& record) {
+  return unit_key(record.at("repeat").get<int64_t>(), record.at("prompt").get<std::string>());
+}
+
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  std::string la, lb;
+  for (int line = 1;; ++line) {
+    const bool ga = static_cast<bool>(std::getline(sa, la)), gb = static_cast<bool>(std::getline(sb, lb));
+    if (!ga && !gb) return "";
+    if (!ga || !gb || la != lb)
+      return "line " + std::to_string(line) + ": run has '" + (ga ? la : "<end>") + "', now '" + (gb ? lb : "<end>") + "'";
+  }
+}
 
 void RunStore::commit_unit(const std::vector<json>& samples, const json& unit) const {
-  if (!samples.empty()) append_durable(path("samples.jsonl"), lines_of(samples));
-  append_durable(path("units.jsonl"), lines_of({unit}));
+  if (!samples.empty()) append_durable(path("samples.jsonl"), jsonl_text(samples));
+  append_durable(path("units.jsonl"), jsonl_text({unit}));
 }
 
 void RunStore::write_cells(const std::vector<CellMetrics>& cells) const {
   std::vector<json> records;
   for (const auto& c : cells) records.push_back(to_json(c));
-  write_atomic(path("cells.jsonl"), lines_of(records));
+  write_atomic(path("cells.jsonl"), jsonl_text(records));
 }
 
 void RunStore::commit_cell(const std::vector<json>& samples, const CellMetrics& metrics) const {
-  if (!samples.empty()) append_durable(path("samples.jsonl"), lines_of(samples));
-  append_durable(path("cells.jsonl"), lines_of({to_json(metrics)}));
+  if (!samples.empty()) append_durable(path("samples.jsonl"), jsonl_text(samples));
+  append_durable(path("cells.jsonl"), jsonl_text({to_json(metrics)}));
 }
 
 // results_root/experiment, refusing any experiment name that could leave the root ("..",

@@ -49,6 +49,14 @@ class RunStore {
   std::string dir_;
 };
 
+// One JSON line per record (invalid UTF-8 replaced), as every .jsonl of a run folder holds.
+std::string jsonl_text(const std::vector<nlohmann::json>& records);
+// interleave: prompt's unit of a samples.jsonl or units.jsonl record: "<repeat>/<prompt id>".
+std::string unit_key(int64_t repeat, const std::string& prompt);
+std::string unit_key(const nlohmann::json& record);
+// The first line where two texts differ, "line N: run has '...', now '...'"; "" if equal.
+std::string first_difference(const std::string& a, const std::string& b);
+
 // results/<experiment>/<YYYYmmdd-HHMMSS> under `results_root`.
 std::string new_run_dir(const std::string& results_root, const std::string& experiment);
 // The most recent run folder of an experiment (lexicographically last run id); "" if none.

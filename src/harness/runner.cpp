@@ -557,17 +557,6 @@ CellMetrics CellRunner::run(const PlannedCell& pc_in, std::vector<json>& samples
 
 // ---- run folder ------------------------------------------------------------------------
 
-std::string first_difference(const std::string& a, const std::string& b) {
-  std::istringstream sa(a), sb(b);
-  std::string la, lb;
-  for (int line = 1;; ++line) {
-    const bool ga = static_cast<bool>(std::getline(sa, la)), gb = static_cast<bool>(std::getline(sb, lb));
-    if (!ga && !gb) return "";
-    if (!ga || !gb || la != lb)
-      return "line " + std::to_string(line) + ": run has '" + (ga ? la : "<end>") + "', now '" + (gb ? lb : "<end>") + "'";
-  }
-}
-
 std::string open_run_dir(const ExperimentConfig& cfg, const RunOptions& opt) {
   const std::string yaml = to_yaml(cfg);
   if (opt.resume) {
@@ -707,15 +696,14 @@ void run_by_cell(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& ou
 void run_by_prompt(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& out) {
   const auto& cfg = ctx.cfg;
   const std::string base_key = "baseline";
-  auto unit_key = [](int64_t r, const std::string& prompt) { return std::to_string(r) + "/" + prompt; };
   std::set<std::string> finished;
   std::vector<LoadSample> loads;
   for (const auto& u : ctx.store.load_records("units.jsonl")) {
-    finished.insert(unit_key(u.at("repeat").get<int64_t>(), u.at("prompt").get<std::string>()));
+    finished.insert(unit_key(u));
     loads.push_back(load_from_json(u.at("load")));
   }
   if (const int64_t dropped = ctx.store.prune_samples([&](const json& j) {
-        return finished.count(unit_key(j.at("repeat").get<int64_t>(), j.at("prompt").get<std::string>())) != 0;
+        return finished.count(unit_key(j)) != 0;
       }); dropped > 0)
     log::info("resume: dropped ", dropped, " samples of an unfinished prompt");
   std::vector<json> samples = ctx.store.load_records("samples.jsonl");
