@@ -110,13 +110,9 @@ void dequant_bf16(const uint8_t* __restrict src, float* __restrict dst, int64_t 
   }
 }
 
-// The 32-element formats are dequantised in two steps so that g++ vectorises both:
-// unpack the block's codes into q[32] (byte-wide loops of 16), then one multiply-add
-// over 32 floats. Unpacking straight into floats with the j / j+16 interleave did not
-// vectorise and ran ~2x slower.
-inline void scale_codes(const int8_t* __restrict q, float d, float m, float* __restrict dst) {
-  for (int j = 0; j < k_qk; ++j) dst[j] = static_cast<float>(q[j]) * d + m;
-}
+// Quantised blocks are read in two steps: unpack_block() turns a block into int8 codes and
+// per-group scales (the one reader of each ggml layout), then scale_block() applies
+// d * q (+ m). Byte-wide unpacking and a float loop per group both vectorise with g++.
 
 // Low nibbles are elements 0..15, high nibbles 16..31; `bias` is subtracted from each.
 inline void unpack_nibbles(const uint8_t* __restrict qs, int bias, int8_t* __restrict q) {
@@ -144,45 +140,6 @@ inline void add_fifth_bits(const uint8_t* __restrict qh, int bias, int8_t* __res
   for (int j = 0; j < k_qk; ++j) q[j] = static_cast<int8_t>(q[j] + hi[j] - bias);
 }
 
-void dequant_q4_0(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  int8_t q[k_qk];
-  for (int64_t b = 0; b < n_blocks; ++b, src += 18, dst += k_qk) {
-    unpack_nibbles(src + 2, 8, q);
-    scale_codes(q, load_f16(src), 0.0f, dst);
-  }
-}
-
-void dequant_q4_1(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  int8_t q[k_qk];
-  for (int64_t b = 0; b < n_blocks; ++b, src += 20, dst += k_qk) {
-    unpack_nibbles(src + 4, 0, q);
-    scale_codes(q, load_f16(src), load_f16(src + 2), dst);
-  }
-}
-
-void dequant_q5_0(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  int8_t q[k_qk];
-  for (int64_t b = 0; b < n_blocks; ++b, src += 22, dst += k_qk) {
-    unpack_nibbles(src + 6, 0, q);
-    add_fifth_bits(src + 2, 16, q);
-    scale_codes(q, load_f16(src), 0.0f, dst);
-  }
-}
-
-void dequant_q5_1(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  int8_t q[k_qk];
-  for (int64_t b = 0; b < n_blocks; ++b, src += 24, dst += k_qk) {
-    unpack_nibbles(src + 8, 0, q);
-    add_fifth_bits(src + 4, 0, q);
-    scale_codes(q, load_f16(src), load_f16(src + 2), dst);
-  }
-}
-
-void dequant_q8_0(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 34, dst += k_qk)
-    scale_codes(reinterpret_cast<const int8_t*>(src + 2), load_f16(src), 0.0f, dst);
-}
-
 // Q4_K/Q5_K pack 8 six-bit scales and 8 six-bit mins into 12 bytes: sub-blocks 0-3 use
 // the low 6 bits of bytes 0-3 (scale) and 4-7 (min); sub-blocks 4-7 take their low 4 bits
 // from the nibbles of bytes 8-11 and their top 2 bits from the spare top bits of bytes 0-7.
@@ -197,85 +154,122 @@ void unpack_k4_scales(const uint8_t* q, uint8_t sc[8], uint8_t mn[8]) {
   }
 }
 
-// Each 64-element chunk c uses 32 bytes of qs: low nibbles are sub-block 2c, high
-// nibbles sub-block 2c+1.
-void dequant_q4_k(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 144) {
-    const float d = load_f16(src);
-    const float dmin = load_f16(src + 2);
-    uint8_t sc[8], mn[8];
-    unpack_k4_scales(src + 4, sc, mn);
-    const uint8_t* qs = src + 16;
-    for (int c = 0; c < 4; ++c, qs += 32, dst += 64) {
-      const float d_lo = d * sc[2 * c], m_lo = dmin * mn[2 * c];
-      const float d_hi = d * sc[2 * c + 1], m_hi = dmin * mn[2 * c + 1];
-      for (int l = 0; l < 32; ++l) {
-        dst[l] = d_lo * static_cast<float>(qs[l] & 0x0F) - m_lo;
-        dst[l + 32] = d_hi * static_cast<float>(qs[l] >> 4) - m_hi;
+using Add = BlockCodes::Add;
+
+void set_shape(BlockCodes& b, int64_t n, int64_t group, Add add) {
+  b.n = n;
+  b.group = group;
+  b.add = add;
+}
+
+// The 32-element formats: one scale (and offset) per block.
+void unpack_q4_0(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk, k_qk, Add::kZero);
+  unpack_nibbles(src + 2, 8, b.q);
+  b.d[0] = load_f16(src);
+}
+
+void unpack_q4_1(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk, k_qk, Add::kMin);
+  unpack_nibbles(src + 4, 0, b.q);
+  b.d[0] = load_f16(src);
+  b.m[0] = load_f16(src + 2);
+}
+
+void unpack_q5_0(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk, k_qk, Add::kZero);
+  unpack_nibbles(src + 6, 0, b.q);
+  add_fifth_bits(src + 2, 16, b.q);
+  b.d[0] = load_f16(src);
+}
+
+void unpack_q5_1(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk, k_qk, Add::kMin);
+  unpack_nibbles(src + 8, 0, b.q);
+  add_fifth_bits(src + 4, 0, b.q);
+  b.d[0] = load_f16(src);
+  b.m[0] = load_f16(src + 2);
+}
+
+void unpack_q8_0(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk, k_qk, Add::kZero);
+  std::memcpy(b.q, src + 2, k_qk);
+  b.d[0] = load_f16(src);
+}
+
+// Q4_K: each 64-element chunk c uses 32 bytes of qs: low nibbles are sub-block 2c, high
+// nibbles sub-block 2c+1. Q5_K adds a fifth bit: element l of the low half takes bit 2c
+// of qh[l], element l of the high half bit 2c+1. Sub-block s is d * sc[s] * q - dmin * mn[s].
+template <bool FifthBit>
+void unpack_k4(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk_k, 32, Add::kMin);
+  const float d = load_f16(src);
+  const float dmin = load_f16(src + 2);
+  uint8_t sc[8], mn[8];
+  unpack_k4_scales(src + 4, sc, mn);
+  const uint8_t* qh = src + 16;
+  const uint8_t* qs = src + (FifthBit ? 48 : 16);
+  for (int c = 0; c < 4; ++c, qs += 32) {
+    int8_t* lo = b.q + 64 * c;
+    int8_t* hi = lo + 32;
+    for (int l = 0; l < 32; ++l) {
+      lo[l] = static_cast<int8_t>(qs[l] & 0x0F);
+      hi[l] = static_cast<int8_t>(qs[l] >> 4);
+      if (FifthBit) {
+        lo[l] = static_cast<int8_t>(lo[l] | (((qh[l] >> (2 * c)) & 1) << 4));
+        hi[l] = static_cast<int8_t>(hi[l] | (((qh[l] >> (2 * c + 1)) & 1) << 4));
       }
     }
   }
-}
-
-// As Q4_K plus a fifth bit: for chunk c, element l of the low half takes bit 2c of
-// qh[l], element l of the high half bit 2c+1.
-void dequant_q5_k(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 176) {
-    const float d = load_f16(src);
-    const float dmin = load_f16(src + 2);
-    uint8_t sc[8], mn[8];
-    unpack_k4_scales(src + 4, sc, mn);
-    const uint8_t* qh = src + 16;
-    const uint8_t* qs = src + 48;
-    for (int c = 0; c < 4; ++c, qs += 32, dst += 64) {
-      const float d_lo = d * sc[2 * c], m_lo = dmin * mn[2 * c];
-      const float d_hi = d * sc[2 * c + 1], m_hi = dmin * mn[2 * c + 1];
-      const int sh_lo = 2 * c, sh_hi = 2 * c + 1;
-      for (int l = 0; l < 32; ++l) {
-        const int lo = (qs[l] & 0x0F) | (((qh[l] >> sh_lo) & 1) << 4);
-        const int hi = (qs[l] >> 4) | (((qh[l] >> sh_hi) & 1) << 4);
-        dst[l] = d_lo * static_cast<float>(lo) - m_lo;
-        dst[l + 32] = d_hi * static_cast<float>(hi) - m_hi;
-      }
-    }
+  for (int s = 0; s < 8; ++s) {
+    b.d[s] = d * sc[s];
+    b.m[s] = -(dmin * mn[s]);
   }
 }
 
 // Q6_K: two halves of 128 elements, each using 64 bytes of ql and 32 of qh. In a half,
 // element l + 32*K (K = 0..3) takes its low 4 bits from ql[l] (K = 0, 2: low / high
-// nibble) or ql[l + 32] (K = 1, 3) and its top 2 bits from bits 2K..2K+1 of qh[l]; the
-// signed 8-bit scale of element e is scales[e / 16]. One loop per K with K a template
-// constant keeps every shift fixed, which g++ vectorises (a single loop producing all
-// four outputs ran ~4x slower).
-template <int K>
-inline void q6_k_quarter(const uint8_t* __restrict ql, const uint8_t* __restrict qh, const float* ds,
-                         float* __restrict dst) {
-  const uint8_t* lo = ql + (K & 1) * 32;
-  constexpr int lo_shift = (K & 2) ? 4 : 0;
-  for (int h = 0; h < 2; ++h) {
-    const float scale = ds[2 * K + h];
-    for (int i = 0; i < 16; ++i) {
-      const int l = 16 * h + i;
-      const int code = ((lo[l] >> lo_shift) & 0x0F) | (((qh[l] >> (2 * K)) & 3) << 4);
-      dst[32 * K + l] = scale * static_cast<float>(code - 32);
+// nibble) or ql[l + 32] (K = 1, 3) and its top 2 bits from bits 2K..2K+1 of qh[l]; codes
+// are stored minus 32. Element e has the signed 8-bit scale scales[e / 16] (times d).
+void unpack_q6_k(const uint8_t* src, BlockCodes& b) {
+  set_shape(b, k_qk_k, 16, Add::kNone);
+  const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
+  const float d = load_f16(src + 208);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = src + 64 * half;
+    const uint8_t* qh = src + 128 + 32 * half;
+    int8_t* q = b.q + 128 * half;
+    for (int K = 0; K < 4; ++K) {
+      const uint8_t* lo = ql + (K & 1) * 32;
+      const int lo_shift = (K & 2) ? 4 : 0;
+      for (int l = 0; l < 32; ++l) {
+        const int code = ((lo[l] >> lo_shift) & 0x0F) | (((qh[l] >> (2 * K)) & 3) << 4);
+        q[32 * K + l] = static_cast<int8_t>(code - 32);
+      }
     }
+  }
+  for (int s = 0; s < 16; ++s) b.d[s] = d * static_cast<float>(sc[s]);
+}
+
+// dst[i] = d[g] * q[i] (+ 0.0f | + m[g]), g = i / group (see BlockCodes).
+void scale_block(const BlockCodes& b, float* __restrict dst) {
+  for (int64_t g = 0; g < b.n / b.group; ++g) {
+    const int8_t* q = b.q + g * b.group;
+    float* y = dst + g * b.group;
+    const float d = b.d[g], m = b.add == Add::kMin ? b.m[g] : 0.0f;
+    if (b.add == Add::kNone)
+      for (int64_t j = 0; j < b.group; ++j) y[j] = d * static_cast<float>(q[j]);
+    else
+      for (int64_t j = 0; j < b.group; ++j) y[j] = d * static_cast<float>(q[j]) + m;
   }
 }
 
-void dequant_q6_k(const uint8_t* __restrict src, float* __restrict dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 210) {
-    const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
-    const float d = load_f16(src + 208);
-    for (int half = 0; half < 2; ++half, dst += 128) {
-      const uint8_t* ql = src + 64 * half;
-      const uint8_t* qh = src + 128 + 32 * half;
-      float ds[8];
-      for (int s = 0; s < 8; ++s) ds[s] = d * static_cast<float>(sc[8 * half + s]);
-      q6_k_quarter<0>(ql, qh, ds, dst);
-      q6_k_quarter<1>(ql, qh, ds, dst);
-      q6_k_quarter<2>(ql, qh, ds, dst);
-      q6_k_quarter<3>(ql, qh, ds, dst);
-    }
+void dequant_blocks(GgmlType t, const uint8_t* src, float* dst, int64_t n_blocks, int64_t type_size) {
+  BlockCodes b;
+  for (int64_t i = 0; i < n_blocks; ++i, src += type_size) {
+    unpack_block(t, src, b);
+    scale_block(b, dst);
+    dst += b.n;
   }
 }
 
@@ -308,17 +302,34 @@ void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
     case GgmlType::F32: return dequant_f32(src, dst, n);
     case GgmlType::F16: return dequant_f16(src, dst, n);
     case GgmlType::BF16: return dequant_bf16(src, dst, n);
-    case GgmlType::Q4_0: return dequant_q4_0(src, dst, n_blocks);
-    case GgmlType::Q4_1: return dequant_q4_1(src, dst, n_blocks);
-    case GgmlType::Q5_0: return dequant_q5_0(src, dst, n_blocks);
-    case GgmlType::Q5_1: return dequant_q5_1(src, dst, n_blocks);
-    case GgmlType::Q8_0: return dequant_q8_0(src, dst, n_blocks);
-    case GgmlType::Q4_K: return dequant_q4_k(src, dst, n_blocks);
-    case GgmlType::Q5_K: return dequant_q5_k(src, dst, n_blocks);
-    case GgmlType::Q6_K: return dequant_q6_k(src, dst, n_blocks);
     default: break;
   }
-  fail("dequantize: no kernel for ggml type ", ggml_type_name(t));
+  dequant_blocks(t, src, dst, n_blocks, tr.type_size);
+}
+
+bool ggml_type_has_codes(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void unpack_block(GgmlType t, const uint8_t* src, BlockCodes& out) {
+  switch (t) {
+    case GgmlType::Q4_0: return unpack_q4_0(src, out);
+    case GgmlType::Q4_1: return unpack_q4_1(src, out);
+    case GgmlType::Q5_0: return unpack_q5_0(src, out);
+    case GgmlType::Q5_1: return unpack_q5_1(src, out);
+    case GgmlType::Q8_0: return unpack_q8_0(src, out);
+    case GgmlType::Q4_K: return unpack_k4<false>(src, out);
+    case GgmlType::Q5_K: return unpack_k4<true>(src, out);
+    case GgmlType::Q6_K: return unpack_q6_k(src, out);
+    default: break;
+  }
+  fail("unpack_block: ggml type ", ggml_type_name(t), " has no integer codes");
 }
 
 float fp16_to_fp32(uint16_t h) { return half_to_float(h); }

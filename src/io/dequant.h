@@ -18,6 +18,28 @@ bool ggml_type_supported(GgmlType t);  // can we dequantise it?
 // Throws specdec::Error for unsupported types.
 void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n);
 
+// A quantised block as integer codes and per-group scales: element i of the block is
+//   d[g] * q[i]           (add == kNone: Q6_K)
+//   d[g] * q[i] + 0.0f    (add == kZero: Q4_0, Q5_0, Q8_0; turns a -0 into +0)
+//   d[g] * q[i] + m[g]    (add == kMin: Q4_1, Q5_1, Q4_K, Q5_K; a K-quant's "- min" is
+//                          "+ m" with m = -min, which IEEE rounds identically)
+// with g = i / group, each step rounded to fp32 in that order. dequantize() computes
+// exactly this; the native panel kernel (model/panels.h) repeats it in registers, which is
+// why the two give bit-identical weights.
+struct BlockCodes {
+  enum class Add { kNone, kZero, kMin };
+  int64_t n = 0;      // elements: 32, or 256 for K-quants
+  int64_t group = 0;  // elements per scale: 32, or 16 (Q6_K)
+  Add add = Add::kNone;
+  int8_t q[256];
+  float d[16], m[16];
+};
+// True for the block-quantised types unpack_block() reads (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
+// Q5_K Q6_K); false for F32/F16/BF16 and the unsupported ones.
+bool ggml_type_has_codes(GgmlType t);
+// One block of type t at src. Throws for a type without codes.
+void unpack_block(GgmlType t, const uint8_t* src, BlockCodes& out);
+
 float fp16_to_fp32(uint16_t h);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);  // round-to-nearest-even, for building test blocks

@@ -103,7 +103,8 @@ class CausalLM {
 struct ModelSpec {
   std::string name;
   std::string path;
-  std::string dtype = "float32";  // "float32" | "bfloat16" (weights of linear layers)
+  std::string dtype = "float32";  // "float32" | "bfloat16" | "native" (weights of linear
+                                  // layers; native: a GGUF file's own blocks, panels.h)
   int threads = 0;                // 0: all cores
   bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
   uint64_t seed = 0;              // tiny random models only

@@ -10,6 +10,8 @@
 
 #include <string>
 
+#include "model/panels.h"
+
 namespace specdec::model {
 
 // The kernels Linear can run. kAuto picks one (Linear::choose_path in linear.cpp holds the
@@ -45,6 +47,8 @@ class Linear {
   Linear() = default;
   // weight: [out, in] float32; bias: [out] or undefined. dtype: at::kFloat or at::kBFloat16.
   Linear(at::Tensor weight, at::Tensor bias, at::ScalarType dtype = at::kFloat);
+  // Packed weights as they are, e.g. GGUF blocks (dtype native); bias: [out] or undefined.
+  Linear(PanelWeight weight, at::Tensor bias);
 
   // x: [N, in] float32 (contiguous) -> [N, out] float32
   at::Tensor operator()(const at::Tensor& x) const;
@@ -57,16 +61,18 @@ class Linear {
   int64_t in_features() const;
   int64_t out_features() const;
   int64_t weight_bytes() const;          // bytes read per forward
-  at::Tensor weight() const;                     // [out, in] in the stored dtype (a copy if packed)
+  at::Tensor weight() const;  // [out, in] in the stored dtype, fp32 when native (a copy if packed)
   const at::Tensor& bias() const { return b_; }  // [out] float32 or undefined
   bool packed() const { return panels_.defined(); }
+  bool native() const { return panels_.native(); }
+  std::string describe() const { return panels_.defined() ? panels_.describe() : dtype_ == at::kFloat ? "f32" : "bf16"; }
   // Rows ids of W as float32: [n] int64 -> [n, in]. Lets a tied embedding table share the
   // LM head's weights in either layout.
   at::Tensor rows(const at::Tensor& ids) const;
 
  private:
   at::Tensor w_;       // [out, in], or undefined when packed
-  at::Tensor panels_;  // [ceil(out / 32), in, 32] for the panel kernel, or undefined
+  PanelWeight panels_;  // for the panel kernel, or empty
   at::Tensor b_;       // [out] float32 or undefined
   int64_t in_ = 0, out_ = 0;
   at::ScalarType dtype_ = at::kFloat;

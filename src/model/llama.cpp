@@ -43,26 +43,36 @@ void check_config(const ModelConfig& c) {
   SD_CHECK(c.rope_theta > 0, "llama: rope_theta must be positive, got ", c.rope_theta);
 }
 
+// A weight given either as fp32 values or (dtype native) as GGUF blocks.
+void expect_weight(const at::Tensor& t, const QuantBlocks& q, const std::string& name,
+                   std::vector<int64_t> shape) {
+  if (!q.defined()) return expect_shape(t, name, shape);
+  SD_CHECK(q.out == shape[0] && q.in == shape[1], "llama: ", name, " (", q.name, "): shape [",
+           q.out, ", ", q.in, "], expected ", shape_str(shape));
+}
+
 void check_tensors(const ModelConfig& c, const LlamaTensors& t) {
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-  expect_shape(t.tok_embd, "tok_embd", {c.n_vocab, d});
+  expect_weight(t.tok_embd, t.native_tok_embd, "tok_embd", {c.n_vocab, d});
   expect_shape(t.out_norm, "out_norm", {d});
-  if (t.output.defined()) expect_shape(t.output, "output", {c.n_vocab, d});
+  if (t.output.defined() || t.native_output.defined())
+    expect_weight(t.output, t.native_output, "output", {c.n_vocab, d});
   if (t.rope_freqs.defined()) expect_shape(t.rope_freqs, "rope_freqs", {c.head_dim / 2});
   SD_CHECK(static_cast<int64_t>(t.layers.size()) == c.n_layers, "llama: got ", t.layers.size(),
            " layers, config says n_layers = ", c.n_layers);
   for (size_t i = 0; i < t.layers.size(); ++i) {
     const auto& L = t.layers[i];
+    const auto& N = L.native;
     const std::string p = "layers[" + std::to_string(i) + "].";
     expect_shape(L.attn_norm, p + "attn_norm", {d});
     expect_shape(L.ffn_norm, p + "ffn_norm", {d});
-    expect_shape(L.wq, p + "wq", {q_dim, d});
-    expect_shape(L.wk, p + "wk", {kv_dim, d});
-    expect_shape(L.wv, p + "wv", {kv_dim, d});
-    expect_shape(L.wo, p + "wo", {d, q_dim});
-    expect_shape(L.w_gate, p + "w_gate", {c.d_ff, d});
-    expect_shape(L.w_up, p + "w_up", {c.d_ff, d});
-    expect_shape(L.w_down, p + "w_down", {d, c.d_ff});
+    expect_weight(L.wq, N.wq, p + "wq", {q_dim, d});
+    expect_weight(L.wk, N.wk, p + "wk", {kv_dim, d});
+    expect_weight(L.wv, N.wv, p + "wv", {kv_dim, d});
+    expect_weight(L.wo, N.wo, p + "wo", {d, q_dim});
+    expect_weight(L.w_gate, N.w_gate, p + "w_gate", {c.d_ff, d});
+    expect_weight(L.w_up, N.w_up, p + "w_up", {c.d_ff, d});
+    expect_weight(L.w_down, N.w_down, p + "w_down", {d, c.d_ff});
     if (c.qkv_bias) {
       expect_shape(L.bq, p + "bq", {q_dim});
       expect_shape(L.bk, p + "bk", {kv_dim});
@@ -187,7 +197,7 @@ struct Layer {
 class LlamaModel final : public CausalLM {
  public:
   LlamaModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype) : cfg_(cfg) {
-    tok_embd_ = t.tok_embd.to(at::kFloat).contiguous();
+    const bool native = t.native_tok_embd.defined();
     for (auto& L : t.layers) {
       Layer y;
       y.attn_norm = L.attn_norm.to(at::kFloat).contiguous();
@@ -195,20 +205,38 @@ class LlamaModel final : public CausalLM {
       // Stacked projections read the same input: one kernel call instead of three (two).
       // Each output feature is still its own dot product, so the numbers do not change.
       at::Tensor bqkv = cfg.qkv_bias ? at::cat({L.bq, L.bk, L.bv}).to(at::kFloat) : at::Tensor();
-      y.wqkv = Linear(at::cat({L.wq, L.wk, L.wv}).to(at::kFloat), bqkv, dtype);
-      y.wo = Linear(L.wo.to(at::kFloat), at::Tensor(), dtype);
-      y.w_gate_up = Linear(at::cat({L.w_gate, L.w_up}).to(at::kFloat), at::Tensor(), dtype);
-      y.w_down = Linear(L.w_down.to(at::kFloat), at::Tensor(), dtype);
+      if (native) {
+        const auto& N = L.native;
+        y.wqkv = Linear(PanelWeight::from_blocks({N.wq, N.wk, N.wv}), bqkv);
+        y.wo = Linear(PanelWeight::from_blocks({N.wo}), at::Tensor());
+        y.w_gate_up = Linear(PanelWeight::from_blocks({N.w_gate, N.w_up}), at::Tensor());
+        y.w_down = Linear(PanelWeight::from_blocks({N.w_down}), at::Tensor());
+      } else {
+        y.wqkv = Linear(at::cat({L.wq, L.wk, L.wv}).to(at::kFloat), bqkv, dtype);
+        y.wo = Linear(L.wo.to(at::kFloat), at::Tensor(), dtype);
+        y.w_gate_up = Linear(at::cat({L.w_gate, L.w_up}).to(at::kFloat), at::Tensor(), dtype);
+        y.w_down = Linear(L.w_down.to(at::kFloat), at::Tensor(), dtype);
+      }
       L = LlamaLayerTensors();  // release the fp32 copies as we go (bf16 halves peak memory)
       layers_.push_back(std::move(y));
     }
     out_norm_ = t.out_norm.to(at::kFloat).contiguous();
-    cfg_.tie_embeddings = !t.output.defined();
-    output_ = Linear(cfg_.tie_embeddings ? tok_embd_ : t.output.to(at::kFloat), at::Tensor(),
-                     dtype);
-    // Tied fp32 weights: the embedding rows come from the LM head (one copy in memory). With
-    // bf16 linear weights the embedding keeps its own fp32 table.
-    if (cfg_.tie_embeddings && dtype == at::kFloat) tok_embd_ = at::Tensor();
+    if (native) {
+      // Tied: the embedding rows are the head's (decoded on lookup); otherwise the embedding
+      // keeps its own blocks, packed but only ever read row by row.
+      cfg_.tie_embeddings = !t.native_output.defined();
+      output_ = Linear(PanelWeight::from_blocks({cfg_.tie_embeddings ? t.native_tok_embd : t.native_output}),
+                       at::Tensor());
+      if (!cfg_.tie_embeddings) embd_rows_ = PanelWeight::from_blocks({t.native_tok_embd});
+    } else {
+      tok_embd_ = t.tok_embd.to(at::kFloat).contiguous();
+      cfg_.tie_embeddings = !t.output.defined();
+      output_ = Linear(cfg_.tie_embeddings ? tok_embd_ : t.output.to(at::kFloat), at::Tensor(),
+                       dtype);
+      // Tied fp32 weights: the embedding rows come from the LM head (one copy in memory). With
+      // bf16 linear weights the embedding keeps its own fp32 table.
+      if (cfg_.tie_embeddings && dtype == at::kFloat) tok_embd_ = at::Tensor();
+    }
     inv_freq_ = rope_inv_freq(cfg_);
     if (t.rope_freqs.defined()) inv_freq_ = inv_freq_ / t.rope_freqs.to(at::kFloat);
   }
@@ -238,6 +266,7 @@ class LlamaModel final : public CausalLM {
 
   ModelConfig cfg_;
   at::Tensor tok_embd_;  // [V, d], or undefined: tied fp32 embeddings are output_'s rows
+  PanelWeight embd_rows_;  // dtype native, untied: the embedding's blocks (else empty)
   std::vector<Layer> layers_;
   at::Tensor out_norm_;  // [d]
   Linear output_;        // [V, d]
@@ -354,7 +383,9 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   const int64_t ff = cfg_.d_ff;
   const at::Tensor ids = tokens.to(at::kLong).reshape({-1});
   at::Tensor x =  // [B*T, d]
-      tok_embd_.defined() ? at::embedding(tok_embd_, ids) : output_.rows(ids);
+      tok_embd_.defined()    ? at::embedding(tok_embd_, ids)
+      : embd_rows_.defined() ? embd_rows_.rows(ids)
+                             : output_.rows(ids);
   ForwardResult res;
   const auto shape = [&](const at::Tensor& t) { return t.view({s.B, s.T, t.size(1)}); };
   size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/causal_lm.h"
+#include "model/panels.h"
 
 namespace specdec::model {
 
@@ -21,6 +22,11 @@ struct LlamaLayerTensors {
   at::Tensor bq, bk, bv;             // [H*hd], [Hkv*hd], [Hkv*hd] or undefined (no qkv_bias)
   at::Tensor ffn_norm;               // [d_model]
   at::Tensor w_gate, w_up, w_down;   // [d_ff, d], [d_ff, d], [d, d_ff]
+  // dtype native: the seven projections as GGUF blocks, packed as they are (panels.h); the
+  // fp32 tensors of the projections above are then left undefined.
+  struct Native {
+    QuantBlocks wq, wk, wv, wo, w_gate, w_up, w_down;
+  } native;
 };
 
 struct LlamaTensors {
@@ -30,10 +36,14 @@ struct LlamaTensors {
   at::Tensor output;                     // [n_vocab, d_model], undefined when tied
   at::Tensor rope_freqs;                 // [head_dim/2] divisors of the RoPE frequencies
                                          // (GGUF llama3 scaling), or undefined
+  // dtype native: the embedding and output head as GGUF blocks (tok_embd / output undefined);
+  // native_output undefined when tied.
+  QuantBlocks native_tok_embd, native_output;
 };
 
-// Builds the model. Linear weights are kept in `dtype` (kFloat or kBFloat16); norms,
-// embedding and the KV cache stay fp32. Throws specdec::Error naming the first tensor
+// Builds the model. Linear weights are kept in `dtype` (kFloat or kBFloat16), or as the GGUF
+// blocks given in `native` fields (dtype is then ignored); norms, embedding rows and the KV
+// cache are fp32. Throws specdec::Error naming the first tensor
 // whose shape disagrees with cfg (e.g. "layers[3].wk: shape [64, 32], expected [16, 32]").
 std::shared_ptr<CausalLM> make_llama(const ModelConfig& cfg, LlamaTensors tensors,
                                      at::ScalarType dtype = at::kFloat);

@@ -22,6 +22,7 @@
 #include "model/config_limits.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
+#include "model/panels.h"
 #include "model/tiny.h"
 #include "tokenizer/tokenizer.h"
 
@@ -101,9 +102,9 @@ at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads) {
 }
 
 at::ScalarType parse_dtype(const std::string& dtype) {
-  if (dtype == "float32" || dtype == "fp32" || dtype.empty()) return at::kFloat;
+  if (dtype == "float32" || dtype == "fp32" || dtype.empty() || dtype == "native") return at::kFloat;
   if (dtype == "bfloat16" || dtype == "bf16") return at::kBFloat16;
-  fail("model dtype '", dtype, "' is not supported (use float32 or bfloat16)");
+  fail("model dtype '", dtype, "' is not supported (use float32, bfloat16 or native)");
 }
 
 ModelConfig llama_config_from_gguf(const io::GgufFile& f) {
@@ -162,7 +163,29 @@ ModelConfig llama_config_from_gguf(const io::GgufFile& f) {
   return c;
 }
 
-std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype) {
+namespace {
+
+// dtype native: a projection's blocks, viewed in the mapped file (checked like queue_gguf).
+QuantBlocks gguf_blocks(const io::GgufFile& f, const std::string& name, std::vector<int64_t> shape,
+                        int64_t rope_heads = 0) {
+  const io::GgufTensorInfo* info = f.find_tensor(name);
+  SD_CHECK(info != nullptr, "file ", f.path(), ": tensor ", name, " is missing (expected shape ",
+           shape_str(shape), ")");
+  SD_CHECK(info->shape() == shape, "file ", f.path(), ": tensor ", name, " has shape ",
+           shape_str(info->shape()), ", expected ", shape_str(shape));
+  QuantBlocks q;
+  q.name = f.path() + ": " + name;
+  q.type = info->type;
+  q.data = f.tensor_data(*info);
+  q.out = shape[0];
+  q.in = shape[1];
+  q.rope_heads = rope_heads;
+  return q;
+}
+
+}  // namespace
+
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, bool native) {
   const ModelConfig c = llama_config_from_gguf(f);
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   // llama.cpp permutes q/k only for arch "llama"; qwen2 GGUFs keep HF order (NEOX rope).
@@ -170,28 +193,44 @@ std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType 
   LlamaTensors t;
   t.layers.resize(c.n_layers);
   std::vector<ReadTask> tasks;
-  queue_gguf(f, "token_embd.weight", {c.n_vocab, d}, t.tok_embd, tasks);
+  if (native) {
+    t.native_tok_embd = gguf_blocks(f, "token_embd.weight", {c.n_vocab, d});
+    if (!c.tie_embeddings) t.native_output = gguf_blocks(f, "output.weight", {c.n_vocab, d});
+  } else {
+    queue_gguf(f, "token_embd.weight", {c.n_vocab, d}, t.tok_embd, tasks);
+    if (!c.tie_embeddings) queue_gguf(f, "output.weight", {c.n_vocab, d}, t.output, tasks);
+  }
   queue_gguf(f, "output_norm.weight", {d}, t.out_norm, tasks);
-  if (!c.tie_embeddings) queue_gguf(f, "output.weight", {c.n_vocab, d}, t.output, tasks);
   if (f.find_tensor("rope_freqs.weight"))
     queue_gguf(f, "rope_freqs.weight", {c.head_dim / 2}, t.rope_freqs, tasks);
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LlamaLayerTensors& L = t.layers[i];
     queue_gguf(f, b + "attn_norm.weight", {d}, L.attn_norm, tasks);
-    queue_gguf(f, b + "attn_q.weight", {q_dim, d}, L.wq, tasks, permuted ? c.n_heads : 0);
-    queue_gguf(f, b + "attn_k.weight", {kv_dim, d}, L.wk, tasks, permuted ? c.n_kv_heads : 0);
-    queue_gguf(f, b + "attn_v.weight", {kv_dim, d}, L.wv, tasks);
-    queue_gguf(f, b + "attn_output.weight", {d, q_dim}, L.wo, tasks);
+    if (native) {
+      auto& N = L.native;
+      N.wq = gguf_blocks(f, b + "attn_q.weight", {q_dim, d}, permuted ? c.n_heads : 0);
+      N.wk = gguf_blocks(f, b + "attn_k.weight", {kv_dim, d}, permuted ? c.n_kv_heads : 0);
+      N.wv = gguf_blocks(f, b + "attn_v.weight", {kv_dim, d});
+      N.wo = gguf_blocks(f, b + "attn_output.weight", {d, q_dim});
+      N.w_gate = gguf_blocks(f, b + "ffn_gate.weight", {c.d_ff, d});
+      N.w_up = gguf_blocks(f, b + "ffn_up.weight", {c.d_ff, d});
+      N.w_down = gguf_blocks(f, b + "ffn_down.weight", {d, c.d_ff});
+    } else {
+      queue_gguf(f, b + "attn_q.weight", {q_dim, d}, L.wq, tasks, permuted ? c.n_heads : 0);
+      queue_gguf(f, b + "attn_k.weight", {kv_dim, d}, L.wk, tasks, permuted ? c.n_kv_heads : 0);
+      queue_gguf(f, b + "attn_v.weight", {kv_dim, d}, L.wv, tasks);
+      queue_gguf(f, b + "attn_output.weight", {d, q_dim}, L.wo, tasks);
+      queue_gguf(f, b + "ffn_gate.weight", {c.d_ff, d}, L.w_gate, tasks);
+      queue_gguf(f, b + "ffn_up.weight", {c.d_ff, d}, L.w_up, tasks);
+      queue_gguf(f, b + "ffn_down.weight", {d, c.d_ff}, L.w_down, tasks);
+    }
     if (c.qkv_bias) {
       queue_gguf(f, b + "attn_q.bias", {q_dim}, L.bq, tasks, permuted ? c.n_heads : 0);
       queue_gguf(f, b + "attn_k.bias", {kv_dim}, L.bk, tasks, permuted ? c.n_kv_heads : 0);
       queue_gguf(f, b + "attn_v.bias", {kv_dim}, L.bv, tasks);
     }
     queue_gguf(f, b + "ffn_norm.weight", {d}, L.ffn_norm, tasks);
-    queue_gguf(f, b + "ffn_gate.weight", {c.d_ff, d}, L.w_gate, tasks);
-    queue_gguf(f, b + "ffn_up.weight", {c.d_ff, d}, L.w_up, tasks);
-    queue_gguf(f, b + "ffn_down.weight", {d, c.d_ff}, L.w_down, tasks);
   }
   run_parallel(tasks);
   return make_llama(c, std::move(t), dtype);
@@ -352,10 +391,16 @@ LoadedModel load(const ModelSpec& spec) {
   set_threads(spec.threads, spec.threads_oversubscribe);
   const LoadThreads load_threads(parallel::num_threads());
   const at::ScalarType dtype = parse_dtype(spec.dtype);
+  const bool native = spec.dtype == "native";
   LoadedModel out;
   out.spec = spec;
   const std::string& path = spec.path;
   namespace fs = std::filesystem;
+  const bool gguf = path != "tiny-llama" && path != "tiny-gpt2" && !fs::is_directory(path);
+  SD_CHECK(!native || gguf, "model ", spec.name, ": dtype native keeps a GGUF file's own blocks, but '",
+           path, "' is not a GGUF file (use float32 or bfloat16)");
+  SD_CHECK(!native || panels_supported(), "model ", spec.name,
+           ": dtype native needs a CPU with AVX-512F (this one has none; use float32 or bfloat16)");
   if (path == "tiny-llama") {
     SD_CHECK(dtype == at::kFloat, "model ", spec.name, ": tiny-llama is float32 only");
     out.model = make_tiny_llama(tiny_llama_config(), spec.seed);  // no tokenizer
@@ -374,7 +419,9 @@ LoadedModel load(const ModelSpec& spec) {
              "' is neither a file, a directory, nor tiny-llama/tiny-gpt2");
     auto f = io::GgufFile::open(path);
     const std::string arch = f->get_string("general.architecture");
-    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype);
+    SD_CHECK(!native || arch != "gpt2", "model ", spec.name, ": dtype native is not implemented for ",
+             "GPT-2 GGUF files (", path, "); use float32 or bfloat16");
+    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype, native);
     out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
   }
   // Every id the tokenizer can produce must index the embedding (HF Qwen: 151,665 token ids,

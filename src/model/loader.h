@@ -16,11 +16,12 @@ namespace specdec::model {
 // <arch>.* metadata and the token_embd rows (n_vocab). Throws naming file and key.
 ModelConfig llama_config_from_gguf(const io::GgufFile& file);
 
-// Loads a "llama"/"qwen2" GGUF: tensors dequantised to fp32 in parallel; for arch "llama"
+// Loads a "llama"/"qwen2" GGUF: tensors dequantised to fp32 in parallel, or with `native`
+// the projections, embedding and head kept as the file's blocks (panels.h); for arch "llama"
 // the q/k rows are restored to HF order (see unpermute_rope_rows). Throws specdec::Error
 // naming the file, tensor and expected shape.
 std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& file,
-                                          at::ScalarType dtype = at::kFloat);
+                                          at::ScalarType dtype = at::kFloat, bool native = false);
 
 // Loads an HF directory (config.json model_type "llama"/"qwen2" + safetensors).
 std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
@@ -31,7 +32,8 @@ std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
 // adjacent pairs. This undoes it. w: [n_heads * head_dim, in] -> same shape, HF order.
 at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads);
 
-// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16; anything else throws.
+// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native" -> kFloat (the dtype of
+// whatever is not kept native); anything else throws.
 at::ScalarType parse_dtype(const std::string& dtype);
 
 }  // namespace specdec::model

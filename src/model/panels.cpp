@@ -1,0 +1,499 @@
+// Panel packing and the panel kernel. See panels.h.
+//
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): the weight of a quantised
+// code must be d * q rounded, then + m rounded, exactly as io::dequantize() computes it; a
+// compiler fusing the two into one FMA would change the last bit.
+#include "model/panels.h"
+
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace specdec::model {
+
+namespace {
+
+constexpr int64_t kPanel = 32;  // output features per panel
+using Code = PanelWeight::Code;
+using Segment = PanelWeight::Segment;
+using Add = io::BlockCodes::Add;
+
+// A zeroed buffer backed by 2 MiB pages where the kernel allows it (transparent huge pages in
+// "madvise" mode, the usual default). Streaming weights through 4 KiB pages costs a TLB miss
+// per page and restarts the hardware prefetchers at every page boundary (measured: a few per
+// cent, results/engine.md).
+at::Tensor huge_page_bytes(int64_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (static_cast<size_t>(bytes) < kHuge) return at::zeros({bytes}, at::kByte);
+  const size_t size = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
+  void* p = nullptr;
+  SD_CHECK(posix_memalign(&p, kHuge, size) == 0, "panels: cannot allocate ", bytes,
+           " bytes of weights");
+  madvise(p, size, MADV_HUGEPAGE);  // advice only: without THP this is ordinary memory
+  std::memset(p, 0, size);
+  return at::from_blob(p, {bytes}, [](void* q) { std::free(q); }, at::kByte);
+}
+
+int64_t code_bytes_per_k(Code c) {  // bytes of one k's 32 weights
+  switch (c) {
+    case Code::kF32: return 4 * kPanel;
+    case Code::kBF16:
+    case Code::kF16: return 2 * kPanel;
+    case Code::kNib4: return kPanel / 2;
+    case Code::kInt8: return kPanel;
+  }
+  return 0;
+}
+
+bool is_quantised(Code c) { return c == Code::kNib4 || c == Code::kInt8; }
+
+int64_t scale_bytes(const Segment& s) {
+  if (!is_quantised(s.code)) return 0;
+  return (s.add == Add::kMin ? 2 : 1) * kPanel * static_cast<int64_t>(sizeof(float));
+}
+
+Segment make_segment(Code code, int64_t group, Add add, int64_t in, int64_t out0, int64_t out,
+                     int64_t panel0) {
+  Segment s;
+  s.code = code;
+  s.add = add;
+  s.group = group;
+  s.out0 = out0;
+  s.out = out;
+  s.panel0 = panel0;
+  s.n_panels = (out + kPanel - 1) / kPanel;
+  s.group_bytes = scale_bytes(s) + group * code_bytes_per_k(code);
+  s.data = huge_page_bytes(s.n_panels * s.panel_bytes(in));
+  return s;
+}
+
+// ---- the kernel ------------------------------------------------------------------------------
+// GCC 12 flags _mm512_undefined inside its own intrinsic headers (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define SD_AVX512 __attribute__((target("avx512f")))
+
+// The 32 weights of step k of a group into w0 (outputs 0-15) and w1 (16-31). s: the group's
+// scales d (s[0], s[1]) and offsets m (s[2], s[3]). Quantised: w = d * q, then + m (Min).
+template <Code C, bool Min, int Off>
+SD_AVX512 inline void weights_at(const uint8_t* codes, int64_t k, const __m512* s, __m512& w0,
+                                 __m512& w1) {
+  if constexpr (C == Code::kF32) {
+    const float* p = reinterpret_cast<const float*>(codes) + k * kPanel;
+    w0 = _mm512_loadu_ps(p);
+    w1 = _mm512_loadu_ps(p + 16);
+  } else if constexpr (C == Code::kBF16) {  // a bf16 is the top half of an fp32
+    const __m256i* p = reinterpret_cast<const __m256i*>(codes + k * 2 * kPanel);
+    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+    w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p + 1)), 16));
+  } else if constexpr (C == Code::kF16) {
+    const __m256i* p = reinterpret_cast<const __m256i*>(codes + k * 2 * kPanel);
+    w0 = _mm512_cvtph_ps(_mm256_loadu_si256(p));
+    w1 = _mm512_cvtph_ps(_mm256_loadu_si256(p + 1));
+  } else {
+    __m512i i0, i1;
+    if constexpr (C == Code::kNib4) {  // byte j: output j in the low nibble, j + 16 in the high
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * kPanel / 2));
+      const __m128i low4 = _mm_set1_epi8(0x0F);
+      i0 = _mm512_cvtepu8_epi32(_mm_and_si128(v, low4));
+      i1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low4));
+      if constexpr (Off != 0) {
+        i0 = _mm512_sub_epi32(i0, _mm512_set1_epi32(Off));
+        i1 = _mm512_sub_epi32(i1, _mm512_set1_epi32(Off));
+      }
+    } else {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k * kPanel));
+      i0 = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(v));
+      i1 = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1));
+    }
+    w0 = _mm512_mul_ps(s[0], _mm512_cvtepi32_ps(i0));
+    w1 = _mm512_mul_ps(s[1], _mm512_cvtepi32_ps(i1));
+    if constexpr (Min) {
+      w0 = _mm512_add_ps(w0, s[2]);
+      w1 = _mm512_add_ps(w1, s[3]);
+    }
+  }
+}
+
+template <Code C, bool Min>
+SD_AVX512 inline void load_scales(const uint8_t* group, __m512* s) {
+  if constexpr (C == Code::kNib4 || C == Code::kInt8) {
+    const float* f = reinterpret_cast<const float*>(group);
+    s[0] = _mm512_loadu_ps(f);
+    s[1] = _mm512_loadu_ps(f + 16);
+    if constexpr (Min) {
+      s[2] = _mm512_loadu_ps(f + 32);
+      s[3] = _mm512_loadu_ps(f + 48);
+    }
+  }
+}
+
+// Where a panel is and what it computes.
+struct PanelJob {
+  const uint8_t* panel;
+  int64_t in, group, group_bytes, scale_bytes;
+  const float* bias;  // at the panel's first output, or null
+  int64_t valid;      // outputs of the panel that exist (32 but at a segment's end)
+};
+
+// y[n, 0..valid) = bias + sum_k x[n, k] w[., k] for N rows; x row stride `in`, y row stride
+// y_stride, y at the panel's first output.
+template <int N, Code C, bool Min, int Off>
+SD_AVX512 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t y_stride) {
+  __m512 acc[N][2];
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
+  const uint8_t* g = job.panel;
+  for (int64_t k0 = 0; k0 < job.in; k0 += job.group, g += job.group_bytes) {
+    __m512 s[4];
+    load_scales<C, Min>(g, s);
+    const uint8_t* codes = g + job.scale_bytes;
+    const float* xk = x + k0;
+    for (int64_t k = 0; k < job.group; ++k) {
+      __m512 w0, w1;
+      weights_at<C, Min, Off>(codes, k, s, w0, w1);
+      for (int n = 0; n < N; ++n) {
+        const __m512 xb = _mm512_set1_ps(xk[n * job.in + k]);
+        acc[n][0] = _mm512_fmadd_ps(w0, xb, acc[n][0]);
+        acc[n][1] = _mm512_fmadd_ps(w1, xb, acc[n][1]);
+      }
+    }
+  }
+  const auto mask = [](int64_t k) {
+    return static_cast<__mmask16>(k >= 16 ? 0xffff : k <= 0 ? 0 : (1u << k) - 1);
+  };
+  const __mmask16 m0 = mask(job.valid), m1 = mask(job.valid - 16);
+  const __m512 b0 = job.bias ? _mm512_maskz_loadu_ps(m0, job.bias) : _mm512_setzero_ps();
+  const __m512 b1 = job.bias ? _mm512_maskz_loadu_ps(m1, job.bias + 16) : _mm512_setzero_ps();
+  for (int n = 0; n < N; ++n) {
+    _mm512_mask_storeu_ps(y + n * y_stride, m0, _mm512_add_ps(acc[n][0], b0));
+    _mm512_mask_storeu_ps(y + n * y_stride + 16, m1, _mm512_add_ps(acc[n][1], b1));
+  }
+}
+
+// The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
+template <Code C, bool Min, int Off>
+SD_AVX512 void decode_panel(const PanelJob& job, float* out) {
+  const uint8_t* g = job.panel;
+  for (int64_t k0 = 0; k0 < job.in; k0 += job.group, g += job.group_bytes) {
+    __m512 s[4];
+    load_scales<C, Min>(g, s);
+    for (int64_t k = 0; k < job.group; ++k) {
+      __m512 w0, w1;
+      weights_at<C, Min, Off>(g + job.scale_bytes, k, s, w0, w1);
+      _mm512_storeu_ps(out + (k0 + k) * kPanel, w0);
+      _mm512_storeu_ps(out + (k0 + k) * kPanel + 16, w1);
+    }
+  }
+}
+
+using RowsFn = void (*)(const PanelJob&, const float*, float*, int64_t);
+using DecodeFn = void (*)(const PanelJob&, float*);
+
+struct Kernels {
+  RowsFn rows[9];  // by row count 1..8
+  DecodeFn decode;
+};
+
+template <Code C, bool Min, int Off>
+constexpr Kernels kernels_for() {
+  return {{nullptr, panel_rows<1, C, Min, Off>, panel_rows<2, C, Min, Off>,
+           panel_rows<3, C, Min, Off>, panel_rows<4, C, Min, Off>, panel_rows<5, C, Min, Off>,
+           panel_rows<6, C, Min, Off>, panel_rows<7, C, Min, Off>, panel_rows<8, C, Min, Off>},
+          decode_panel<C, Min, Off>};
+}
+
+const Kernels& f32_kernels() {
+  static const Kernels f32 = kernels_for<Code::kF32, false, 0>();
+  return f32;
+}
+
+// The instantiations a segment can need (see from_blocks: Q4_0 is nib4 offset 8 without m,
+// Q4_1 / Q4_K nib4 with m; the other quantised types int8 with or without m).
+const Kernels& kernels(const Segment& s) {
+  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0>();
+  static const Kernels f16 = kernels_for<Code::kF16, false, 0>();
+  static const Kernels nib4_q4_0 = kernels_for<Code::kNib4, false, 8>();
+  static const Kernels nib4_min = kernels_for<Code::kNib4, true, 0>();
+  static const Kernels int8 = kernels_for<Code::kInt8, false, 0>();
+  static const Kernels int8_min = kernels_for<Code::kInt8, true, 0>();
+  const bool min = s.add == Add::kMin;
+  switch (s.code) {
+    case Code::kF32: return f32_kernels();
+    case Code::kBF16: return bf16;
+    case Code::kF16: return f16;
+    case Code::kNib4: return min ? nib4_min : nib4_q4_0;
+    case Code::kInt8: return min ? int8_min : int8;
+  }
+  fail("panels: unknown code");
+}
+
+}  // namespace
+
+bool panels_supported() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+int64_t rope_hf_row(int64_t row, int64_t out, int64_t n_heads) {
+  const int64_t hd = out / n_heads, half = hd / 2;
+  const int64_t h = row / hd, r = row % hd;
+  return h * hd + (r % 2) * half + r / 2;
+}
+
+// ---- packing ---------------------------------------------------------------------------------
+
+PanelWeight PanelWeight::from_tensor(const at::Tensor& w_in, at::ScalarType dtype) {
+  SD_CHECK(w_in.defined() && w_in.dim() == 2 && w_in.size(0) > 0 && w_in.size(1) > 0,
+           "panels: weight must be a non-empty 2-D [out, in] tensor");
+  SD_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
+           "panels: dtype must be float32 or bfloat16, got ", dtype);
+  PanelWeight pw;
+  pw.out_ = w_in.size(0);
+  pw.in_ = w_in.size(1);
+  pw.tensor_dtype_ = dtype;
+  const Code code = dtype == at::kFloat ? Code::kF32 : Code::kBF16;
+  Segment s = make_segment(code, pw.in_, Add::kNone, pw.in_, 0, pw.out_, 0);
+  s.type = dtype == at::kFloat ? io::GgmlType::F32 : io::GgmlType::BF16;
+  // [out, in] -> [n_panels, in, 32], zero-padded past `out`.
+  const at::Tensor w = w_in.to(dtype).contiguous();
+  at::Tensor padded = at::zeros({s.n_panels * kPanel, pw.in_}, w.options());
+  padded.narrow(0, 0, pw.out_).copy_(w);
+  const at::Tensor packed = padded.view({s.n_panels, kPanel, pw.in_}).transpose(1, 2).contiguous();
+  std::memcpy(s.data.data_ptr(), packed.data_ptr(), packed.nbytes());
+  pw.n_panels_ = s.n_panels;
+  pw.segs_.push_back(std::move(s));
+  return pw;
+}
+
+namespace {
+
+// One part into its segment: output j of panel p is source row rows[p * 32 + j].
+void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
+  const io::GgmlType t = part.type;
+  const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
+  const int64_t row_bytes = in / bs * ts;
+  const int64_t panel_bytes = s.panel_bytes(in), sb = scale_bytes(s);
+  uint8_t* base = static_cast<uint8_t*>(s.data.data_ptr());
+  // GGUF row of HF output o.
+  std::vector<int64_t> src_row(static_cast<size_t>(part.out));
+  for (int64_t r = 0; r < part.out; ++r)
+    src_row[static_cast<size_t>(part.rope_heads > 0 ? rope_hf_row(r, part.out, part.rope_heads) : r)] = r;
+  parallel::parallel_for(s.n_panels, 1, [&](int64_t p0, int64_t p1) {
+    io::BlockCodes b;
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* panel = base + p * panel_bytes;
+      for (int64_t j = 0; j < kPanel && p * kPanel + j < part.out; ++j) {
+        const uint8_t* row = part.data + src_row[static_cast<size_t>(p * kPanel + j)] * row_bytes;
+        if (!is_quantised(s.code)) {  // F32, F16, BF16: the source's own bits, transposed
+          const int64_t size = code_bytes_per_k(s.code) / kPanel;
+          for (int64_t k = 0; k < in; ++k)
+            std::memcpy(panel + (k * kPanel + j) * size, row + k * size, static_cast<size_t>(size));
+          continue;
+        }
+        for (int64_t blk = 0; blk < in / bs; ++blk) {
+          io::unpack_block(t, row + blk * ts, b);
+          for (int64_t g = 0; g < bs / s.group; ++g) {
+            const int64_t k0 = blk * bs + g * s.group;
+            uint8_t* group = panel + k0 / s.group * s.group_bytes;
+            std::memcpy(group + 4 * j, &b.d[g], 4);
+            if (s.add == Add::kMin) std::memcpy(group + 4 * (kPanel + j), &b.m[g], 4);
+            uint8_t* codes = group + sb;
+            for (int64_t k = 0; k < s.group; ++k) {
+              const int q = b.q[g * s.group + k];
+              if (s.code == Code::kInt8) {
+                codes[k * kPanel + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+              } else {
+                const int v = q + s.offset;  // 0..15
+                uint8_t& byte = codes[k * kPanel / 2 + j % 16];
+                byte = static_cast<uint8_t>(j < 16 ? (byte & 0xF0) | v : (byte & 0x0F) | (v << 4));
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+PanelWeight PanelWeight::from_blocks(const std::vector<QuantBlocks>& parts) {
+  SD_CHECK(!parts.empty(), "panels: no tensors to pack");
+  PanelWeight pw;
+  pw.native_ = true;
+  pw.in_ = parts.front().in;
+  for (const QuantBlocks& part : parts) {
+    using io::GgmlType;
+    const GgmlType t = part.type;
+    SD_CHECK(part.defined() && part.out > 0 && part.in > 0, "panels: tensor ", part.name,
+             " is empty");
+    SD_CHECK(part.in == pw.in_, "panels: tensor ", part.name, " has ", part.in,
+             " columns, the tensors stacked with it ", pw.in_);
+    SD_CHECK(io::ggml_type_supported(t), "tensor ", part.name, ": ggml type ",
+             io::ggml_type_name(t),
+             " cannot be kept native (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)");
+    SD_CHECK(part.in % io::ggml_block_size(t) == 0, "tensor ", part.name, ": ", part.in,
+             " columns is not a multiple of the ", io::ggml_type_name(t), " block size ",
+             io::ggml_block_size(t));
+    SD_CHECK(part.rope_heads <= 0 || part.out % (2 * part.rope_heads) == 0, "tensor ", part.name,
+             ": ", part.out, " rows are not ", part.rope_heads, " heads x an even head_dim");
+    Segment s;
+    if (io::ggml_type_has_codes(t)) {
+      io::BlockCodes b;
+      io::unpack_block(t, part.data, b);  // the group and the add rule are the type's
+      const bool nib4 = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q4_K;
+      s = make_segment(nib4 ? Code::kNib4 : Code::kInt8, b.group, b.add, pw.in_, pw.out_,
+                       part.out, pw.n_panels_);
+      s.offset = t == GgmlType::Q4_0 ? 8 : 0;
+    } else {
+      const Code code = t == GgmlType::F16 ? Code::kF16 : t == GgmlType::BF16 ? Code::kBF16 : Code::kF32;
+      s = make_segment(code, pw.in_, Add::kNone, pw.in_, pw.out_, part.out, pw.n_panels_);
+    }
+    s.type = t;
+    pack_part(part, s, pw.in_);
+    pw.out_ += s.out;
+    pw.n_panels_ += s.n_panels;
+    pw.segs_.push_back(std::move(s));
+  }
+  return pw;
+}
+
+// ---- use -------------------------------------------------------------------------------------
+
+int64_t PanelWeight::bytes() const {
+  int64_t n = 0;
+  for (const Segment& s : segs_) n += s.data.numel();
+  return n;
+}
+
+std::string PanelWeight::describe() const {
+  if (!native_) return tensor_dtype_ == at::kFloat ? "f32" : "bf16";
+  std::string out;
+  std::set<std::string> seen;
+  for (const Segment& s : segs_) {
+    const std::string name = io::ggml_type_name(s.type);
+    if (seen.insert(name).second) out += (out.empty() ? "" : "+") + name;
+  }
+  return out;
+}
+
+const PanelWeight::Segment& PanelWeight::segment_of_panel(int64_t p) const {
+  for (const Segment& s : segs_)
+    if (p < s.panel0 + s.n_panels) return s;
+  fail("panels: panel ", p, " out of range");
+}
+
+const PanelWeight::Segment& PanelWeight::segment_of_output(int64_t o) const {
+  for (const Segment& s : segs_)
+    if (o < s.out0 + s.out) return s;
+  fail("panels: output ", o, " out of range");
+}
+
+void PanelWeight::decode_row(int64_t o, float* dst) const {
+  const Segment& s = segment_of_output(o);
+  const int64_t lo = o - s.out0, j = lo % kPanel;
+  const uint8_t* panel = static_cast<const uint8_t*>(s.data.data_ptr()) + lo / kPanel * s.panel_bytes(in_);
+  const int64_t sb = scale_bytes(s);
+  for (int64_t k0 = 0; k0 < in_; k0 += s.group) {
+    const uint8_t* g = panel + k0 / s.group * s.group_bytes;
+    const uint8_t* codes = g + sb;
+    float d = 0, m = 0;
+    if (is_quantised(s.code)) {
+      std::memcpy(&d, g + 4 * j, 4);
+      if (s.add == Add::kMin) std::memcpy(&m, g + 4 * (kPanel + j), 4);
+    }
+    for (int64_t k = 0; k < s.group; ++k) {
+      float v = 0;
+      switch (s.code) {
+        case Code::kF32: std::memcpy(&v, codes + 4 * (k * kPanel + j), 4); break;
+        case Code::kBF16:
+        case Code::kF16: {
+          uint16_t h;
+          std::memcpy(&h, codes + 2 * (k * kPanel + j), 2);
+          v = s.code == Code::kBF16 ? io::bf16_to_fp32(h) : io::fp16_to_fp32(h);
+          break;
+        }
+        case Code::kNib4:
+        case Code::kInt8: {
+          const uint8_t byte = s.code == Code::kInt8 ? codes[k * kPanel + j] : codes[k * kPanel / 2 + j % 16];
+          const int q = s.code == Code::kInt8 ? static_cast<int8_t>(byte)
+                                              : (j < 16 ? byte & 0x0F : byte >> 4) - s.offset;
+          v = d * static_cast<float>(q);  // the order of io::BlockCodes
+          if (s.add == Add::kZero) v = v + 0.0f;
+          if (s.add == Add::kMin) v = v + m;
+          break;
+        }
+      }
+      dst[k0 + k] = v;
+    }
+  }
+}
+
+at::Tensor PanelWeight::rows(const at::Tensor& ids_in) const {
+  const at::Tensor ids = ids_in.to(at::kLong).contiguous();
+  const int64_t n = ids.numel();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    SD_CHECK(id[i] >= 0 && id[i] < out_, "panels: row ", id[i], " out of range [0, ", out_, ")");
+  at::Tensor out = at::empty({n, in_}, at::kFloat);
+  for (int64_t i = 0; i < n; ++i) decode_row(id[i], out.data_ptr<float>() + i * in_);
+  return out;
+}
+
+at::Tensor PanelWeight::dequantized() const {
+  at::Tensor out = at::empty({out_, in_}, at::kFloat);
+  parallel::parallel_for(out_, 64, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) decode_row(o, out.data_ptr<float>() + o * in_);
+  });
+  return out;
+}
+
+at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const {
+  SD_CHECK(defined(), "panels: forward on an empty weight");
+  SD_CHECK(panels_supported(), "panels: the panel kernel needs AVX-512F, which this CPU lacks");
+  const int64_t n_rows = x.size(0);
+  at::Tensor y = at::empty({n_rows, out_}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  // Chunks of at least ~64 KiB of weights (a thread hand-off is amortised) and about 8 per
+  // thread: enough that a thread the OS deschedules leaves only a small share to the others,
+  // few enough that claiming chunks costs nothing measurable (one panel per chunk was ~3 % of
+  // a SmolLM2 step) and each thread streams several consecutive panels.
+  const int64_t min_grain = std::max<int64_t>(1, 65536 * n_panels_ / std::max<int64_t>(1, bytes()));
+  const int64_t per_chunk = (n_panels_ + 8 * parallel::num_threads() - 1) / (8 * parallel::num_threads());
+  parallel::parallel_for(n_panels_, std::max(min_grain, per_chunk), [&](int64_t p0, int64_t p1) {
+    // Prefill: a quantised panel is decoded once into an fp32 panel (in L2) that all row
+    // groups then read, instead of being decoded again for every 8 rows.
+    thread_local std::vector<float> decoded;
+    for (int64_t p = p0; p < p1; ++p) {
+      const Segment& s = segment_of_panel(p);
+      const int64_t lp = p - s.panel0, o0 = s.out0 + lp * kPanel;
+      PanelJob job{static_cast<const uint8_t*>(s.data.data_ptr()) + lp * s.panel_bytes(in_),
+                   in_, s.group, s.group_bytes, scale_bytes(s), bp ? bp + o0 : nullptr,
+                   std::min(kPanel, s.out0 + s.out - o0)};
+      const Kernels* k = &kernels(s);
+      if (n_rows > 8 && is_quantised(s.code)) {
+        decoded.resize(static_cast<size_t>(in_ * kPanel));
+        k->decode(job, decoded.data());
+        job = PanelJob{reinterpret_cast<const uint8_t*>(decoded.data()), in_, in_,
+                       in_ * 4 * kPanel, 0, job.bias, job.valid};
+        k = &f32_kernels();
+      }
+      for (int64_t r = 0; r < n_rows; r += 8) {
+        const int n = static_cast<int>(std::min<int64_t>(8, n_rows - r));
+        k->rows[n](job, xp + r * in_, yp + r * out_ + o0, out_);
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,99 @@
+#pragma once
+// Weights packed in panels of 32 output features, and the kernel that streams them.
+//
+// Decode (1 row) and verification (2-9 rows) are bound by reading W from memory. A panel
+// holds 32 outputs k-major ([in][32]), one sequential stream for the prefetcher; for every k
+// the kernel forms the 32 weights of that k in two zmm registers, broadcasts x[n, k] of each
+// row (up to 8 at a time) and accumulates with one fused multiply-add. Each output is thus one
+// FMA chain over k = 0 .. in-1, the same in decode, verification and prefill, so a row's result
+// never depends on how many rows came with it.
+//
+// The weights of a panel are stored in one of five codes:
+//   f32, bf16, f16  the values themselves (bf16 and f16 widen exactly to fp32)
+//   nib4, int8      GGUF's integer codes with per-group fp32 scales (dtype native): the kernel
+//                   forms d * q (+ m) in registers in exactly the order io::dequantize() does
+//                   (io::BlockCodes), so a native layer's weights, and therefore its outputs,
+//                   are bit-identical to the same file loaded as float32.
+// A layer may stack several GGUF tensors of different types (q/k/v, gate/up): each is a
+// segment of whole panels in its own code.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/dequant.h"
+#include "io/gguf.h"
+
+namespace specdec::model {
+
+// A GGUF tensor's blocks, viewed in place (the file must stay mapped while they are packed).
+struct QuantBlocks {
+  std::string name;                 // for error messages
+  io::GgmlType type = io::GgmlType::F32;
+  const uint8_t* data = nullptr;    // `out` rows of `in` elements, ggml's row-major blocks
+  int64_t out = 0, in = 0;
+  int64_t rope_heads = 0;           // > 0: rows are in llama.cpp's interleaved q/k order for
+                                    // that many heads; packing restores HF order
+  bool defined() const { return data != nullptr; }
+};
+
+// True when this CPU can run the panel kernel (AVX-512F).
+bool panels_supported();
+
+// The HF row that GGUF row `row` of an interleaved q/k weight with `n_heads` heads and `out`
+// rows holds (llama.cpp's converter: HF row h*hd + s*hd/2 + i -> GGUF row h*hd + 2i + s).
+int64_t rope_hf_row(int64_t row, int64_t out, int64_t n_heads);
+
+class PanelWeight {
+ public:
+  PanelWeight() = default;
+  // w: [out, in] fp32, stored as fp32 (dtype kFloat) or bf16 (kBFloat16) panels.
+  static PanelWeight from_tensor(const at::Tensor& w, at::ScalarType dtype);
+  // GGUF tensors stacked along out, each kept in its own type (dtype native). Supported:
+  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; parts must share `in`.
+  static PanelWeight from_blocks(const std::vector<QuantBlocks>& parts);
+
+  bool defined() const { return !segs_.empty(); }
+  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }
+  int64_t bytes() const;  // bytes the kernel streams per call
+  // "f32", "bf16", or the GGUF types of the segments ("Q4_K+Q6_K").
+  std::string describe() const;
+  // From GGUF blocks (from_blocks), not from a tensor.
+  bool native() const { return native_; }
+
+  // y = x W^T (+ b). x: [N, in] fp32 contiguous; b: [out] fp32 or undefined -> [N, out].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& b) const;
+  // Rows ids of W as fp32: [n] int64 -> [n, in] (a tied embedding reads the LM head).
+  at::Tensor rows(const at::Tensor& ids) const;
+  // All of W as fp32 [out, in] (bit-identical to io::dequantize of the parts).
+  at::Tensor dequantized() const;
+
+ // The layout, for the kernel in panels.cpp.
+  enum class Code : uint8_t { kF32, kBF16, kF16, kNib4, kInt8 };
+  struct Segment {
+    Code code = Code::kF32;
+    io::GgmlType type = io::GgmlType::F32;  // source type (describe())
+    io::BlockCodes::Add add = io::BlockCodes::Add::kNone;
+    int offset = 0;           // nib4: subtracted from each code (Q4_0 stores q + 8)
+    int64_t group = 0;        // k per scale group (quantised) or in (float codes)
+    int64_t group_bytes = 0;  // scales (d[32], then m[32] when add == kMin) + codes
+    int64_t out0 = 0, out = 0, panel0 = 0, n_panels = 0;
+    at::Tensor data;          // uint8 [n_panels * panel_bytes()]
+    int64_t panel_bytes(int64_t in) const { return in / group * group_bytes; }
+  };
+  const Segment& segment_of_panel(int64_t p) const;
+  const Segment& segment_of_output(int64_t o) const;
+
+ private:
+  // Output o's weights as fp32, k = 0 .. in-1, into dst.
+  void decode_row(int64_t o, float* dst) const;
+
+  std::vector<Segment> segs_;
+  int64_t out_ = 0, in_ = 0, n_panels_ = 0;
+  at::ScalarType tensor_dtype_ = at::kFloat;  // of a from_tensor weight
+  bool native_ = false;
+};
+
+}  // namespace specdec::model

@@ -1,0 +1,18 @@
+// dtype native on the Qwen pair (0.5B: Q5_0/Q8_0/Q4_K/Q6_K; 1.5B: Q4_K_M = Q4_K + Q6_K,
+// separate Q6_K output head; q/k/v bias): logits bit-identical to float32 on the same file.
+// Label slow: the 1.5B is 6 GB in float32.
+#include <filesystem>
+
+#include "native_equals_float32.h"
+
+class NativeQwen : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NativeQwen, LogitsBitIdenticalToFloat32) {
+  const std::string path = std::string(SPECDEC_SOURCE_DIR "/models/") + GetParam();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch_models.sh";
+  specdec::testing_native::expect_native_equals_float32(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pair, NativeQwen,
+                         ::testing::Values("qwen2.5-coder-0.5b-instruct.gguf", "qwen2.5-coder-1.5b-instruct.gguf"),
+                         [](const auto& info) { return info.param.substr(0, 18) == "qwen2.5-coder-0.5b" ? std::string("Qwen05B") : std::string("Qwen15B"); });

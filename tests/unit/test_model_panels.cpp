@@ -1,0 +1,183 @@
+// dtype native: GGUF blocks packed into panels (model/panels.h). For every supported type, on
+// random blocks, the packed weight decodes to exactly io::dequantize's values, and the panel
+// kernel's outputs are bit-identical to the float32 path (the same kernel on fp32 panels of
+// the dequantised weights) for decode, verification and prefill row counts. A planted bug
+// (the Q4_K "+ m" fused into an FMA, or Q4_0's offset of 8 dropped) fails these tests.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "io/dequant.h"
+#include "model/linear.h"
+#include "model/loader.h"
+#include "model/panels.h"
+
+using namespace specdec;
+using namespace specdec::model;
+using io::GgmlType;
+
+namespace {
+
+// Byte offsets of a block's fp16 scale fields (random bytes there could be inf/NaN).
+std::vector<int> f16_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// A random [out, in] tensor of type t: random codes, finite random scales; F16/BF16/F32
+// random finite values.
+std::vector<uint8_t> random_tensor(GgmlType t, int64_t out, int64_t in, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> val(-1.0f, 1.0f), scale(-0.05f, 0.05f);
+  const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(out * in / bs * ts));
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  const int64_t n = out * in / bs;
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* blk = bytes.data() + i * ts;
+    if (t == GgmlType::F32) {
+      const float v = val(rng);
+      std::memcpy(blk, &v, 4);
+    } else if (t == GgmlType::F16) {
+      const uint16_t h = io::fp32_to_fp16(val(rng));
+      std::memcpy(blk, &h, 2);
+    } else if (t == GgmlType::BF16) {
+      const float v = val(rng);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(blk, &h, 2);
+    }
+    for (int off : f16_fields(t)) {
+      const uint16_t h = io::fp32_to_fp16(scale(rng));
+      std::memcpy(blk + off, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+QuantBlocks view(GgmlType t, const std::vector<uint8_t>& bytes, int64_t out, int64_t in,
+                 int64_t rope_heads = 0) {
+  QuantBlocks q;
+  q.name = std::string("test ") + io::ggml_type_name(t);
+  q.type = t;
+  q.data = bytes.data();
+  q.out = out;
+  q.in = in;
+  q.rope_heads = rope_heads;
+  return q;
+}
+
+at::Tensor dequantize(GgmlType t, const std::vector<uint8_t>& bytes, int64_t out, int64_t in) {
+  at::Tensor w = at::empty({out, in}, at::kFloat);
+  io::dequantize(t, bytes.data(), w.data_ptr<float>(), out * in);
+  return w;
+}
+
+bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                           GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
+
+class Panels : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  void SetUp() override {
+    if (!panels_supported()) GTEST_SKIP() << "the panel kernel needs AVX-512F";
+    parallel::set_num_threads(2);
+  }
+};
+
+// 70 outputs: two full panels and a partial one; 512 inputs: two K-quant super-blocks.
+TEST_P(Panels, DecodesToDequantizeAndMatchesFloat32BitForBit) {
+  const GgmlType t = GetParam();
+  const int64_t out = 70, in = 512;
+  const auto bytes = random_tensor(t, out, in, 7);
+  const PanelWeight native = PanelWeight::from_blocks({view(t, bytes, out, in)});
+  const at::Tensor w = dequantize(t, bytes, out, in);
+  EXPECT_EQ(native.out(), out);
+  EXPECT_EQ(native.in(), in);
+  EXPECT_EQ(native.describe(), io::ggml_type_name(t));
+  ASSERT_TRUE(bit_equal(native.dequantized(), w)) << "packed weights decode differently";
+  const at::Tensor ids = at::tensor({69, 0, 33, 31}, at::kLong);
+  EXPECT_TRUE(bit_equal(native.rows(ids), w.index_select(0, ids)));
+
+  const PanelWeight f32 = PanelWeight::from_tensor(w, at::kFloat);
+  const at::Tensor bias = at::randn({out}, at::kFloat);
+  for (int64_t n : {1, 2, 5, 8, 9, 17, 40}) {
+    const at::Tensor x = at::randn({n, in}, at::kFloat);
+    const at::Tensor y = native.forward(x, bias);
+    EXPECT_TRUE(bit_equal(y, f32.forward(x, bias))) << n << " rows";
+    // Both paths could share a mistake: the reference matmul bounds it (fp32 summation order
+    // differs; a wrong weight moves outputs by ~|w||x|, far above 1e-5 of the largest output).
+    const at::Tensor ref = at::addmm(bias, x, w.t());
+    EXPECT_LE((y - ref).abs().max().item<float>(), 1e-5f * ref.abs().max().item<float>()) << n << " rows";
+    // A row's result does not depend on the rows beside it.
+    EXPECT_TRUE(bit_equal(y.narrow(0, n - 1, 1), native.forward(x.narrow(0, n - 1, 1).contiguous(), bias)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryType, Panels, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(io::ggml_type_name(info.param)); });
+
+TEST(PanelsStacked, MixedTypesEqualTheirConcatenation) {
+  if (!panels_supported()) GTEST_SKIP() << "the panel kernel needs AVX-512F";
+  const int64_t in = 256;
+  const auto a = random_tensor(GgmlType::Q4_K, 64, in, 1);
+  const auto b = random_tensor(GgmlType::Q6_K, 40, in, 2);  // ends mid-panel
+  const auto c = random_tensor(GgmlType::Q8_0, 32, in, 3);
+  const PanelWeight w = PanelWeight::from_blocks(
+      {view(GgmlType::Q4_K, a, 64, in), view(GgmlType::Q6_K, b, 40, in), view(GgmlType::Q8_0, c, 32, in)});
+  EXPECT_EQ(w.out(), 136);
+  EXPECT_EQ(w.describe(), "Q4_K+Q6_K+Q8_0");
+  const at::Tensor ref = at::cat({dequantize(GgmlType::Q4_K, a, 64, in), dequantize(GgmlType::Q6_K, b, 40, in),
+                                  dequantize(GgmlType::Q8_0, c, 32, in)});
+  EXPECT_TRUE(bit_equal(w.dequantized(), ref));
+  const at::Tensor x = at::randn({5, in}, at::kFloat);
+  EXPECT_TRUE(bit_equal(w.forward(x, at::Tensor()), PanelWeight::from_tensor(ref, at::kFloat).forward(x, at::Tensor())));
+  // Through Linear, as the model uses it.
+  const Linear lin(PanelWeight::from_blocks({view(GgmlType::Q4_K, a, 64, in)}), at::Tensor());
+  EXPECT_TRUE(lin.native());
+  EXPECT_EQ(lin.describe(), "Q4_K");
+  EXPECT_TRUE(bit_equal(lin(x), Linear(ref.narrow(0, 0, 64), at::Tensor())(x)));
+}
+
+TEST(PanelsStacked, RopeRowsRestoredToHfOrder) {
+  if (!panels_supported()) GTEST_SKIP() << "the panel kernel needs AVX-512F";
+  const int64_t out = 128, in = 64, heads = 2;
+  const auto q = random_tensor(GgmlType::Q8_0, out, in, 4);
+  const PanelWeight w = PanelWeight::from_blocks({view(GgmlType::Q8_0, q, out, in, heads)});
+  EXPECT_TRUE(bit_equal(w.dequantized(), unpermute_rope_rows(dequantize(GgmlType::Q8_0, q, out, in), heads)));
+}
+
+TEST(PanelsStacked, BadInputsNameTheTensor) {
+  const auto q = random_tensor(GgmlType::Q8_0, 32, 64, 5);
+  auto expect_error = [](const std::vector<QuantBlocks>& parts, const std::string& needle) {
+    try {
+      PanelWeight::from_blocks(parts);
+      ADD_FAILURE() << "no error, expected one containing '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  QuantBlocks q2k = view(GgmlType::Q8_0, q, 32, 64);
+  q2k.type = GgmlType::Q2_K;
+  q2k.in = 256;
+  q2k.out = 4;
+  expect_error({q2k}, "Q2_K cannot be kept native");
+  expect_error({view(GgmlType::Q8_0, q, 32, 64), view(GgmlType::Q8_0, q, 16, 128)}, "has 128 columns");
+  expect_error({view(GgmlType::Q8_0, q, 64, 48)}, "not a multiple of the Q8_0 block size 32");
+  expect_error({}, "no tensors");
+}
+
+}  // namespace
