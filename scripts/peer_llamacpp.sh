@@ -22,7 +22,7 @@
 #   The same settings can come from the environment: PEER_DIR THREADS N_TOKENS N_PROMPTS REPEATS
 #   GAMMA MODELS PRECISION SPEC OUT, LLAMA_CPP_PYTHON_VERSION (pin the sdist; default: newest,
 #   or the one already in PEER_DIR/sdist), LLAMA_EXTRA_ARGS (appended to every llama.cpp tool),
-#   SPECDEC (default REPO/build/specdec).
+#   SPECDEC (default REPO/build/specdec), SPECDEC_DTYPE (float32, or native: the GGUF blocks).
 #
 # Examples:
 #   scripts/peer_llamacpp.sh                                   # the Qwen pair, F32, full comparison
@@ -203,7 +203,11 @@ done
 if [ "$PRECISION" = f32 ]; then
   PRECISION_NOTE="F32 copies made by llama-quantize --allow-requantize IN OUT F32 from the catalog files; specdec loads the same copies (float32)"
 else
-  PRECISION_NOTE="the catalog files as shipped (llama.cpp computes on the quantised weights; specdec dequantises them to fp32 at load)"
+  if [ "${SPECDEC_DTYPE:-float32}" = float32 ]; then
+    PRECISION_NOTE="the catalog files as shipped (llama.cpp computes on the quantised weights; specdec dequantises them to fp32 at load)"
+  else
+    PRECISION_NOTE="the catalog files as shipped (llama.cpp computes on the quantised weights with Q8 activations; specdec keeps the quantised blocks, --dtype ${SPECDEC_DTYPE})"
+  fi
 fi
 
 # ---------------------------------------------------------------------------------------------

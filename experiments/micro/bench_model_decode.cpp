@@ -6,6 +6,10 @@
 //     default dispatch (lib:0, packed weights and our panel kernel) or library kernels only (lib:1,
 //     LinearPolicy::kLibrary). The cache is rolled back after each step, so every iteration
 //     sees the same context.
+//   BM_Gguf/model:<m>/native:<0|1>/T:<T>: the same step (ctx 128) on a catalog GGUF file
+//     (m: 0 SmolLM2-135M Q4_1, 1 Qwen2.5-Coder-0.5B Q4, 2 Qwen2.5-Coder-1.5B Q4_K_M) loaded as
+//     float32 or dtype native (the file's blocks, model/panels.h); a missing file is skipped.
+//     Issue 13's ratios: native / fp32 decode, verify(5) / decode(1), step / floor_ms.
 // Run: build/bench/bench_model_decode --benchmark_repetitions=7 \
 //        --benchmark_report_aggregates_only=true
 // Counters: floor_ms = weight bytes / the bandwidth measured by BM_Bandwidth in the same run
@@ -13,6 +17,7 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -153,6 +158,55 @@ void BM_LinearsOnly(benchmark::State& st) {
   st.SetLabel(std::string(dtype == 0 ? "fp32" : "bf16") + (library ? " library" : " skinny"));
 }
 
+// A catalog GGUF model as float32 or native, prefilled with ctx pseudo-random tokens.
+Loaded& loaded_gguf(int model, bool native, int64_t ctx) {
+  static const char* kFiles[] = {"smollm2-135m-instruct.gguf", "qwen2.5-coder-0.5b-instruct.gguf",
+                                 "qwen2.5-coder-1.5b-instruct.gguf"};
+  static std::map<std::tuple<int, bool, int64_t>, Loaded> cache;
+  auto key = std::make_tuple(model, native, ctx);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  sm::ModelSpec spec;
+  spec.name = kFiles[model];
+  spec.path = std::string(SPECDEC_SOURCE_DIR "/models/") + kFiles[model];
+  spec.dtype = native ? "native" : "float32";
+  spec.threads = specdec::parallel::num_threads();
+  Loaded l;
+  if (FILE* f = std::fopen(spec.path.c_str(), "rb")) {
+    std::fclose(f);
+    l.model = sm::load(spec).model;
+    l.ctx = ctx;
+    l.cache = l.model->make_cache(1, ctx + 16);
+    std::vector<int64_t> prompt(ctx);
+    for (int64_t i = 0; i < ctx; ++i) prompt[i] = (i * 7919 + 13) % l.model->config().n_vocab;
+    l.model->forward(at::tensor(prompt, at::kLong).view({1, ctx}), {0}, l.cache);
+  }
+  return cache.emplace(key, std::move(l)).first->second;
+}
+
+void BM_Gguf(benchmark::State& st) {
+  const int model = static_cast<int>(st.range(0));
+  const bool native = st.range(1) != 0;
+  const int64_t T = st.range(2), ctx = 128;
+  Loaded& l = loaded_gguf(model, native, ctx);
+  if (!l.model) {
+    st.SkipWithError("model file missing: run scripts/fetch_models.sh");
+    return;
+  }
+  std::vector<int64_t> ids(T);
+  for (int64_t i = 0; i < T; ++i) ids[i] = 100 + 37 * i;
+  at::Tensor tokens = at::tensor(ids, at::kLong).view({1, T});
+  for (auto _ : st) {
+    at::Tensor logits = l.model->forward(tokens, {ctx}, l.cache);
+    benchmark::DoNotOptimize(logits.data_ptr<float>());
+    l.cache.truncate(0, ctx);
+  }
+  const double bytes = double(l.model->weight_bytes());
+  st.counters["weight_MB"] = bytes / 1e6;
+  if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = bytes / (g_bandwidth_gbs * 1e9) * 1e3;
+  st.SetLabel(native ? "native" : "fp32");
+}
+
 // Records the bandwidth of the BM_Bandwidth runs for the floor counters of later runs.
 class BandwidthCapture : public benchmark::ConsoleReporter {
  public:
@@ -174,6 +228,12 @@ BENCHMARK(BM_Bandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1
 BENCHMARK(BM_LinearsOnly)
     ->ArgsProduct({{0, 1}, {0, 1}, {1, 5, 8}})
     ->ArgNames({"bf16", "lib", "T"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK(BM_Gguf)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {1, 5}})
+    ->ArgNames({"model", "native", "T"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);

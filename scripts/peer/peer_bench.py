@@ -21,6 +21,10 @@ import subprocess
 import sys
 import time
 
+# specdec's weights: float32 (default) or native (the GGUF file's own blocks; bit-identical
+# logits, issue 13). From the environment: SPECDEC_DTYPE=native scripts/peer_llamacpp.sh ...
+SPECDEC_DTYPE = os.environ.get("SPECDEC_DTYPE", "float32")
+
 # ----------------------------------------------------------------------------------------------
 # GGUF metadata (only the key/value section; tensors are never read)
 
@@ -291,7 +295,7 @@ class Bench:
         for name, path in self.models:
             for p in self.prepare(name, path)[: a.check_prompts]:
                 sd_cmd = [a.specdec, "generate", "--model", path, "--max-new-tokens", str(a.check_tokens),
-                          "--threads", str(a.threads), "--dtype", "float32", "--json"]
+                          "--threads", str(a.threads), "--dtype", SPECDEC_DTYPE, "--json"]
                 # specdec applies its own chat template here (the way a user runs it); the
                 # prompt count must equal that of the pre-templated text given to llama.cpp.
                 sd_cmd += ["--prompt-file", p["raw_path"]] + (["--chat"] if p["chat"] else [])
@@ -333,7 +337,7 @@ class Bench:
         t = str(a.threads)
         # llama.cpp gets the text with -p: its -f drops one trailing newline, and a ChatML
         # prompt ends with "<|im_start|>assistant\n".
-        common_sd = ["--max-new-tokens", str(a.n_tokens), "--threads", t, "--dtype", "float32", "--json"]
+        common_sd = ["--max-new-tokens", str(a.n_tokens), "--threads", t, "--dtype", SPECDEC_DTYPE, "--json"]
         ctx = ["-c", str(a.ctx)]
         sampling = ["--temp", "0", "--top-k", "1", "--seed", "0"]
         bin_ = lambda n: os.path.join(a.llama_bin, n)

@@ -78,6 +78,8 @@ class GgufFile {
 
   // Pointer to the raw (quantised) bytes of a tensor, bounds-checked at open().
   const uint8_t* tensor_data(const GgufTensorInfo& t) const;
+  // True when the bytes are a mapping of the file (open()), not a caller's buffer (parse()).
+  bool mapped() const { return map_ != nullptr; }
   // Dequantises a whole tensor to fp32 into out[n_elements()]. Throws for unsupported types.
   void read_f32(const GgufTensorInfo& t, float* out) const;
 

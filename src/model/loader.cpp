@@ -180,6 +180,7 @@ QuantBlocks gguf_blocks(const io::GgufFile& f, const std::string& name, std::vec
   q.out = shape[0];
   q.in = shape[1];
   q.rope_heads = rope_heads;
+  q.file_mapped = f.mapped();
   return q;
 }
 

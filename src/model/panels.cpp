@@ -25,19 +25,19 @@ using Code = PanelWeight::Code;
 using Segment = PanelWeight::Segment;
 using Add = io::BlockCodes::Add;
 
-// A zeroed buffer backed by 2 MiB pages where the kernel allows it (transparent huge pages in
+// A buffer backed by 2 MiB pages where the kernel allows it (transparent huge pages in
 // "madvise" mode, the usual default). Streaming weights through 4 KiB pages costs a TLB miss
 // per page and restarts the hardware prefetchers at every page boundary (measured: a few per
-// cent, results/engine.md).
+// cent, results/engine.md). Not initialised: the packers write every byte, in parallel (the
+// first touch, where the kernel zeroes each page, is a large part of the load time).
 at::Tensor huge_page_bytes(int64_t bytes) {
   constexpr size_t kHuge = size_t(2) << 20;
-  if (static_cast<size_t>(bytes) < kHuge) return at::zeros({bytes}, at::kByte);
+  if (static_cast<size_t>(bytes) < kHuge) return at::empty({bytes}, at::kByte);
   const size_t size = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
   void* p = nullptr;
   SD_CHECK(posix_memalign(&p, kHuge, size) == 0, "panels: cannot allocate ", bytes,
            " bytes of weights");
   madvise(p, size, MADV_HUGEPAGE);  // advice only: without THP this is ordinary memory
-  std::memset(p, 0, size);
   return at::from_blob(p, {bytes}, [](void* q) { std::free(q); }, at::kByte);
 }
 
@@ -265,8 +265,9 @@ PanelWeight PanelWeight::from_tensor(const at::Tensor& w_in, at::ScalarType dtyp
   const at::Tensor w = w_in.to(dtype).contiguous();
   at::Tensor padded = at::zeros({s.n_panels * kPanel, pw.in_}, w.options());
   padded.narrow(0, 0, pw.out_).copy_(w);
-  const at::Tensor packed = padded.view({s.n_panels, kPanel, pw.in_}).transpose(1, 2).contiguous();
-  std::memcpy(s.data.data_ptr(), packed.data_ptr(), packed.nbytes());
+  // Copied by ATen's threads (the loader gives them all cores).
+  at::from_blob(s.data.data_ptr(), {s.n_panels, pw.in_, kPanel}, w.options())
+      .copy_(padded.view({s.n_panels, kPanel, pw.in_}).transpose(1, 2));
   pw.n_panels_ = s.n_panels;
   pw.segs_.push_back(std::move(s));
   return pw;
@@ -274,7 +275,8 @@ PanelWeight PanelWeight::from_tensor(const at::Tensor& w_in, at::ScalarType dtyp
 
 namespace {
 
-// One part into its segment: output j of panel p is source row rows[p * 32 + j].
+// One part into its segment. Panel by panel (in parallel): the 32 rows' blocks are unpacked
+// side by side (io::unpack_block), then written k-major, so the panel is written in order.
 void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
   const io::GgmlType t = part.type;
   const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
@@ -285,41 +287,56 @@ void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
   std::vector<int64_t> src_row(static_cast<size_t>(part.out));
   for (int64_t r = 0; r < part.out; ++r)
     src_row[static_cast<size_t>(part.rope_heads > 0 ? rope_hf_row(r, part.out, part.rope_heads) : r)] = r;
+  const auto row_of = [&](int64_t p, int64_t j) {
+    return part.data + src_row[static_cast<size_t>(p * kPanel + j)] * row_bytes;
+  };
   parallel::parallel_for(s.n_panels, 1, [&](int64_t p0, int64_t p1) {
-    io::BlockCodes b;
+    std::vector<io::BlockCodes> rows(kPanel);
     for (int64_t p = p0; p < p1; ++p) {
       uint8_t* panel = base + p * panel_bytes;
-      for (int64_t j = 0; j < kPanel && p * kPanel + j < part.out; ++j) {
-        const uint8_t* row = part.data + src_row[static_cast<size_t>(p * kPanel + j)] * row_bytes;
-        if (!is_quantised(s.code)) {  // F32, F16, BF16: the source's own bits, transposed
-          const int64_t size = code_bytes_per_k(s.code) / kPanel;
+      const int64_t valid = std::min(kPanel, part.out - p * kPanel);
+      std::memset(panel, 0, static_cast<size_t>(panel_bytes));  // padding outputs stay 0
+      if (!is_quantised(s.code)) {  // F32, F16, BF16: the source's own bits, transposed
+        const int64_t size = code_bytes_per_k(s.code) / kPanel;
+        for (int64_t j = 0; j < valid; ++j)
           for (int64_t k = 0; k < in; ++k)
-            std::memcpy(panel + (k * kPanel + j) * size, row + k * size, static_cast<size_t>(size));
-          continue;
-        }
-        for (int64_t blk = 0; blk < in / bs; ++blk) {
-          io::unpack_block(t, row + blk * ts, b);
-          for (int64_t g = 0; g < bs / s.group; ++g) {
-            const int64_t k0 = blk * bs + g * s.group;
-            uint8_t* group = panel + k0 / s.group * s.group_bytes;
-            std::memcpy(group + 4 * j, &b.d[g], 4);
-            if (s.add == Add::kMin) std::memcpy(group + 4 * (kPanel + j), &b.m[g], 4);
-            uint8_t* codes = group + sb;
-            for (int64_t k = 0; k < s.group; ++k) {
-              const int q = b.q[g * s.group + k];
-              if (s.code == Code::kInt8) {
-                codes[k * kPanel + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
-              } else {
-                const int v = q + s.offset;  // 0..15
-                uint8_t& byte = codes[k * kPanel / 2 + j % 16];
-                byte = static_cast<uint8_t>(j < 16 ? (byte & 0xF0) | v : (byte & 0x0F) | (v << 4));
-              }
+            std::memcpy(panel + (k * kPanel + j) * size, row_of(p, j) + k * size, static_cast<size_t>(size));
+        continue;
+      }
+      for (int64_t j = valid; j < kPanel; ++j) {  // absent outputs: weight 0 (code - offset 0, d 0)
+        std::fill(std::begin(rows[j].q), std::end(rows[j].q), static_cast<int8_t>(-s.offset));
+        std::fill(std::begin(rows[j].d), std::end(rows[j].d), 0.0f);
+        std::fill(std::begin(rows[j].m), std::end(rows[j].m), 0.0f);
+      }
+      for (int64_t blk = 0; blk < in / bs; ++blk) {
+        for (int64_t j = 0; j < valid; ++j) io::unpack_block(t, row_of(p, j) + blk * ts, rows[j]);
+        for (int64_t g = 0; g < bs / s.group; ++g) {
+          uint8_t* group = panel + (blk * bs / s.group + g) * s.group_bytes;
+          float* d = reinterpret_cast<float*>(group);
+          for (int64_t j = 0; j < kPanel; ++j) d[j] = rows[j].d[g];
+          if (s.add == Add::kMin)
+            for (int64_t j = 0; j < kPanel; ++j) d[kPanel + j] = rows[j].m[g];
+          uint8_t* codes = group + sb;
+          for (int64_t k = 0; k < s.group; ++k) {
+            const int64_t e = g * s.group + k;  // element of the block
+            if (s.code == Code::kInt8) {
+              for (int64_t j = 0; j < kPanel; ++j) codes[k * kPanel + j] = static_cast<uint8_t>(rows[j].q[e]);
+            } else {  // byte j: output j in the low nibble, j + 16 in the high
+              for (int64_t j = 0; j < kPanel / 2; ++j)
+                codes[k * kPanel / 2 + j] = static_cast<uint8_t>((rows[j].q[e] + s.offset) |
+                                                                 ((rows[j + 16].q[e] + s.offset) << 4));
             }
           }
         }
       }
     }
   });
+  if (part.file_mapped) {  // the pages wholly inside the tensor: nothing else lives there
+    const uintptr_t page = 4096, begin = reinterpret_cast<uintptr_t>(part.data);
+    const uintptr_t end = begin + static_cast<uintptr_t>(part.out * row_bytes);
+    const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
+    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  }
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ struct QuantBlocks {
   int64_t out = 0, in = 0;
   int64_t rope_heads = 0;           // > 0: rows are in llama.cpp's interleaved q/k order for
                                     // that many heads; packing restores HF order
+  bool file_mapped = false;         // data is a read-only file mapping: once packed, its pages
+                                    // are dropped (MADV_DONTNEED) so they do not add to the RSS
   bool defined() const { return data != nullptr; }
 };
 
