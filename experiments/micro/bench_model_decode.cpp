@@ -6,9 +6,10 @@
 //     default dispatch (lib:0, packed weights and our panel kernel) or library kernels only (lib:1,
 //     LinearPolicy::kLibrary). The cache is rolled back after each step, so every iteration
 //     sees the same context.
-//   BM_Gguf/model:<m>/native:<0|1>/T:<T>: the same step (ctx 128) on a catalog GGUF file
+//   BM_Gguf/model:<m>/native:<0|1|2>/T:<T>: the same step (ctx 128) on a catalog GGUF file
 //     (m: 0 SmolLM2-135M Q4_1, 1 Qwen2.5-Coder-0.5B Q4, 2 Qwen2.5-Coder-1.5B Q4_K_M) loaded as
-//     float32 or dtype native (the file's blocks, model/panels.h); a missing file is skipped.
+//     float32 (0), dtype native (1: the file's blocks, model/panels.h) or native_q8 (2: int8
+//     activations); a missing file is skipped.
 //     Issue 13's ratios: native / fp32 decode, verify(5) / decode(1), step / floor_ms.
 // Run: build/bench/bench_model_decode --benchmark_repetitions=7 \
 //        --benchmark_report_aggregates_only=true
@@ -159,17 +160,17 @@ void BM_LinearsOnly(benchmark::State& st) {
 }
 
 // A catalog GGUF model as float32 or native, prefilled with ctx pseudo-random tokens.
-Loaded& loaded_gguf(int model, bool native, int64_t ctx) {
+Loaded& loaded_gguf(int model, int native, int64_t ctx) {
   static const char* kFiles[] = {"smollm2-135m-instruct.gguf", "qwen2.5-coder-0.5b-instruct.gguf",
                                  "qwen2.5-coder-1.5b-instruct.gguf"};
-  static std::map<std::tuple<int, bool, int64_t>, Loaded> cache;
+  static std::map<std::tuple<int, int, int64_t>, Loaded> cache;
   auto key = std::make_tuple(model, native, ctx);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   sm::ModelSpec spec;
   spec.name = kFiles[model];
   spec.path = std::string(SPECDEC_SOURCE_DIR "/models/") + kFiles[model];
-  spec.dtype = native ? "native" : "float32";
+  spec.dtype = native == 2 ? "native_q8" : native == 1 ? "native" : "float32";
   spec.threads = specdec::parallel::num_threads();
   Loaded l;
   if (FILE* f = std::fopen(spec.path.c_str(), "rb")) {
@@ -186,7 +187,7 @@ Loaded& loaded_gguf(int model, bool native, int64_t ctx) {
 
 void BM_Gguf(benchmark::State& st) {
   const int model = static_cast<int>(st.range(0));
-  const bool native = st.range(1) != 0;
+  const int native = static_cast<int>(st.range(1));
   const int64_t T = st.range(2), ctx = 128;
   Loaded& l = loaded_gguf(model, native, ctx);
   if (!l.model) {
@@ -204,7 +205,7 @@ void BM_Gguf(benchmark::State& st) {
   const double bytes = double(l.model->weight_bytes());
   st.counters["weight_MB"] = bytes / 1e6;
   if (g_bandwidth_gbs > 0) st.counters["floor_ms"] = bytes / (g_bandwidth_gbs * 1e9) * 1e3;
-  st.SetLabel(native ? "native" : "fp32");
+  st.SetLabel(native == 2 ? "native_q8" : native == 1 ? "native" : "fp32");
 }
 
 // Records the bandwidth of the BM_Bandwidth runs for the floor counters of later runs.
@@ -232,7 +233,7 @@ BENCHMARK(BM_LinearsOnly)
     ->UseRealTime()
     ->MinTime(1.0);
 BENCHMARK(BM_Gguf)
-    ->ArgsProduct({{0, 1, 2}, {0, 1}, {1, 5}})
+    ->ArgsProduct({{0, 1, 2}, {0, 1, 2}, {1, 5}})
     ->ArgNames({"model", "native", "T"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()

@@ -182,7 +182,8 @@ int cmd_generate(const Args& args) {
       ("seed", po::value(&o.seed)->default_value(0), "random seed (sampling, speculative sampling)")
       ("threads", po::value(&o.threads)->default_value(2), "engine threads (0 = all cores; at most the cores this process may use)")
       ("threads-oversubscribe", po::bool_switch(&o.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
-      ("dtype", po::value(&o.dtype)->default_value("float32"), "weights of linear layers: float32 | bfloat16 | native (a GGUF file's own blocks)")
+      ("dtype", po::value(&o.dtype)->default_value("float32"), "weights of linear layers: float32 | bfloat16 | native (a GGUF file's own blocks; logits "
+       "bit-identical to float32) | native_q8 (the same with int8 activations, as llama.cpp: faster, not identical)")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")
       ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line")

@@ -159,8 +159,8 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
     if (n["seed"]) m.seed = static_cast<uint64_t>(c.integer(n["seed"], path + ".seed", 0, INT64_MAX));
   }
   if (m.name.empty()) c.bad(path, "empty model name");
-  if (m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native")
-    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: float32, bfloat16, native)");
+  if (m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native" && m.dtype != "native_q8")
+    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: float32, bfloat16, native, native_q8)");
   return m;
 }
 

@@ -14,7 +14,7 @@ namespace specdec::harness {
 
 struct ModelChoice {
   std::string name;               // catalog name, .gguf path, HF dir, or "tiny-llama"
-  std::string dtype = "float32";  // "float32" | "bfloat16" | "native" (GGUF blocks)
+  std::string dtype = "float32";  // "float32" | "bfloat16" | "native" (GGUF blocks) | "native_q8"
   int threads = 2;                // LibTorch intra-op threads (0 = all cores)
   uint64_t seed = 0;              // tiny random models only
 };

@@ -198,6 +198,7 @@ class LlamaModel final : public CausalLM {
  public:
   LlamaModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype) : cfg_(cfg) {
     const bool native = t.native_tok_embd.defined();
+    const bool q8 = t.native_int8_dot;
     for (auto& L : t.layers) {
       Layer y;
       y.attn_norm = L.attn_norm.to(at::kFloat).contiguous();
@@ -207,10 +208,10 @@ class LlamaModel final : public CausalLM {
       at::Tensor bqkv = cfg.qkv_bias ? at::cat({L.bq, L.bk, L.bv}).to(at::kFloat) : at::Tensor();
       if (native) {
         const auto& N = L.native;
-        y.wqkv = Linear(PanelWeight::from_blocks({N.wq, N.wk, N.wv}), bqkv);
-        y.wo = Linear(PanelWeight::from_blocks({N.wo}), at::Tensor());
-        y.w_gate_up = Linear(PanelWeight::from_blocks({N.w_gate, N.w_up}), at::Tensor());
-        y.w_down = Linear(PanelWeight::from_blocks({N.w_down}), at::Tensor());
+        y.wqkv = Linear(PanelWeight::from_blocks({N.wq, N.wk, N.wv}, q8), bqkv);
+        y.wo = Linear(PanelWeight::from_blocks({N.wo}, q8), at::Tensor());
+        y.w_gate_up = Linear(PanelWeight::from_blocks({N.w_gate, N.w_up}, q8), at::Tensor());
+        y.w_down = Linear(PanelWeight::from_blocks({N.w_down}, q8), at::Tensor());
       } else {
         y.wqkv = Linear(at::cat({L.wq, L.wk, L.wv}).to(at::kFloat), bqkv, dtype);
         y.wo = Linear(L.wo.to(at::kFloat), at::Tensor(), dtype);
@@ -225,7 +226,7 @@ class LlamaModel final : public CausalLM {
       // Tied: the embedding rows are the head's (decoded on lookup); otherwise the embedding
       // keeps its own blocks, packed but only ever read row by row.
       cfg_.tie_embeddings = !t.native_output.defined();
-      output_ = Linear(PanelWeight::from_blocks({cfg_.tie_embeddings ? t.native_tok_embd : t.native_output}),
+      output_ = Linear(PanelWeight::from_blocks({cfg_.tie_embeddings ? t.native_tok_embd : t.native_output}, q8),
                        at::Tensor());
       if (!cfg_.tie_embeddings) embd_rows_ = PanelWeight::from_blocks({t.native_tok_embd});
     } else {

@@ -39,6 +39,7 @@ struct LlamaTensors {
   // dtype native: the embedding and output head as GGUF blocks (tok_embd / output undefined);
   // native_output undefined when tied.
   QuantBlocks native_tok_embd, native_output;
+  bool native_int8_dot = false;  // dtype native_q8: run them with int8 activations
 };
 
 // Builds the model. Linear weights are kept in `dtype` (kFloat or kBFloat16), or as the GGUF

@@ -102,9 +102,10 @@ at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads) {
 }
 
 at::ScalarType parse_dtype(const std::string& dtype) {
-  if (dtype == "float32" || dtype == "fp32" || dtype.empty() || dtype == "native") return at::kFloat;
+  if (dtype == "float32" || dtype == "fp32" || dtype.empty() || dtype == "native" || dtype == "native_q8")
+    return at::kFloat;
   if (dtype == "bfloat16" || dtype == "bf16") return at::kBFloat16;
-  fail("model dtype '", dtype, "' is not supported (use float32, bfloat16 or native)");
+  fail("model dtype '", dtype, "' is not supported (use float32, bfloat16, native or native_q8)");
 }
 
 ModelConfig llama_config_from_gguf(const io::GgufFile& f) {
@@ -186,7 +187,8 @@ QuantBlocks gguf_blocks(const io::GgufFile& f, const std::string& name, std::vec
 
 }  // namespace
 
-std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, bool native) {
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, bool native,
+                                          bool int8_dot) {
   const ModelConfig c = llama_config_from_gguf(f);
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   // llama.cpp permutes q/k only for arch "llama"; qwen2 GGUFs keep HF order (NEOX rope).
@@ -194,6 +196,7 @@ std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType 
   LlamaTensors t;
   t.layers.resize(c.n_layers);
   std::vector<ReadTask> tasks;
+  t.native_int8_dot = native && int8_dot;
   if (native) {
     t.native_tok_embd = gguf_blocks(f, "token_embd.weight", {c.n_vocab, d});
     if (!c.tie_embeddings) t.native_output = gguf_blocks(f, "output.weight", {c.n_vocab, d});
@@ -392,14 +395,17 @@ LoadedModel load(const ModelSpec& spec) {
   set_threads(spec.threads, spec.threads_oversubscribe);
   const LoadThreads load_threads(parallel::num_threads());
   const at::ScalarType dtype = parse_dtype(spec.dtype);
-  const bool native = spec.dtype == "native";
+  const bool int8_dot = spec.dtype == "native_q8";
+  const bool native = spec.dtype == "native" || int8_dot;
   LoadedModel out;
   out.spec = spec;
   const std::string& path = spec.path;
   namespace fs = std::filesystem;
   const bool gguf = path != "tiny-llama" && path != "tiny-gpt2" && !fs::is_directory(path);
-  SD_CHECK(!native || gguf, "model ", spec.name, ": dtype native keeps a GGUF file's own blocks, but '",
+  SD_CHECK(!native || gguf, "model ", spec.name, ": dtype ", spec.dtype, " keeps a GGUF file's own blocks, but '",
            path, "' is not a GGUF file (use float32 or bfloat16)");
+  SD_CHECK(!int8_dot || panels_int8_dot_supported(), "model ", spec.name,
+           ": dtype native_q8 needs a CPU with AVX512-VNNI (this one has none; use native)");
   SD_CHECK(!native || panels_supported(), "model ", spec.name,
            ": dtype native needs a CPU with AVX-512F (this one has none; use float32 or bfloat16)");
   if (path == "tiny-llama") {
@@ -420,9 +426,9 @@ LoadedModel load(const ModelSpec& spec) {
              "' is neither a file, a directory, nor tiny-llama/tiny-gpt2");
     auto f = io::GgufFile::open(path);
     const std::string arch = f->get_string("general.architecture");
-    SD_CHECK(!native || arch != "gpt2", "model ", spec.name, ": dtype native is not implemented for ",
+    SD_CHECK(!native || arch != "gpt2", "model ", spec.name, ": dtype ", spec.dtype, " is not implemented for ",
              "GPT-2 GGUF files (", path, "); use float32 or bfloat16");
-    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype, native);
+    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype, native, int8_dot);
     out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
   }
   // Every id the tokenizer can produce must index the embedding (HF Qwen: 151,665 token ids,

@@ -17,11 +17,13 @@ namespace specdec::model {
 ModelConfig llama_config_from_gguf(const io::GgufFile& file);
 
 // Loads a "llama"/"qwen2" GGUF: tensors dequantised to fp32 in parallel, or with `native`
-// the projections, embedding and head kept as the file's blocks (panels.h); for arch "llama"
+// the projections, embedding and head kept as the file's blocks (panels.h), run with int8
+// activations when `int8_dot` (dtype native_q8); for arch "llama"
 // the q/k rows are restored to HF order (see unpermute_rope_rows). Throws specdec::Error
 // naming the file, tensor and expected shape.
 std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& file,
-                                          at::ScalarType dtype = at::kFloat, bool native = false);
+                                          at::ScalarType dtype = at::kFloat, bool native = false,
+                                          bool int8_dot = false);
 
 // Loads an HF directory (config.json model_type "llama"/"qwen2" + safetensors).
 std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
@@ -32,7 +34,7 @@ std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
 // adjacent pairs. This undoes it. w: [n_heads * head_dim, in] -> same shape, HF order.
 at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads);
 
-// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native" -> kFloat (the dtype of
+// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native"/"native_q8" -> kFloat (the dtype of
 // whatever is not kept native); anything else throws.
 at::ScalarType parse_dtype(const std::string& dtype);
 

@@ -9,7 +9,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <cstring>
 #include <set>
 
@@ -57,6 +60,19 @@ bool is_quantised(Code c) { return c == Code::kNib4 || c == Code::kInt8; }
 int64_t scale_bytes(const Segment& s) {
   if (!is_quantised(s.code)) return 0;
   return (s.add == Add::kMin ? 2 : 1) * kPanel * static_cast<int64_t>(sizeof(float));
+}
+
+// Byte of the codes of a group that holds code (k, j) (k within the group, output j of the
+// panel); a nib4 byte holds outputs j and j + 16 (low / high nibble).
+//   exact kernel:   k-major, one k's 32 codes (or 16 bytes of nibbles) after the other
+//   int8_dot (q8):  quad-major, for vpdpbusd: per 4 k, output o's 4 codes in bytes 4o..4o+3,
+//                   outputs 0-15 in one 64-byte half and 16-31 in the next (int8; nib4 packs
+//                   both halves into the nibbles of one 64 bytes)
+int64_t code_byte(const Segment& s, int64_t k, int64_t j) {
+  const int64_t o = j % 16;
+  if (s.code == Code::kNib4)
+    return s.int8_dot ? (k / 4) * 64 + 4 * o + k % 4 : k * kPanel / 2 + o;
+  return s.int8_dot ? (k / 4) * 128 + (j / 16) * 64 + 4 * o + k % 4 : k * kPanel + j;
 }
 
 Segment make_segment(Code code, int64_t group, Add add, int64_t in, int64_t out0, int64_t out,
@@ -234,10 +250,139 @@ const Kernels& kernels(const Segment& s) {
   fail("panels: unknown code");
 }
 
+// ---- int8 activations (dtype native_q8) -------------------------------------------------------
+// Each row of x is quantised per 32 values: scale = max|x| / 127, xq = round(x / scale). Sums
+// per 16 values of xq (integers) and of x (fp32) serve the code offset and the "+ m" term:
+//   sum_k (d q_k + m) x_k  ~=  d * scale * sum_k q_k xq_k  +  m * sum_k x_k
+// where q = u - C for the unsigned byte u vpdpbusd reads (nib4: C = the offset; int8 codes are
+// made unsigned by flipping the top bit: C = 128), so sum q xq = sum u xq - C * sum xq.
+struct QuantizedRows {
+  int64_t in = 0;
+  std::vector<int8_t> xq;      // [N, in]
+  std::vector<float> scale;    // [N, in / 32]
+  std::vector<int32_t> qsum;   // [N, in / 16]  sum of xq
+  std::vector<float> xsum;     // [N, in / 16]  sum of x
+
+  QuantizedRows(const float* x, int64_t n, int64_t in_) : in(in_) {
+    xq.resize(static_cast<size_t>(n * in));
+    scale.resize(static_cast<size_t>(n * in / 32));
+    qsum.resize(static_cast<size_t>(n * in / 16));
+    xsum.resize(static_cast<size_t>(n * in / 16));
+    for (int64_t b = 0; b < n * in / 32; ++b) {
+      const float* v = x + 32 * b;
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+      scale[static_cast<size_t>(b)] = d;
+      for (int h = 0; h < 2; ++h) {
+        int32_t qs = 0;
+        float xs = 0;
+        for (int i = 16 * h; i < 16 * h + 16; ++i) {
+          const int q = static_cast<int>(std::nearbyint(v[i] * inv));
+          xq[static_cast<size_t>(32 * b + i)] = static_cast<int8_t>(std::clamp(q, -127, 127));
+          qs += xq[static_cast<size_t>(32 * b + i)];
+          xs += v[i];
+        }
+        qsum[static_cast<size_t>(2 * b + h)] = qs;
+        xsum[static_cast<size_t>(2 * b + h)] = xs;
+      }
+    }
+  }
+};
+
+#define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+// y[n, 0..valid) = bias + sum over groups of the formula above, for N <= 4 rows (r0.. of xr).
+template <int N, bool Nib, bool Min>
+SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows& xr, int64_t r0,
+                           float* y, int64_t y_stride) {
+  __m512 acc[N][2];
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
+  const int64_t in = job.in, G = job.group;
+  const int C = Nib ? offset : 128;
+  const uint8_t* g = job.panel;
+  for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
+    const float* sc = reinterpret_cast<const float*>(g);
+    const uint8_t* codes = g + job.scale_bytes;
+    __m512i dot[N][2];
+    for (int n = 0; n < N; ++n) dot[n][0] = dot[n][1] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < G; k += 4) {
+      __m512i w0, w1;
+      if constexpr (Nib) {
+        const __m512i v = _mm512_loadu_si512(codes + k * 16);
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        w0 = _mm512_and_si512(v, low4);
+        w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      } else {
+        const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
+        w0 = _mm512_xor_si512(_mm512_loadu_si512(codes + k * 32), top);
+        w1 = _mm512_xor_si512(_mm512_loadu_si512(codes + k * 32 + 64), top);
+      }
+      for (int n = 0; n < N; ++n) {
+        int32_t x4;
+        std::memcpy(&x4, xr.xq.data() + (r0 + n) * in + k0 + k, 4);
+        const __m512i xb = _mm512_set1_epi32(x4);
+        dot[n][0] = _mm512_dpbusd_epi32(dot[n][0], w0, xb);
+        dot[n][1] = _mm512_dpbusd_epi32(dot[n][1], w1, xb);
+      }
+    }
+    const __m512 d0 = _mm512_loadu_ps(sc), d1 = _mm512_loadu_ps(sc + 16);
+    for (int n = 0; n < N; ++n) {
+      const int64_t r = r0 + n, h = k0 / 16;
+      const int32_t qs = xr.qsum[static_cast<size_t>(r * in / 16 + h)] +
+                         (G == 32 ? xr.qsum[static_cast<size_t>(r * in / 16 + h + 1)] : 0);
+      const __m512i corr = _mm512_set1_epi32(C * qs);
+      const __m512 xs = _mm512_set1_ps(xr.scale[static_cast<size_t>(r * in / 32 + k0 / 32)]);
+      acc[n][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[n][0], corr)), _mm512_mul_ps(d0, xs), acc[n][0]);
+      acc[n][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[n][1], corr)), _mm512_mul_ps(d1, xs), acc[n][1]);
+      if constexpr (Min) {
+        const float x_sum = xr.xsum[static_cast<size_t>(r * in / 16 + h)] +
+                            (G == 32 ? xr.xsum[static_cast<size_t>(r * in / 16 + h + 1)] : 0.0f);
+        const __m512 xsb = _mm512_set1_ps(x_sum);
+        acc[n][0] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32), xsb, acc[n][0]);
+        acc[n][1] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 48), xsb, acc[n][1]);
+      }
+    }
+  }
+  const auto mask = [](int64_t k) {
+    return static_cast<__mmask16>(k >= 16 ? 0xffff : k <= 0 ? 0 : (1u << k) - 1);
+  };
+  const __mmask16 m0 = mask(job.valid), m1 = mask(job.valid - 16);
+  const __m512 b0 = job.bias ? _mm512_maskz_loadu_ps(m0, job.bias) : _mm512_setzero_ps();
+  const __m512 b1 = job.bias ? _mm512_maskz_loadu_ps(m1, job.bias + 16) : _mm512_setzero_ps();
+  for (int n = 0; n < N; ++n) {
+    _mm512_mask_storeu_ps(y + n * y_stride, m0, _mm512_add_ps(acc[n][0], b0));
+    _mm512_mask_storeu_ps(y + n * y_stride + 16, m1, _mm512_add_ps(acc[n][1], b1));
+  }
+}
+
+using RowsQ8Fn = void (*)(const PanelJob&, int, const QuantizedRows&, int64_t, float*, int64_t);
+
+template <bool Nib, bool Min>
+constexpr std::array<RowsQ8Fn, 5> q8_kernels_for() {
+  return {nullptr, panel_rows_q8<1, Nib, Min>, panel_rows_q8<2, Nib, Min>, panel_rows_q8<3, Nib, Min>,
+          panel_rows_q8<4, Nib, Min>};
+}
+
+// By row count 1..4 (more rows go 4 at a time: 8 rows would need more than 32 registers).
+RowsQ8Fn q8_kernel(const Segment& s, int n) {
+  static const auto nib = q8_kernels_for<true, false>(), nib_min = q8_kernels_for<true, true>();
+  static const auto i8 = q8_kernels_for<false, false>(), i8_min = q8_kernels_for<false, true>();
+  const bool min = s.add == Add::kMin;
+  if (s.code == Code::kNib4) return (min ? nib_min : nib)[static_cast<size_t>(n)];
+  return (min ? i8_min : i8)[static_cast<size_t>(n)];
+}
+
 }  // namespace
 
 bool panels_supported() {
   static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+bool panels_int8_dot_supported() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vnni");
   return ok;
 }
 
@@ -320,10 +465,10 @@ void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
           for (int64_t k = 0; k < s.group; ++k) {
             const int64_t e = g * s.group + k;  // element of the block
             if (s.code == Code::kInt8) {
-              for (int64_t j = 0; j < kPanel; ++j) codes[k * kPanel + j] = static_cast<uint8_t>(rows[j].q[e]);
-            } else {  // byte j: output j in the low nibble, j + 16 in the high
+              for (int64_t j = 0; j < kPanel; ++j) codes[code_byte(s, k, j)] = static_cast<uint8_t>(rows[j].q[e]);
+            } else {  // output j in the low nibble, j + 16 in the high
               for (int64_t j = 0; j < kPanel / 2; ++j)
-                codes[k * kPanel / 2 + j] = static_cast<uint8_t>((rows[j].q[e] + s.offset) |
+                codes[code_byte(s, k, j)] = static_cast<uint8_t>((rows[j].q[e] + s.offset) |
                                                                  ((rows[j + 16].q[e] + s.offset) << 4));
             }
           }
@@ -341,7 +486,9 @@ void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
 
 }  // namespace
 
-PanelWeight PanelWeight::from_blocks(const std::vector<QuantBlocks>& parts) {
+PanelWeight PanelWeight::from_blocks(const std::vector<QuantBlocks>& parts, bool int8_dot) {
+  SD_CHECK(!int8_dot || panels_int8_dot_supported(),
+           "panels: int8 activations (dtype native_q8) need AVX512-VNNI, which this CPU lacks");
   SD_CHECK(!parts.empty(), "panels: no tensors to pack");
   PanelWeight pw;
   pw.native_ = true;
@@ -369,6 +516,7 @@ PanelWeight PanelWeight::from_blocks(const std::vector<QuantBlocks>& parts) {
       s = make_segment(nib4 ? Code::kNib4 : Code::kInt8, b.group, b.add, pw.in_, pw.out_,
                        part.out, pw.n_panels_);
       s.offset = t == GgmlType::Q4_0 ? 8 : 0;
+      s.int8_dot = int8_dot;
     } else {
       const Code code = t == GgmlType::F16 ? Code::kF16 : t == GgmlType::BF16 ? Code::kBF16 : Code::kF32;
       s = make_segment(code, pw.in_, Add::kNone, pw.in_, pw.out_, part.out, pw.n_panels_);
@@ -394,11 +542,13 @@ std::string PanelWeight::describe() const {
   if (!native_) return tensor_dtype_ == at::kFloat ? "f32" : "bf16";
   std::string out;
   std::set<std::string> seen;
+  bool q8 = false;
   for (const Segment& s : segs_) {
     const std::string name = io::ggml_type_name(s.type);
     if (seen.insert(name).second) out += (out.empty() ? "" : "+") + name;
+    q8 = q8 || s.int8_dot;
   }
-  return out;
+  return q8 ? out + "/q8" : out;
 }
 
 const PanelWeight::Segment& PanelWeight::segment_of_panel(int64_t p) const {
@@ -439,7 +589,7 @@ void PanelWeight::decode_row(int64_t o, float* dst) const {
         }
         case Code::kNib4:
         case Code::kInt8: {
-          const uint8_t byte = s.code == Code::kInt8 ? codes[k * kPanel + j] : codes[k * kPanel / 2 + j % 16];
+          const uint8_t byte = codes[code_byte(s, k, j)];
           const int q = s.code == Code::kInt8 ? static_cast<int8_t>(byte)
                                               : (j < 16 ? byte & 0x0F : byte >> 4) - s.offset;
           v = d * static_cast<float>(q);  // the order of io::BlockCodes
@@ -486,6 +636,9 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
   // a SmolLM2 step) and each thread streams several consecutive panels.
   const int64_t min_grain = std::max<int64_t>(1, 65536 * n_panels_ / std::max<int64_t>(1, bytes()));
   const int64_t per_chunk = (n_panels_ + 8 * parallel::num_threads() - 1) / (8 * parallel::num_threads());
+  std::unique_ptr<QuantizedRows> xr;  // int8 rows, once per call, when a segment needs them
+  for (const Segment& s : segs_)
+    if (s.int8_dot && !xr) xr = std::make_unique<QuantizedRows>(xp, n_rows, in_);
   parallel::parallel_for(n_panels_, std::max(min_grain, per_chunk), [&](int64_t p0, int64_t p1) {
     // Prefill: a quantised panel is decoded once into an fp32 panel (in L2) that all row
     // groups then read, instead of being decoded again for every 8 rows.
@@ -496,6 +649,13 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
       PanelJob job{static_cast<const uint8_t*>(s.data.data_ptr()) + lp * s.panel_bytes(in_),
                    in_, s.group, s.group_bytes, scale_bytes(s), bp ? bp + o0 : nullptr,
                    std::min(kPanel, s.out0 + s.out - o0)};
+      if (s.int8_dot) {
+        for (int64_t r = 0; r < n_rows; r += 4) {
+          const int n = static_cast<int>(std::min<int64_t>(4, n_rows - r));
+          q8_kernel(s, n)(job, s.offset, *xr, r, yp + r * out_ + o0, out_);
+        }
+        continue;
+      }
       const Kernels* k = &kernels(s);
       if (n_rows > 8 && is_quantised(s.code)) {
         decoded.resize(static_cast<size_t>(in_ * kPanel));

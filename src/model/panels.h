@@ -16,6 +16,13 @@
 //                   are bit-identical to the same file loaded as float32.
 // A layer may stack several GGUF tensors of different types (q/k/v, gate/up): each is a
 // segment of whole panels in its own code.
+//
+// dtype native_q8 is a separate, faster and not bit-identical variant (as llama.cpp computes):
+// each row of x is quantised to int8 with one fp32 scale per 32 values, and the quantised
+// panels are multiplied with integer dot products (AVX512-VNNI vpdpbusd: 64 products per
+// instruction instead of 16 FMAs). Its codes are stored "quad-major" (4 consecutive k of an
+// output side by side, the operand order of vpdpbusd) and it is tested against float32 with
+// an error bound derived from the quantisation step, not for equality.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -40,8 +47,9 @@ struct QuantBlocks {
   bool defined() const { return data != nullptr; }
 };
 
-// True when this CPU can run the panel kernel (AVX-512F).
+// True when this CPU can run the panel kernel (AVX-512F), and the int8 one (plus BW, VNNI).
 bool panels_supported();
+bool panels_int8_dot_supported();
 
 // The HF row that GGUF row `row` of an interleaved q/k weight with `n_heads` heads and `out`
 // rows holds (llama.cpp's converter: HF row h*hd + s*hd/2 + i -> GGUF row h*hd + 2i + s).
@@ -54,13 +62,14 @@ class PanelWeight {
   static PanelWeight from_tensor(const at::Tensor& w, at::ScalarType dtype);
   // GGUF tensors stacked along out, each kept in its own type (dtype native). Supported:
   // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; parts must share `in`.
-  static PanelWeight from_blocks(const std::vector<QuantBlocks>& parts);
+  // int8_dot: quantised types run with int8 activations (dtype native_q8; float types do not).
+  static PanelWeight from_blocks(const std::vector<QuantBlocks>& parts, bool int8_dot = false);
 
   bool defined() const { return !segs_.empty(); }
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
   int64_t bytes() const;  // bytes the kernel streams per call
-  // "f32", "bf16", or the GGUF types of the segments ("Q4_K+Q6_K").
+  // "f32", "bf16", or the GGUF types of the segments ("Q4_K+Q6_K"; "+q8" for int8_dot).
   std::string describe() const;
   // From GGUF blocks (from_blocks), not from a tensor.
   bool native() const { return native_; }
@@ -82,6 +91,7 @@ class PanelWeight {
     int64_t group = 0;        // k per scale group (quantised) or in (float codes)
     int64_t group_bytes = 0;  // scales (d[32], then m[32] when add == kMin) + codes
     int64_t out0 = 0, out = 0, panel0 = 0, n_panels = 0;
+    bool int8_dot = false;    // codes quad-major, run with int8 activations (native_q8)
     at::Tensor data;          // uint8 [n_panels * panel_bytes()]
     int64_t panel_bytes(int64_t in) const { return in / group * group_bytes; }
   };

@@ -127,6 +127,35 @@ TEST_P(Panels, DecodesToDequantizeAndMatchesFloat32BitForBit) {
   }
 }
 
+// dtype native_q8: int8 activations. The only error is x's rounding to the int8 grid, at most
+// half a step (max|x| / 127 per 32 values) per value; each output's error is bounded by
+// sum_k |w[o, k]| * step(k) / 2, plus fp32 rounding of the sums (1e-5 of sum |w x|).
+TEST_P(Panels, Int8ActivationsWithinTheQuantisationBound) {
+  const GgmlType t = GetParam();
+  if (!io::ggml_type_has_codes(t)) GTEST_SKIP() << "float types keep fp32 activations";
+  if (!panels_int8_dot_supported()) GTEST_SKIP() << "needs AVX512-VNNI";
+  const int64_t out = 70, in = 512;
+  const auto bytes = random_tensor(t, out, in, 8);
+  const PanelWeight q8 = PanelWeight::from_blocks({view(t, bytes, out, in)}, /*int8_dot=*/true);
+  const at::Tensor w = dequantize(t, bytes, out, in);
+  EXPECT_EQ(q8.describe(), std::string(io::ggml_type_name(t)) + "/q8");
+  ASSERT_TRUE(bit_equal(q8.dequantized(), w)) << "quad-major codes decode differently";
+  const at::Tensor bias = at::randn({out}, at::kFloat);
+  for (int64_t n : {1, 3, 5, 9}) {
+    const at::Tensor x = at::randn({n, in}, at::kFloat);
+    const at::Tensor y = q8.forward(x, bias);
+    const at::Tensor ref = at::addmm(bias, x, w.t());
+    const at::Tensor half_step =
+        (x.view({n, in / 32, 32}).abs().amax(2, true) / 127.0 / 2.0).expand({n, in / 32, 32}).reshape({n, in});
+    const at::Tensor bound = at::mm(half_step, w.abs().t()) + 1e-5 * at::mm(x.abs(), w.abs().t());
+    const at::Tensor err = (y - ref).abs();
+    EXPECT_TRUE((err <= bound).all().item<bool>())
+        << n << " rows: worst error / bound " << (err / bound).max().item<float>();
+    EXPECT_GT(err.max().item<float>(), 0.0f) << "int8 activations should differ from fp32";
+    EXPECT_TRUE(bit_equal(y.narrow(0, n - 1, 1), q8.forward(x.narrow(0, n - 1, 1).contiguous(), bias)));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryType, Panels, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(io::ggml_type_name(info.param)); });
 
