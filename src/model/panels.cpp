@@ -251,7 +251,7 @@ const Kernels& kernels(const Segment& s) {
 }
 
 // ---- int8 activations (dtype native_q8) -------------------------------------------------------
-// Each row of x is quantised per 32 values: scale = max|x| / 127, xq = round(x / scale). Sums
+// Each row of x is quantised per 32 values: scale = max|x| / 127, xq = round(x * 127 / max|x|). Sums
 // per 16 values of xq (integers) and of x (fp32) serve the code offset and the "+ m" term:
 //   sum_k (d q_k + m) x_k  ~=  d * scale * sum_k q_k xq_k  +  m * sum_k x_k
 // where q = u - C for the unsigned byte u vpdpbusd reads (nib4: C = the offset; int8 codes are
@@ -278,7 +278,8 @@ struct QuantizedRows {
         int32_t qs = 0;
         float xs = 0;
         for (int i = 16 * h; i < 16 * h + 16; ++i) {
-          const int q = static_cast<int>(std::nearbyint(v[i] * inv));
+          const float t = v[i] * inv;  // |t| <= 127: round half away from zero, as roundf
+          const int q = static_cast<int>(t + (t >= 0 ? 0.5f : -0.5f));
           xq[static_cast<size_t>(32 * b + i)] = static_cast<int8_t>(std::clamp(q, -127, 127));
           qs += xq[static_cast<size_t>(32 * b + i)];
           xs += v[i];
@@ -292,7 +293,7 @@ struct QuantizedRows {
 
 #define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-// y[n, 0..valid) = bias + sum over groups of the formula above, for N <= 4 rows (r0.. of xr).
+// y[n, 0..valid) = bias + sum over groups of the formula above, for N <= 5 rows (r0.. of xr).
 template <int N, bool Nib, bool Min>
 SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows& xr, int64_t r0,
                            float* y, int64_t y_stride) {
@@ -357,14 +358,16 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows&
 }
 
 using RowsQ8Fn = void (*)(const PanelJob&, int, const QuantizedRows&, int64_t, float*, int64_t);
+constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
 
 template <bool Nib, bool Min>
-constexpr std::array<RowsQ8Fn, 5> q8_kernels_for() {
+constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
   return {nullptr, panel_rows_q8<1, Nib, Min>, panel_rows_q8<2, Nib, Min>, panel_rows_q8<3, Nib, Min>,
-          panel_rows_q8<4, Nib, Min>};
+          panel_rows_q8<4, Nib, Min>, panel_rows_q8<5, Nib, Min>};
 }
 
-// By row count 1..4 (more rows go 4 at a time: 8 rows would need more than 32 registers).
+// By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
+// would need more than the 32 vector registers for their int and float accumulators).
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
   static const auto nib = q8_kernels_for<true, false>(), nib_min = q8_kernels_for<true, true>();
   static const auto i8 = q8_kernels_for<false, false>(), i8_min = q8_kernels_for<false, true>();
@@ -650,8 +653,8 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
                    in_, s.group, s.group_bytes, scale_bytes(s), bp ? bp + o0 : nullptr,
                    std::min(kPanel, s.out0 + s.out - o0)};
       if (s.int8_dot) {
-        for (int64_t r = 0; r < n_rows; r += 4) {
-          const int n = static_cast<int>(std::min<int64_t>(4, n_rows - r));
+        for (int64_t r = 0; r < n_rows; r += kQ8Rows) {
+          const int n = static_cast<int>(std::min<int64_t>(kQ8Rows, n_rows - r));
           q8_kernel(s, n)(job, s.offset, *xr, r, yp + r * out_ + o0, out_);
         }
         continue;
