@@ -159,6 +159,22 @@ struct PanelJob {
   int64_t valid;      // outputs of the panel that exist (32 but at a segment's end)
 };
 
+// y[n, 0..valid) = acc[n] + bias for N rows: the last step of both kernels.
+template <int N>
+SD_AVX512 inline void store_rows(const PanelJob& job, const __m512 (&acc)[N][2], float* y,
+                                 int64_t y_stride) {
+  const auto mask = [](int64_t k) {
+    return static_cast<__mmask16>(k >= 16 ? 0xffff : k <= 0 ? 0 : (1u << k) - 1);
+  };
+  const __mmask16 m0 = mask(job.valid), m1 = mask(job.valid - 16);
+  const __m512 b0 = job.bias ? _mm512_maskz_loadu_ps(m0, job.bias) : _mm512_setzero_ps();
+  const __m512 b1 = job.bias ? _mm512_maskz_loadu_ps(m1, job.bias + 16) : _mm512_setzero_ps();
+  for (int n = 0; n < N; ++n) {
+    _mm512_mask_storeu_ps(y + n * y_stride, m0, _mm512_add_ps(acc[n][0], b0));
+    _mm512_mask_storeu_ps(y + n * y_stride + 16, m1, _mm512_add_ps(acc[n][1], b1));
+  }
+}
+
 // y[n, 0..valid) = bias + sum_k x[n, k] w[., k] for N rows; x row stride `in`, y row stride
 // y_stride, y at the panel's first output.
 template <int N, Code C, bool Min, int Off>
@@ -181,16 +197,7 @@ SD_AVX512 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t
       }
     }
   }
-  const auto mask = [](int64_t k) {
-    return static_cast<__mmask16>(k >= 16 ? 0xffff : k <= 0 ? 0 : (1u << k) - 1);
-  };
-  const __mmask16 m0 = mask(job.valid), m1 = mask(job.valid - 16);
-  const __m512 b0 = job.bias ? _mm512_maskz_loadu_ps(m0, job.bias) : _mm512_setzero_ps();
-  const __m512 b1 = job.bias ? _mm512_maskz_loadu_ps(m1, job.bias + 16) : _mm512_setzero_ps();
-  for (int n = 0; n < N; ++n) {
-    _mm512_mask_storeu_ps(y + n * y_stride, m0, _mm512_add_ps(acc[n][0], b0));
-    _mm512_mask_storeu_ps(y + n * y_stride + 16, m1, _mm512_add_ps(acc[n][1], b1));
-  }
+  store_rows<N>(job, acc, y, y_stride);
 }
 
 // The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
@@ -345,16 +352,7 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows&
       }
     }
   }
-  const auto mask = [](int64_t k) {
-    return static_cast<__mmask16>(k >= 16 ? 0xffff : k <= 0 ? 0 : (1u << k) - 1);
-  };
-  const __mmask16 m0 = mask(job.valid), m1 = mask(job.valid - 16);
-  const __m512 b0 = job.bias ? _mm512_maskz_loadu_ps(m0, job.bias) : _mm512_setzero_ps();
-  const __m512 b1 = job.bias ? _mm512_maskz_loadu_ps(m1, job.bias + 16) : _mm512_setzero_ps();
-  for (int n = 0; n < N; ++n) {
-    _mm512_mask_storeu_ps(y + n * y_stride, m0, _mm512_add_ps(acc[n][0], b0));
-    _mm512_mask_storeu_ps(y + n * y_stride + 16, m1, _mm512_add_ps(acc[n][1], b1));
-  }
+  store_rows<N>(job, acc, y, y_stride);
 }
 
 using RowsQ8Fn = void (*)(const PanelJob&, int, const QuantizedRows&, int64_t, float*, int64_t);
