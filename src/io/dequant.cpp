@@ -160,6 +160,13 @@ void set_shape(BlockCodes& b, int64_t n, int64_t group, Add add) {
   b.n = n;
   b.group = group;
   b.add = add;
+  b.n_sub = 0;
+}
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
 }
 
 // The 32-element formats: one scale (and offset) per block.
@@ -167,6 +174,7 @@ void unpack_q4_0(const uint8_t* src, BlockCodes& b) {
   set_shape(b, k_qk, k_qk, Add::kZero);
   unpack_nibbles(src + 2, 8, b.q);
   b.d[0] = load_f16(src);
+  b.dh = load_u16(src);
 }
 
 void unpack_q4_1(const uint8_t* src, BlockCodes& b) {
@@ -174,6 +182,8 @@ void unpack_q4_1(const uint8_t* src, BlockCodes& b) {
   unpack_nibbles(src + 4, 0, b.q);
   b.d[0] = load_f16(src);
   b.m[0] = load_f16(src + 2);
+  b.dh = load_u16(src);
+  b.mh = load_u16(src + 2);
 }
 
 void unpack_q5_0(const uint8_t* src, BlockCodes& b) {
@@ -181,6 +191,7 @@ void unpack_q5_0(const uint8_t* src, BlockCodes& b) {
   unpack_nibbles(src + 6, 0, b.q);
   add_fifth_bits(src + 2, 16, b.q);
   b.d[0] = load_f16(src);
+  b.dh = load_u16(src);
 }
 
 void unpack_q5_1(const uint8_t* src, BlockCodes& b) {
@@ -189,12 +200,15 @@ void unpack_q5_1(const uint8_t* src, BlockCodes& b) {
   add_fifth_bits(src + 4, 0, b.q);
   b.d[0] = load_f16(src);
   b.m[0] = load_f16(src + 2);
+  b.dh = load_u16(src);
+  b.mh = load_u16(src + 2);
 }
 
 void unpack_q8_0(const uint8_t* src, BlockCodes& b) {
   set_shape(b, k_qk, k_qk, Add::kZero);
   std::memcpy(b.q, src + 2, k_qk);
   b.d[0] = load_f16(src);
+  b.dh = load_u16(src);
 }
 
 // Q4_K: each 64-element chunk c uses 32 bytes of qs: low nibbles are sub-block 2c, high
@@ -221,9 +235,14 @@ void unpack_k4(const uint8_t* src, BlockCodes& b) {
       }
     }
   }
+  b.dh = load_u16(src);
+  b.mh = load_u16(src + 2);
+  b.n_sub = 8;
   for (int s = 0; s < 8; ++s) {
     b.d[s] = d * sc[s];
     b.m[s] = -(dmin * mn[s]);
+    b.sub_d[s] = sc[s];
+    b.sub_m[s] = mn[s];
   }
 }
 
@@ -248,7 +267,12 @@ void unpack_q6_k(const uint8_t* src, BlockCodes& b) {
       }
     }
   }
-  for (int s = 0; s < 16; ++s) b.d[s] = d * static_cast<float>(sc[s]);
+  b.dh = load_u16(src + 208);
+  b.n_sub = 16;
+  for (int s = 0; s < 16; ++s) {
+    b.d[s] = d * static_cast<float>(sc[s]);
+    b.sub_d[s] = sc[s];
+  }
 }
 
 // dst[i] = d[g] * q[i] (+ 0.0f | + m[g]), g = i / group (see BlockCodes).

@@ -33,6 +33,13 @@ struct BlockCodes {
   Add add = Add::kNone;
   int8_t q[256];
   float d[16], m[16];
+  // The block's own compact form of d and m (native packing keeps this, not the floats):
+  //   n_sub == 0 (one group):        d[0] = half(dh),             m[0] = half(mh)  (kMin)
+  //   n_sub > 0 (K-quant sub-blocks): d[g] = half(dh) * sub_d[g],  m[g] = -(half(mh) * sub_m[g])
+  // each product rounded to fp32 (the factors are 6- or 8-bit integers; sub_d is signed for Q6_K).
+  uint16_t dh = 0, mh = 0;
+  int64_t n_sub = 0;
+  int16_t sub_d[16], sub_m[16];
 };
 // True for the block-quantised types unpack_block() reads (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
 // Q5_K Q6_K); false for F32/F16/BF16 and the unsupported ones.

@@ -57,11 +57,6 @@ int64_t code_bytes_per_k(Code c) {  // bytes of one k's 32 weights
 
 bool is_quantised(Code c) { return c == Code::kNib4 || c == Code::kInt8; }
 
-int64_t scale_bytes(const Segment& s) {
-  if (!is_quantised(s.code)) return 0;
-  return (s.add == Add::kMin ? 2 : 1) * kPanel * static_cast<int64_t>(sizeof(float));
-}
-
 // Byte of the codes of a group that holds code (k, j) (k within the group, output j of the
 // panel); a nib4 byte holds outputs j and j + 16 (low / high nibble).
 //   exact kernel:   k-major, one k's 32 codes (or 16 bytes of nibbles) after the other
@@ -75,17 +70,23 @@ int64_t code_byte(const Segment& s, int64_t k, int64_t j) {
   return s.int8_dot ? (k / 4) * 128 + (j / 16) * 64 + 4 * o + k % 4 : k * kPanel + j;
 }
 
-Segment make_segment(Code code, int64_t group, Add add, int64_t in, int64_t out0, int64_t out,
-                     int64_t panel0) {
+// groups_per_block and sub only for quantised codes (see Segment).
+Segment make_segment(Code code, int64_t group, int64_t groups_per_block, bool sub, Add add,
+                     int64_t in, int64_t out0, int64_t out, int64_t panel0) {
   Segment s;
   s.code = code;
   s.add = add;
   s.group = group;
+  s.groups_per_block = groups_per_block;
+  s.sub = sub;
   s.out0 = out0;
   s.out = out;
   s.panel0 = panel0;
   s.n_panels = (out + kPanel - 1) / kPanel;
-  s.group_bytes = scale_bytes(s) + group * code_bytes_per_k(code);
+  const int64_t halves = s.add == Add::kMin ? 2 : 1;  // D only, or D and M / Dmin
+  s.header_bytes = is_quantised(code) ? halves * kPanel * 2 : 0;
+  s.sub_bytes = sub ? halves * kPanel : 0;
+  s.group_bytes = s.sub_bytes + group * code_bytes_per_k(code);
   s.data = huge_page_bytes(s.n_panels * s.panel_bytes(in));
   return s;
 }
@@ -138,15 +139,38 @@ SD_AVX512 inline void weights_at(const uint8_t* codes, int64_t k, const __m512* 
   }
 }
 
-template <Code C, bool Min>
-SD_AVX512 inline void load_scales(const uint8_t* group, __m512* s) {
+// A group's scales into s: d (s[0], s[1]: outputs 0-15, 16-31) and, with Min, m (s[2], s[3]),
+// from the block header (fp16 D, M / Dmin) and the group's sub-scales: d = D * sc and
+// m = -(Dmin * mn) with Sub (sc signed without Min: Q6_K), else d = D and m = M.
+// 16 bytes as 16 fp32 values (signed or unsigned bytes).
+template <bool Signed>
+SD_AVX512 inline __m512 small_ints(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(Signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
+}
+
+SD_AVX512 inline __m512 negate(__m512 v) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+}
+
+template <Code C, bool Min, bool Sub>
+SD_AVX512 inline void group_scales(const uint8_t* header, const uint8_t* group, __m512* s) {
   if constexpr (C == Code::kNib4 || C == Code::kInt8) {
-    const float* f = reinterpret_cast<const float*>(group);
-    s[0] = _mm512_loadu_ps(f);
-    s[1] = _mm512_loadu_ps(f + 16);
+    const __m256i* h = reinterpret_cast<const __m256i*>(header);
+    s[0] = _mm512_cvtph_ps(_mm256_loadu_si256(h));
+    s[1] = _mm512_cvtph_ps(_mm256_loadu_si256(h + 1));
     if constexpr (Min) {
-      s[2] = _mm512_loadu_ps(f + 32);
-      s[3] = _mm512_loadu_ps(f + 48);
+      s[2] = _mm512_cvtph_ps(_mm256_loadu_si256(h + 2));
+      s[3] = _mm512_cvtph_ps(_mm256_loadu_si256(h + 3));
+    }
+    if constexpr (Sub) {
+      s[0] = _mm512_mul_ps(s[0], small_ints<!Min>(group));
+      s[1] = _mm512_mul_ps(s[1], small_ints<!Min>(group + 16));
+      if constexpr (Min) {  // -(Dmin * mn): flip the sign bit, as C++'s unary minus
+        s[2] = negate(_mm512_mul_ps(s[2], small_ints<false>(group + 32)));
+        s[3] = negate(_mm512_mul_ps(s[3], small_ints<false>(group + 48)));
+      }
     }
   }
 }
@@ -154,7 +178,7 @@ SD_AVX512 inline void load_scales(const uint8_t* group, __m512* s) {
 // Where a panel is and what it computes.
 struct PanelJob {
   const uint8_t* panel;
-  int64_t in, group, group_bytes, scale_bytes;
+  int64_t in, group, groups_per_block, header_bytes, sub_bytes, group_bytes, block_bytes;
   const float* bias;  // at the panel's first output, or null
   int64_t valid;      // outputs of the panel that exist (32 but at a segment's end)
 };
@@ -177,23 +201,27 @@ SD_AVX512 inline void store_rows(const PanelJob& job, const __m512 (&acc)[N][2],
 
 // y[n, 0..valid) = bias + sum_k x[n, k] w[., k] for N rows; x row stride `in`, y row stride
 // y_stride, y at the panel's first output.
-template <int N, Code C, bool Min, int Off>
+template <int N, Code C, bool Min, int Off, bool Sub>
 SD_AVX512 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t y_stride) {
   __m512 acc[N][2];
   for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
-  const uint8_t* g = job.panel;
-  for (int64_t k0 = 0; k0 < job.in; k0 += job.group, g += job.group_bytes) {
-    __m512 s[4];
-    load_scales<C, Min>(g, s);
-    const uint8_t* codes = g + job.scale_bytes;
-    const float* xk = x + k0;
-    for (int64_t k = 0; k < job.group; ++k) {
-      __m512 w0, w1;
-      weights_at<C, Min, Off>(codes, k, s, w0, w1);
-      for (int n = 0; n < N; ++n) {
-        const __m512 xb = _mm512_set1_ps(xk[n * job.in + k]);
-        acc[n][0] = _mm512_fmadd_ps(w0, xb, acc[n][0]);
-        acc[n][1] = _mm512_fmadd_ps(w1, xb, acc[n][1]);
+  const int64_t per_block = job.group * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
+    const uint8_t* g = blk + job.header_bytes;
+    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
+      __m512 s[4];
+      group_scales<C, Min, Sub>(blk, g, s);
+      const uint8_t* codes = g + job.sub_bytes;
+      const float* xk = x + k0;
+      for (int64_t k = 0; k < job.group; ++k) {
+        __m512 w0, w1;
+        weights_at<C, Min, Off>(codes, k, s, w0, w1);
+        for (int n = 0; n < N; ++n) {
+          const __m512 xb = _mm512_set1_ps(xk[n * job.in + k]);
+          acc[n][0] = _mm512_fmadd_ps(w0, xb, acc[n][0]);
+          acc[n][1] = _mm512_fmadd_ps(w1, xb, acc[n][1]);
+        }
       }
     }
   }
@@ -201,17 +229,21 @@ SD_AVX512 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t
 }
 
 // The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
-template <Code C, bool Min, int Off>
+template <Code C, bool Min, int Off, bool Sub>
 SD_AVX512 void decode_panel(const PanelJob& job, float* out) {
-  const uint8_t* g = job.panel;
-  for (int64_t k0 = 0; k0 < job.in; k0 += job.group, g += job.group_bytes) {
-    __m512 s[4];
-    load_scales<C, Min>(g, s);
-    for (int64_t k = 0; k < job.group; ++k) {
-      __m512 w0, w1;
-      weights_at<C, Min, Off>(g + job.scale_bytes, k, s, w0, w1);
-      _mm512_storeu_ps(out + (k0 + k) * kPanel, w0);
-      _mm512_storeu_ps(out + (k0 + k) * kPanel + 16, w1);
+  const int64_t per_block = job.group * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
+    const uint8_t* g = blk + job.header_bytes;
+    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
+      __m512 s[4];
+      group_scales<C, Min, Sub>(blk, g, s);
+      for (int64_t k = 0; k < job.group; ++k) {
+        __m512 w0, w1;
+        weights_at<C, Min, Off>(g + job.sub_bytes, k, s, w0, w1);
+        _mm512_storeu_ps(out + (k0 + k) * kPanel, w0);
+        _mm512_storeu_ps(out + (k0 + k) * kPanel + 16, w1);
+      }
     }
   }
 }
@@ -224,35 +256,40 @@ struct Kernels {
   DecodeFn decode;
 };
 
-template <Code C, bool Min, int Off>
+template <Code C, bool Min, int Off, bool Sub>
 constexpr Kernels kernels_for() {
-  return {{nullptr, panel_rows<1, C, Min, Off>, panel_rows<2, C, Min, Off>,
-           panel_rows<3, C, Min, Off>, panel_rows<4, C, Min, Off>, panel_rows<5, C, Min, Off>,
-           panel_rows<6, C, Min, Off>, panel_rows<7, C, Min, Off>, panel_rows<8, C, Min, Off>},
-          decode_panel<C, Min, Off>};
+  return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
+           panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
+           panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
+           panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
+          decode_panel<C, Min, Off, Sub>};
 }
 
 const Kernels& f32_kernels() {
-  static const Kernels f32 = kernels_for<Code::kF32, false, 0>();
+  static const Kernels f32 = kernels_for<Code::kF32, false, 0, false>();
   return f32;
 }
 
-// The instantiations a segment can need (see from_blocks: Q4_0 is nib4 offset 8 without m,
-// Q4_1 / Q4_K nib4 with m; the other quantised types int8 with or without m).
+// The instantiations a segment can need (see from_blocks): nib4 for Q4_0 (offset 8), Q4_1
+// (+ M) and Q4_K (sub-scales, - Dmin * mn); int8 for Q5_0 / Q8_0, Q5_1 (+ M), Q5_K
+// (sub-scales, - Dmin * mn) and Q6_K (signed sub-scales).
 const Kernels& kernels(const Segment& s) {
-  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0>();
-  static const Kernels f16 = kernels_for<Code::kF16, false, 0>();
-  static const Kernels nib4_q4_0 = kernels_for<Code::kNib4, false, 8>();
-  static const Kernels nib4_min = kernels_for<Code::kNib4, true, 0>();
-  static const Kernels int8 = kernels_for<Code::kInt8, false, 0>();
-  static const Kernels int8_min = kernels_for<Code::kInt8, true, 0>();
+  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0, false>();
+  static const Kernels f16 = kernels_for<Code::kF16, false, 0, false>();
+  static const Kernels q4_0 = kernels_for<Code::kNib4, false, 8, false>();
+  static const Kernels q4_1 = kernels_for<Code::kNib4, true, 0, false>();
+  static const Kernels q4_k = kernels_for<Code::kNib4, true, 0, true>();
+  static const Kernels q8_0 = kernels_for<Code::kInt8, false, 0, false>();
+  static const Kernels q5_1 = kernels_for<Code::kInt8, true, 0, false>();
+  static const Kernels q5_k = kernels_for<Code::kInt8, true, 0, true>();
+  static const Kernels q6_k = kernels_for<Code::kInt8, false, 0, true>();
   const bool min = s.add == Add::kMin;
   switch (s.code) {
     case Code::kF32: return f32_kernels();
     case Code::kBF16: return bf16;
     case Code::kF16: return f16;
-    case Code::kNib4: return min ? nib4_min : nib4_q4_0;
-    case Code::kInt8: return min ? int8_min : int8;
+    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
+    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
   }
   fail("panels: unknown code");
 }
@@ -301,17 +338,25 @@ struct QuantizedRows {
 #define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 // y[n, 0..valid) = bias + sum over groups of the formula above, for N <= 5 rows (r0.. of xr).
-template <int N, bool Nib, bool Min>
+template <int N, bool Nib, bool Min, bool Sub>
 SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows& xr, int64_t r0,
                            float* y, int64_t y_stride) {
   __m512 acc[N][2];
   for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
   const int64_t in = job.in, G = job.group;
   const int C = Nib ? offset : 128;
-  const uint8_t* g = job.panel;
+  constexpr Code kCode = Nib ? Code::kNib4 : Code::kInt8;
+  const int64_t per_block = G * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  const uint8_t* g = blk + job.header_bytes;
   for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
-    const float* sc = reinterpret_cast<const float*>(g);
-    const uint8_t* codes = g + job.scale_bytes;
+    if (k0 > 0 && k0 % per_block == 0) {  // the next block: its header, then its groups
+      blk += job.block_bytes;
+      g = blk + job.header_bytes;
+    }
+    __m512 sc[4];
+    group_scales<kCode, Min, Sub>(blk, g, sc);
+    const uint8_t* codes = g + job.sub_bytes;
     __m512i dot[N][2];
     for (int n = 0; n < N; ++n) dot[n][0] = dot[n][1] = _mm512_setzero_si512();
     for (int64_t k = 0; k < G; k += 4) {
@@ -334,7 +379,7 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows&
         dot[n][1] = _mm512_dpbusd_epi32(dot[n][1], w1, xb);
       }
     }
-    const __m512 d0 = _mm512_loadu_ps(sc), d1 = _mm512_loadu_ps(sc + 16);
+    const __m512 d0 = sc[0], d1 = sc[1];
     for (int n = 0; n < N; ++n) {
       const int64_t r = r0 + n, h = k0 / 16;
       const int32_t qs = xr.qsum[static_cast<size_t>(r * in / 16 + h)] +
@@ -347,8 +392,8 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows&
         const float x_sum = xr.xsum[static_cast<size_t>(r * in / 16 + h)] +
                             (G == 32 ? xr.xsum[static_cast<size_t>(r * in / 16 + h + 1)] : 0.0f);
         const __m512 xsb = _mm512_set1_ps(x_sum);
-        acc[n][0] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32), xsb, acc[n][0]);
-        acc[n][1] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 48), xsb, acc[n][1]);
+        acc[n][0] = _mm512_fmadd_ps(sc[2], xsb, acc[n][0]);
+        acc[n][1] = _mm512_fmadd_ps(sc[3], xsb, acc[n][1]);
       }
     }
   }
@@ -358,20 +403,24 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows&
 using RowsQ8Fn = void (*)(const PanelJob&, int, const QuantizedRows&, int64_t, float*, int64_t);
 constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
 
-template <bool Nib, bool Min>
+template <bool Nib, bool Min, bool Sub>
 constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
-  return {nullptr, panel_rows_q8<1, Nib, Min>, panel_rows_q8<2, Nib, Min>, panel_rows_q8<3, Nib, Min>,
-          panel_rows_q8<4, Nib, Min>, panel_rows_q8<5, Nib, Min>};
+  return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
+          panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
+          panel_rows_q8<5, Nib, Min, Sub>};
 }
 
 // By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
 // would need more than the 32 vector registers for their int and float accumulators).
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
-  static const auto nib = q8_kernels_for<true, false>(), nib_min = q8_kernels_for<true, true>();
-  static const auto i8 = q8_kernels_for<false, false>(), i8_min = q8_kernels_for<false, true>();
+  static const auto q4_0 = q8_kernels_for<true, false, false>(), q4_1 = q8_kernels_for<true, true, false>();
+  static const auto q4_k = q8_kernels_for<true, true, true>(), q8_0 = q8_kernels_for<false, false, false>();
+  static const auto q5_1 = q8_kernels_for<false, true, false>(), q5_k = q8_kernels_for<false, true, true>();
+  static const auto q6_k = q8_kernels_for<false, false, true>();
   const bool min = s.add == Add::kMin;
-  if (s.code == Code::kNib4) return (min ? nib_min : nib)[static_cast<size_t>(n)];
-  return (min ? i8_min : i8)[static_cast<size_t>(n)];
+  const auto& table = s.code == Code::kNib4 ? (s.sub ? q4_k : min ? q4_1 : q4_0)
+                                            : (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0);
+  return table[static_cast<size_t>(n)];
 }
 
 }  // namespace
@@ -405,7 +454,7 @@ PanelWeight PanelWeight::from_tensor(const at::Tensor& w_in, at::ScalarType dtyp
   pw.in_ = w_in.size(1);
   pw.tensor_dtype_ = dtype;
   const Code code = dtype == at::kFloat ? Code::kF32 : Code::kBF16;
-  Segment s = make_segment(code, pw.in_, Add::kNone, pw.in_, 0, pw.out_, 0);
+  Segment s = make_segment(code, pw.in_, 1, false, Add::kNone, pw.in_, 0, pw.out_, 0);
   s.type = dtype == at::kFloat ? io::GgmlType::F32 : io::GgmlType::BF16;
   // [out, in] -> [n_panels, in, 32], zero-padded past `out`.
   const at::Tensor w = w_in.to(dtype).contiguous();
@@ -427,7 +476,7 @@ void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
   const io::GgmlType t = part.type;
   const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
   const int64_t row_bytes = in / bs * ts;
-  const int64_t panel_bytes = s.panel_bytes(in), sb = scale_bytes(s);
+  const int64_t panel_bytes = s.panel_bytes(in);
   uint8_t* base = static_cast<uint8_t*>(s.data.data_ptr());
   // GGUF row of HF output o.
   std::vector<int64_t> src_row(static_cast<size_t>(part.out));
@@ -449,20 +498,29 @@ void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
             std::memcpy(panel + (k * kPanel + j) * size, row_of(p, j) + k * size, static_cast<size_t>(size));
         continue;
       }
-      for (int64_t j = valid; j < kPanel; ++j) {  // absent outputs: weight 0 (code - offset 0, d 0)
-        std::fill(std::begin(rows[j].q), std::end(rows[j].q), static_cast<int8_t>(-s.offset));
-        std::fill(std::begin(rows[j].d), std::end(rows[j].d), 0.0f);
-        std::fill(std::begin(rows[j].m), std::end(rows[j].m), 0.0f);
+      for (int64_t j = valid; j < kPanel; ++j) {  // absent outputs: weight 0 (scales 0)
+        io::BlockCodes& r = rows[j];
+        std::fill(std::begin(r.q), std::end(r.q), static_cast<int8_t>(-s.offset));
+        r.dh = r.mh = 0;
+        std::fill(std::begin(r.sub_d), std::end(r.sub_d), int16_t{0});
+        std::fill(std::begin(r.sub_m), std::end(r.sub_m), int16_t{0});
       }
+      const bool min = s.add == Add::kMin;
       for (int64_t blk = 0; blk < in / bs; ++blk) {
         for (int64_t j = 0; j < valid; ++j) io::unpack_block(t, row_of(p, j) + blk * ts, rows[j]);
-        for (int64_t g = 0; g < bs / s.group; ++g) {
-          uint8_t* group = panel + (blk * bs / s.group + g) * s.group_bytes;
-          float* d = reinterpret_cast<float*>(group);
-          for (int64_t j = 0; j < kPanel; ++j) d[j] = rows[j].d[g];
-          if (s.add == Add::kMin)
-            for (int64_t j = 0; j < kPanel; ++j) d[kPanel + j] = rows[j].m[g];
-          uint8_t* codes = group + sb;
+        uint8_t* block = panel + blk * s.block_bytes();  // a GGUF block is a panel block
+        uint16_t* header = reinterpret_cast<uint16_t*>(block);
+        for (int64_t j = 0; j < kPanel; ++j) {
+          header[j] = rows[j].dh;
+          if (min) header[kPanel + j] = rows[j].mh;
+        }
+        for (int64_t g = 0; g < s.groups_per_block; ++g) {
+          uint8_t* group = block + s.header_bytes + g * s.group_bytes;
+          for (int64_t j = 0; s.sub && j < kPanel; ++j) {
+            group[j] = static_cast<uint8_t>(rows[j].sub_d[g]);  // Q6_K: the signed byte
+            if (min) group[kPanel + j] = static_cast<uint8_t>(rows[j].sub_m[g]);
+          }
+          uint8_t* codes = group + s.sub_bytes;
           for (int64_t k = 0; k < s.group; ++k) {
             const int64_t e = g * s.group + k;  // element of the block
             if (s.code == Code::kInt8) {
@@ -514,13 +572,13 @@ PanelWeight PanelWeight::from_blocks(const std::vector<QuantBlocks>& parts, bool
       io::BlockCodes b;
       io::unpack_block(t, part.data, b);  // the group and the add rule are the type's
       const bool nib4 = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q4_K;
-      s = make_segment(nib4 ? Code::kNib4 : Code::kInt8, b.group, b.add, pw.in_, pw.out_,
-                       part.out, pw.n_panels_);
+      s = make_segment(nib4 ? Code::kNib4 : Code::kInt8, b.group, b.n / b.group, b.n_sub > 0,
+                       b.add, pw.in_, pw.out_, part.out, pw.n_panels_);
       s.offset = t == GgmlType::Q4_0 ? 8 : 0;
       s.int8_dot = int8_dot;
     } else {
       const Code code = t == GgmlType::F16 ? Code::kF16 : t == GgmlType::BF16 ? Code::kBF16 : Code::kF32;
-      s = make_segment(code, pw.in_, Add::kNone, pw.in_, pw.out_, part.out, pw.n_panels_);
+      s = make_segment(code, pw.in_, 1, false, Add::kNone, pw.in_, pw.out_, part.out, pw.n_panels_);
     }
     s.type = t;
     pack_part(part, s, pw.in_);
@@ -568,14 +626,23 @@ void PanelWeight::decode_row(int64_t o, float* dst) const {
   const Segment& s = segment_of_output(o);
   const int64_t lo = o - s.out0, j = lo % kPanel;
   const uint8_t* panel = static_cast<const uint8_t*>(s.data.data_ptr()) + lo / kPanel * s.panel_bytes(in_);
-  const int64_t sb = scale_bytes(s);
+  const bool min = s.add == Add::kMin;
   for (int64_t k0 = 0; k0 < in_; k0 += s.group) {
-    const uint8_t* g = panel + k0 / s.group * s.group_bytes;
-    const uint8_t* codes = g + sb;
-    float d = 0, m = 0;
+    const int64_t gi = k0 / s.group;  // group index in the panel
+    const uint8_t* block = panel + gi / s.groups_per_block * s.block_bytes();
+    const uint8_t* g = block + s.header_bytes + gi % s.groups_per_block * s.group_bytes;
+    const uint8_t* codes = g + s.sub_bytes;
+    float d = 0, m = 0;  // as io::BlockCodes
     if (is_quantised(s.code)) {
-      std::memcpy(&d, g + 4 * j, 4);
-      if (s.add == Add::kMin) std::memcpy(&m, g + 4 * (kPanel + j), 4);
+      uint16_t dh, mh = 0;
+      std::memcpy(&dh, block + 2 * j, 2);
+      if (min) std::memcpy(&mh, block + 2 * (kPanel + j), 2);
+      d = io::fp16_to_fp32(dh);
+      m = io::fp16_to_fp32(mh);
+      if (s.sub) {
+        d = d * static_cast<float>(min ? static_cast<int>(g[j]) : static_cast<int8_t>(g[j]));
+        m = -(m * static_cast<float>(g[kPanel + j]));
+      }
     }
     for (int64_t k = 0; k < s.group; ++k) {
       float v = 0;
@@ -648,8 +715,8 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
       const Segment& s = segment_of_panel(p);
       const int64_t lp = p - s.panel0, o0 = s.out0 + lp * kPanel;
       PanelJob job{static_cast<const uint8_t*>(s.data.data_ptr()) + lp * s.panel_bytes(in_),
-                   in_, s.group, s.group_bytes, scale_bytes(s), bp ? bp + o0 : nullptr,
-                   std::min(kPanel, s.out0 + s.out - o0)};
+                   in_, s.group, s.groups_per_block, s.header_bytes, s.sub_bytes, s.group_bytes,
+                   s.block_bytes(), bp ? bp + o0 : nullptr, std::min(kPanel, s.out0 + s.out - o0)};
       if (s.int8_dot) {
         for (int64_t r = 0; r < n_rows; r += kQ8Rows) {
           const int n = static_cast<int>(std::min<int64_t>(kQ8Rows, n_rows - r));
@@ -661,8 +728,8 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
       if (n_rows > 8 && is_quantised(s.code)) {
         decoded.resize(static_cast<size_t>(in_ * kPanel));
         k->decode(job, decoded.data());
-        job = PanelJob{reinterpret_cast<const uint8_t*>(decoded.data()), in_, in_,
-                       in_ * 4 * kPanel, 0, job.bias, job.valid};
+        job = PanelJob{reinterpret_cast<const uint8_t*>(decoded.data()), in_, in_, 1, 0, 0,
+                       in_ * 4 * kPanel, in_ * 4 * kPanel, job.bias, job.valid};
         k = &f32_kernels();
       }
       for (int64_t r = 0; r < n_rows; r += 8) {

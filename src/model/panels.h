@@ -88,12 +88,21 @@ class PanelWeight {
     io::GgmlType type = io::GgmlType::F32;  // source type (describe())
     io::BlockCodes::Add add = io::BlockCodes::Add::kNone;
     int offset = 0;           // nib4: subtracted from each code (Q4_0 stores q + 8)
-    int64_t group = 0;        // k per scale group (quantised) or in (float codes)
-    int64_t group_bytes = 0;  // scales (d[32], then m[32] when add == kMin) + codes
+    // A panel is a run of blocks (a GGUF block of each of its 32 outputs); a block is a header
+    // (fp16 D[32], then M or Dmin[32] with kMin) and groups_per_block groups; a group is its
+    // integer sub-scales (K-quants: sc[32], then mn[32] with kMin) and its codes. A group's
+    // scale is D (or D * sc) and its offset M (or -(Dmin * mn)), as io::BlockCodes. Float
+    // codes: one block of one group of `in` k, no header.
+    int64_t group = 0;            // k per scale group (quantised) or in (float codes)
+    int64_t groups_per_block = 1;
+    bool sub = false;             // groups have integer sub-scales (Q4_K, Q5_K, Q6_K)
+    int64_t header_bytes = 0, sub_bytes = 0;
+    int64_t group_bytes = 0;      // sub_bytes + codes
+    int64_t block_bytes() const { return header_bytes + groups_per_block * group_bytes; }
+    int64_t panel_bytes(int64_t in) const { return in / (group * groups_per_block) * block_bytes(); }
     int64_t out0 = 0, out = 0, panel0 = 0, n_panels = 0;
-    bool int8_dot = false;    // codes quad-major, run with int8 activations (native_q8)
-    at::Tensor data;          // uint8 [n_panels * panel_bytes()]
-    int64_t panel_bytes(int64_t in) const { return in / group * group_bytes; }
+    bool int8_dot = false;        // codes quad-major, run with int8 activations (native_q8)
+    at::Tensor data;              // uint8 [n_panels * panel_bytes()]
   };
   const Segment& segment_of_panel(int64_t p) const;
   const Segment& segment_of_output(int64_t o) const;
