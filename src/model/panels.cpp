@@ -1,8 +1,9 @@
 // Panel packing and the panel kernel. See panels.h.
 //
-// This file is compiled with -ffp-contract=off (CMakeLists.txt): the weight of a quantised
-// code must be d * q rounded, then + m rounded, exactly as io::dequantize() computes it; a
-// compiler fusing the two into one FMA would change the last bit.
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): a quantised weight must be
+// d * q rounded, then + m rounded, exactly as io::dequantize() computes it. (For GGUF's formats
+// d * q is exact, at most 22 significant bits, so today a fused multiply-add would give the
+// same bits; the flag keeps the order explicit for any format where it would not.)
 #include "model/panels.h"
 
 #include <immintrin.h>
@@ -12,8 +13,8 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "core/error.h"
@@ -139,9 +140,6 @@ SD_AVX512 inline void weights_at(const uint8_t* codes, int64_t k, const __m512* 
   }
 }
 
-// A group's scales into s: d (s[0], s[1]: outputs 0-15, 16-31) and, with Min, m (s[2], s[3]),
-// from the block header (fp16 D, M / Dmin) and the group's sub-scales: d = D * sc and
-// m = -(Dmin * mn) with Sub (sc signed without Min: Q6_K), else d = D and m = M.
 // 16 bytes as 16 fp32 values (signed or unsigned bytes).
 template <bool Signed>
 SD_AVX512 inline __m512 small_ints(const uint8_t* p) {
@@ -154,6 +152,9 @@ SD_AVX512 inline __m512 negate(__m512 v) {
   return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
 }
 
+// A group's scales into s: d (s[0], s[1]: outputs 0-15, 16-31) and, with Min, m (s[2], s[3]),
+// from the block header (fp16 D, M / Dmin) and the group's sub-scales: d = D * sc and
+// m = -(Dmin * mn) with Sub (sc signed without Min: Q6_K), else d = D and m = M.
 template <Code C, bool Min, bool Sub>
 SD_AVX512 inline void group_scales(const uint8_t* header, const uint8_t* group, __m512* s) {
   if constexpr (C == Code::kNib4 || C == Code::kInt8) {
