@@ -49,12 +49,6 @@ struct VerifyArgs {
                                    // the call throws specdec::Error naming the entry
   int32_t* out_tokens = nullptr;   // [B, gamma+1] out: x_0..x_{a-1}, then the resampled/bonus
                                    // token at index a; entries after a are set to -1
-  // TESTING ONLY: a wrong correction token at the first rejection. Sampling and block modes
-  // sample it from p instead of the residual norm(max(0, p - q)) (block: max(0, w p - q));
-  // greedy and tokens_only modes keep the rejected draft token. This breaks losslessness on
-  // purpose, so the distribution checks (harness checks.inject_residual_bug) can show that
-  // they fail. (Kernel tests plant their bugs through the row functions' Ops instead.)
-  bool planted_residual_bug = false;
 };
 
 // CPU: parallel over the batch (OpenMP, when the batch is large enough to pay for it).

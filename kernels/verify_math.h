@@ -283,7 +283,6 @@ struct RowView {
   const float* q = nullptr;        // [gamma, V] (sampling and block modes) else nullptr
   const float* p = nullptr;        // [gamma+1, V]
   const float* u = nullptr;        // [gamma+1] (not read in greedy mode)
-  bool planted_residual_bug = false;  // testing only (VerifyArgs::planted_residual_bug)
 };
 
 SD_HD inline RowView row_view(const VerifyArgs& a, int64_t b) {
@@ -297,7 +296,6 @@ SD_HD inline RowView row_view(const VerifyArgs& a, int64_t b) {
   r.q = (uses_q && a.q) ? a.q + b * a.gamma * a.vocab : nullptr;
   r.p = a.p + b * (a.gamma + 1) * a.vocab;
   r.u = a.uniforms ? a.uniforms + b * (a.gamma + 1) : nullptr;
-  r.planted_residual_bug = a.planted_residual_bug;
   return r;
 }
 
@@ -405,7 +403,7 @@ SD_HD RowResult verify_block_row(const RowView& r, Ops& ops) {
     next = ops.sample(p_next, nullptr, V, u, 1.0);
   } else {
     const float* q_next = r.q + static_cast<int64_t>(tau) * V;  // [V]
-    next = ops.sample(p_next, r.planted_residual_bug ? nullptr : q_next, V, u, w_tau);
+    next = ops.sample(p_next, q_next, V, u, w_tau);
     // An empty residual means w_tau p <= q everywhere (w_tau = 1, p == q up to rounding):
     // then the residual is p itself, as in token-wise verification.
     if (next < 0) next = ops.sample(p_next, nullptr, V, u, 1.0);
@@ -441,20 +439,18 @@ SD_HD RowResult verify_row(const RowView& r, Ops& ops) {
     if (r.mode == VerifyMode::greedy) {
       next = ops.argmax(p_i, V);
       if (next == x) continue;
-      if (r.planted_residual_bug) next = x;  // testing only: keep the rejected token
     } else if (r.mode == VerifyMode::sampling) {
       const float* q_i = r.q + i * V;  // [V]
       // Accept iff u < p/q, written as u*q < p: exact in double (a product of two floats),
       // accepts q(x) = 0 < p(x), and never accepts p(x) = 0.
       if (static_cast<double>(r.u[i]) * q_i[x] < static_cast<double>(p_i[x])) continue;
-      next = ops.sample(p_i, r.planted_residual_bug ? nullptr : q_i, V, r.u[r.gamma], 1.0);
+      next = ops.sample(p_i, q_i, V, r.u[r.gamma], 1.0);
       // Residual mass 0 happens only when p <= q everywhere, i.e. p == q up to rounding:
       // then the residual is p itself.
       if (next < 0) next = ops.sample(p_i, nullptr, V, r.u[r.gamma], 1.0);
     } else {  // tokens_only: y_i ~ p_i, accept while y_i == x_i
       next = ops.sample(p_i, nullptr, V, r.u[i], 1.0);
       if (next == x) continue;
-      if (r.planted_residual_bug) next = x;  // testing only: keep the rejected token
     }
     if (next < 0) return row_error(kNoMass, i);
     res.n_accepted = i;

@@ -24,7 +24,8 @@ namespace specdec::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "float32";
+  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "float32",
+              device = "cpu", engine = "auto";
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
   int64_t seed = 0;  // read signed so that a negative value is an error, not a wrapped 2^64 - 1
@@ -60,6 +61,8 @@ model::LoadedModel load_model(const std::string& name, const GenerateOptions& o)
   spec.threads = o.threads;
   spec.threads_oversubscribe = o.threads_oversubscribe;
   spec.dtype = o.dtype;
+  spec.device = o.device;
+  spec.engine = o.engine;
   return model::load(spec);
 }
 
@@ -184,6 +187,10 @@ int cmd_generate(const Args& args) {
       ("threads-oversubscribe", po::bool_switch(&o.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
       ("dtype", po::value(&o.dtype)->default_value("float32"), "weights of linear layers: float32 | bfloat16 | native (a GGUF file's own blocks; logits "
        "bit-identical to float32) | native_q8 (the same with int8 activations, as llama.cpp: faster, not identical)")
+      ("device", po::value(&o.device)->default_value("cpu"), "where the models run: cpu | cuda | cuda:N (CUDA: needs a LibTorch "
+       "with CUDA; never run on a GPU by this project)")
+      ("engine", po::value(&o.engine)->default_value("auto"), "model engine: auto (packed on cpu, aten elsewhere) | packed (the "
+       "CPU kernels) | aten (LibTorch ops on the device; on cpu: the GPU path's CPU twin)")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")
       ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line")

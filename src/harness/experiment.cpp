@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "harness/paths.h"
 #include "io/json_limits.h"
+#include "model/device.h"
 
 namespace specdec::harness {
 namespace {
@@ -151,23 +152,34 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
   if (n.IsScalar()) {
     m.name = n.Scalar();
   } else {
-    c.check_keys(n, path, {"name", "dtype", "threads", "seed"});
+    c.check_keys(n, path, {"name", "dtype", "threads", "seed", "device", "engine"});
     if (!n["name"]) c.bad(path + ".name", "missing (a catalog name, a model path or tiny-llama)");
     m.name = c.str(n["name"], path + ".name");
     if (n["dtype"]) m.dtype = c.str(n["dtype"], path + ".dtype");
     if (n["threads"]) m.threads = static_cast<int>(c.integer(n["threads"], path + ".threads", 0, 1024));
     if (n["seed"]) m.seed = static_cast<uint64_t>(c.integer(n["seed"], path + ".seed", 0, INT64_MAX));
+    if (n["device"]) m.device = c.str(n["device"], path + ".device");
+    if (n["engine"]) m.engine = c.str(n["engine"], path + ".engine");
   }
   if (m.name.empty()) c.bad(path, "empty model name");
   if (m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native" && m.dtype != "native_q8")
     c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: float32, bfloat16, native, native_q8)");
+  try {
+    model::parse_device(m.device, path + ".device");
+  } catch (const Error&) {
+    c.bad(path + ".device", "unknown device '" + m.device + "' (valid: cpu, cuda, cuda:N)");
+  }
+  if (m.engine != "auto" && m.engine != "packed" && m.engine != "aten")
+    c.bad(path + ".engine", "unknown engine '" + m.engine + "' (valid: auto, packed, aten)");
   return m;
 }
 
 void parse_models(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
-  c.check_keys(n, "models", {"target", "draft", "dtype", "threads"});
+  c.check_keys(n, "models", {"target", "draft", "dtype", "threads", "device", "engine"});
   ModelChoice defaults;
   if (n["dtype"]) defaults.dtype = c.str(n["dtype"], "models.dtype");
+  if (n["device"]) defaults.device = c.str(n["device"], "models.device");
+  if (n["engine"]) defaults.engine = c.str(n["engine"], "models.engine");
   if (n["threads"]) defaults.threads = static_cast<int>(c.integer(n["threads"], "models.threads", 0, 1024));
   if (!n["target"]) c.bad("models.target", "missing");
   cfg.target = parse_model(c, n["target"], "models.target", defaults);
@@ -676,6 +688,7 @@ namespace {
 void emit_model(YAML::Emitter& e, const ModelChoice& m) {
   e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "dtype" << YAML::Value
     << m.dtype << YAML::Key << "threads" << YAML::Value << m.threads << YAML::Key << "seed" << YAML::Value << m.seed
+    << YAML::Key << "device" << YAML::Value << m.device << YAML::Key << "engine" << YAML::Value << m.engine
     << YAML::EndMap;
 }
 }  // namespace

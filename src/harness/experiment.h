@@ -17,6 +17,8 @@ struct ModelChoice {
   std::string dtype = "float32";  // "float32" | "bfloat16" | "native" (GGUF blocks) | "native_q8"
   int threads = 2;                // LibTorch intra-op threads (0 = all cores)
   uint64_t seed = 0;              // tiny random models only
+  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N" (model/device.h)
+  std::string engine = "auto";    // "auto" | "packed" | "aten" (model/causal_lm.h ModelSpec)
 };
 
 struct PromptItem {

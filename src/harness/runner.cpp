@@ -26,12 +26,14 @@
 #include "harness/load.h"
 #include "harness/model_catalog.h"
 #include "harness/paths.h"
+#include "harness/planted_bug.h"
 #include "harness/plan.h"
 #include "harness/progress.h"
 #include "harness/report.h"
 #include "harness/results.h"
 #include "harness/stats.h"
 #include "model/causal_lm.h"
+#include "model/device.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 
@@ -73,6 +75,8 @@ model::LoadedModel load_one(const ModelChoice& m, bool oversubscribe) {
   spec.threads = m.threads;
   spec.threads_oversubscribe = oversubscribe;
   spec.seed = m.seed;
+  spec.device = m.device;
+  spec.engine = m.engine;
   return model::load(spec);
 }
 
@@ -83,7 +87,8 @@ Models load_models(const ExperimentConfig& cfg, bool oversubscribe) {
   if (cfg.draft) {
     const auto& d = *cfg.draft;
     // Self-drafting: the same weights serve both roles; each strategy run has its own caches.
-    const bool same = d.name == cfg.target.name && d.dtype == cfg.target.dtype && d.seed == cfg.target.seed;
+    const bool same = d.name == cfg.target.name && d.dtype == cfg.target.dtype && d.seed == cfg.target.seed &&
+                      d.device == cfg.target.device && d.engine == cfg.target.engine;
     m.draft = same ? m.target : load_one(d, oversubscribe);
   }
   return m;
@@ -325,7 +330,8 @@ class CellRunner {
     reg::Result result;
     double wall_ms = 0, ttft_ms = 0;
   };
-  reg::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new) const;
+  // candidate: a request of the checked strategy (it verifies through planted_ when set).
+  reg::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new, bool candidate = false) const;
   Timed generate(reg::Strategy& s, const reg::Request& req, const std::string& what);
   json sample_line(const std::string& cell_key, const std::string& role, const EncodedPrompt& p, int64_t repeat,
                    uint64_t seed, const Timed& t) const;
@@ -338,9 +344,10 @@ class CellRunner {
   const Models& models_;
   const std::vector<EncodedPrompt>& prompts_;
   Progress& progress_;
+  std::shared_ptr<kernels::Backend> planted_;  // checks.inject_residual_bug: the candidate's backend
 };
 
-reg::Request CellRunner::request(const Tokens& prompt, uint64_t seed, int64_t max_new) const {
+reg::Request CellRunner::request(const Tokens& prompt, uint64_t seed, int64_t max_new, bool candidate) const {
   reg::Request req;
   req.prompt = prompt;
   req.target = models_.target.model;
@@ -354,6 +361,7 @@ reg::Request CellRunner::request(const Tokens& prompt, uint64_t seed, int64_t ma
   req.stop.stop_strings = cfg_.stop;
   req.stop.timeout_s = cfg_.timeout_s;
   req.seed = seed;
+  if (candidate) req.backend = planted_;
   return req;
 }
 
@@ -412,7 +420,7 @@ void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const s
     std::string what = "prompt " + std::to_string(prompt + 1) + "/" + std::to_string(prompts_.size());
     if (n_turns > 1) what += " turn " + std::to_string(k + 1) + "/" + std::to_string(n_turns);
     what += " repeat " + std::to_string(repeat + 1) + "/" + std::to_string(cfg_.repeats);
-    const Timed t = generate(s, request(ids, seed, cfg_.max_new_tokens), what);
+    const Timed t = generate(s, request(ids, seed, cfg_.max_new_tokens, role == "candidate"), what);
     samples.push_back(sample_line(cell_key, role, p, repeat, seed, t));
     if (k > 0) samples.back()["turn"] = k;
     if (k + 1 == n_turns) return;
@@ -459,7 +467,7 @@ std::vector<double> CellRunner::first_token_probs(const Tokens& prompt, const sa
   const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), at::kLong).view({1, -1});
   const at::Tensor logits = target.forward(ids, {0}, cache);  // [1, T, V]
   const at::Tensor last = logits[0].narrow(0, logits.size(1) - 1, 1).contiguous();  // [1, V]
-  const at::Tensor p = sampling::probabilities(last, proc, prompt).to(at::kDouble).contiguous();  // [1, V]
+  const at::Tensor p = model::on_host(sampling::probabilities(last, proc, prompt)).to(at::kDouble).contiguous();  // [1, V]
   const double* d = p.data_ptr<double>();
   return std::vector<double>(d, d + p.numel());
 }
@@ -492,7 +500,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   std::vector<TokenId> first;
   for (int64_t j = 0; j < n_cand; ++j) {
     const uint64_t seed = cfg_.seed + 1000003 + static_cast<uint64_t>(j);
-    const Timed t = generate(*cand, request(p.tokens, seed, len),
+    const Timed t = generate(*cand, request(p.tokens, seed, len, true),
                              "check sample " + std::to_string(j + 1) + "/" + std::to_string(n_cand));
     SD_CHECK(!t.result.tokens.empty(), "check run of ", pc.cell.key, " generated no token");
     first.push_back(t.result.tokens[0]);
@@ -524,20 +532,15 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   m.checks.push_back(out);
 }
 
-bool has_bool_param(const std::string& strategy, const std::string& key) {
-  for (const auto& s : reg::find(strategy).params)
-    if (s.name == key && s.type == "bool") return true;
-  return false;
-}
-
-CellMetrics CellRunner::run(const PlannedCell& pc_in, std::vector<json>& samples) {
-  PlannedCell pc = pc_in;
+CellMetrics CellRunner::run(const PlannedCell& pc, std::vector<json>& samples) {
+  planted_ = nullptr;
   if (cfg_.checks.inject_residual_bug && pc.checked) {
-    // Testing only: the checked strategy's verifier emits a wrong correction token
-    // (kernels::VerifyArgs::planted_residual_bug); a working check must flag it.
-    SD_CHECK(has_bool_param(pc.cell.strategy, "inject_residual_bug"), "checks.inject_residual_bug: strategy '",
-             pc.cell.strategy, "' has no inject_residual_bug parameter to plant the bug with");
-    pc.resolved.set("inject_residual_bug", "true");
+    // The self-check: the checked strategy verifies through a backend that emits wrong
+    // correction tokens (planted_bug.h); a working check must flag it.
+    SD_CHECK(!reg::strategy_needs(pc.cell.strategy, pc.resolved, models_.draft.has_value()).drafter.empty(),
+             "checks.inject_residual_bug: strategy '", pc.cell.strategy,
+             "' verifies no drafts, so there is no residual to plant the bug in");
+    planted_ = residual_bug_backend(model::backend_of(models_.target.model->device()));
   }
   Stopwatch clock;
   CellMetrics m;

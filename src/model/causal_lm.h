@@ -75,6 +75,8 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
+  // Where the weights, the KV cache and the logits live.
+  virtual at::Device device() const { return at::Device(at::kCPU); }
 
   // A cache for `batch` sequences of up to max_seq positions.
   virtual KVCache make_cache(int64_t batch, int64_t max_seq) const = 0;
@@ -109,6 +111,8 @@ struct ModelSpec {
   int threads = 0;                // 0: all cores
   bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
   uint64_t seed = 0;              // tiny random models only
+  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N"
+  std::string engine = "auto";    // "auto" | "packed" | "aten"
 };
 
 struct LoadedModel {

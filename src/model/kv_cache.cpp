@@ -2,14 +2,14 @@
 #include "model/kv_cache.h"
 
 #include "core/error.h"
-#include "kernels/kernels.h"
+#include "model/device.h"
 
 namespace specdec::model {
 
 namespace {
 
-// Compacts sequence `seq` of one layer tensor t: [B, H, S, D] float32 through the shared
-// kernel. The kernel works on whole batches; a single entry of a contiguous [B, H, S, D]
+// Compacts sequence `seq` of one layer tensor t: [B, H, S, D] float32 through the kernel of
+// the tensor's device (kernels/backend.h). The kernel works on whole batches; a single entry of a contiguous [B, H, S, D]
 // tensor is itself a contiguous [1, H, S, D] tensor, so the other sequences are untouched.
 void compact_layer_f32(at::Tensor& t, int64_t seq, int64_t start,
                        const std::vector<int64_t>& keep) {
@@ -26,7 +26,7 @@ void compact_layer_f32(at::Tensor& t, int64_t seq, int64_t start,
   a.n_keep = &n_keep;
   a.dst_start = &start;
   a.max_keep = static_cast<int64_t>(keep.size());
-  kernels::kv_compact_cpu(a);
+  backend_of(t.device())->kv_compact(a);
 }
 
 }  // namespace
@@ -78,10 +78,10 @@ void KVCache::reorder(const std::vector<int64_t>& indices) {
       // tensor and swap it in (the old buffer is freed).
       at::Tensor dst = at::empty_like(t);
       if (t.scalar_type() == at::kFloat) {
-        kernels::kv_reorder_cpu(dst.data_ptr<float>(), t.data_ptr<float>(), indices.data(),
-                                batch_, row_elems);
+        backend_of(t.device())->kv_reorder(dst.data_ptr<float>(), t.data_ptr<float>(), indices.data(),
+                                           batch_, row_elems);
       } else {
-        at::Tensor idx = at::tensor(at::IntArrayRef(indices), at::kLong);
+        at::Tensor idx = at::tensor(at::IntArrayRef(indices), at::kLong).to(t.device());
         at::index_select_out(dst, t, 0, idx);
       }
       t = dst;

@@ -9,6 +9,7 @@ class LayerSubset final : public CausalLM {
  public:
   LayerSubset(std::shared_ptr<CausalLM> base, std::vector<int64_t> keep) : base_(std::move(base)), keep_(std::move(keep)) {}
   const ModelConfig& config() const override { return base_->config(); }
+  at::Device device() const override { return base_->device(); }
   KVCache make_cache(int64_t batch, int64_t max_seq) const override { return base_->make_cache(batch, max_seq); }
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, KVCache& cache,

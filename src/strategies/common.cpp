@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "model/device.h"
 
 namespace specdec::strategies {
 
@@ -96,8 +97,11 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
 
 // One pass over the rows (a few microseconds per decode step at V = 49,152); only on failure
 // do we look for the first bad entry, to name it.
-void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model, const TokenId* ids,
+void check_finite_logits(const at::Tensor& logits_in, const model::CausalLM& model, const TokenId* ids,
                          int64_t start_pos) {
+  // On a GPU one reduction on the device answers; the rows come to the host only to name the entry.
+  if (!logits_in.is_cpu() && at::isfinite(logits_in).all().item<bool>()) return;
+  const at::Tensor logits = model::on_host(logits_in);
   const int64_t n = logits.size(0), n_vocab = logits.size(1);
   const float* p = logits.data_ptr<float>();
   const int64_t total = n * n_vocab;

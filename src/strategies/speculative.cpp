@@ -8,7 +8,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
+#include "model/device.h"
 #include "strategies/common.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
@@ -21,7 +22,6 @@ struct SpecConfig {
   int64_t gamma = 4, gamma_max = 8;
   std::string adaptive = "off";
   bool block_verify = false;          // verify=block (chains with q; Sun et al. 2025)
-  bool planted_residual_bug = false;  // testing only (inject_residual_bug)
   sampling::ProcessorConfig proc;
 };
 
@@ -42,7 +42,6 @@ class Speculative : public Strategy {
     SD_CHECK(verify_mode == "tokenwise" || verify_mode == "block",
              "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
     cfg_.block_verify = verify_mode == "block";
-    cfg_.planted_residual_bug = p.get_bool("inject_residual_bug");
     cfg_.proc = processor_config(p);
     // The drafter name and every drafter's parameters, before any model is loaded.
     check_drafter_params(p);
@@ -62,8 +61,10 @@ class Speculative : public Strategy {
 
  private:
   std::unique_ptr<Drafter> make_drafter(const Request& req, Rng& rng, int64_t capacity) const;
-  Verdict verify(const DraftProposal& d, const at::Tensor& p /* [k+1, V] */, Rng& rng) const;
-  Verdict verify_tree(const DraftProposal& d, const at::Tensor& p /* [N+1, V] */, Rng& rng) const;
+  Verdict verify(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p /* [k+1, V] */,
+                 Rng& rng) const;
+  Verdict verify_tree(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p /* [N+1, V] */,
+                      Rng& rng) const;
 
   SpecConfig cfg_;
   Params params_;  // resolved; the drafter reads its own parameters from them
@@ -78,14 +79,15 @@ std::unique_ptr<Drafter> Speculative::make_drafter(const Request& req, Rng& rng,
 
 // Greedy when temperature is 0; lossless rejection sampling (token-wise, or block
 // verification) with a draft distribution; tokens_only (sample y_i ~ p_i, accept while
-// y_i == x_i) for drafts without q.
-Verdict Speculative::verify(const DraftProposal& d, const at::Tensor& p, Rng& rng) const {
+// y_i == x_i) for drafts without q. p and q stay on the target's device; the backend of that
+// device runs the kernel and hands back the verdict.
+Verdict Speculative::verify(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p, Rng& rng) const {
   const int64_t k = d.size(), n_vocab = p.size(1);
   std::vector<float> uniforms(k + 1);
   for (auto& u : uniforms) u = rng.uniformf();
   Verdict v;
   if (k == 0) {  // plain decoding step
-    v.emitted.push_back(sampling::sample_from(p.data_ptr<float>(), n_vocab, uniforms[0]));
+    v.emitted.push_back(sampling::sample_from(model::on_host(p).data_ptr<float>(), n_vocab, uniforms[0]));
     return v;
   }
   kernels::VerifyArgs args;
@@ -106,8 +108,7 @@ Verdict Speculative::verify(const DraftProposal& d, const at::Tensor& p, Rng& rn
   args.uniforms = uniforms.data();
   args.n_accepted = &n_accepted;
   args.out_tokens = out.data();
-  args.planted_residual_bug = cfg_.planted_residual_bug;
-  kernels::verify_cpu(args);
+  backend.verify(args);
   v.path.resize(n_accepted);
   std::iota(v.path.begin(), v.path.end(), 0);
   v.emitted.assign(out.begin(), out.begin() + n_accepted + 1);
@@ -115,11 +116,8 @@ Verdict Speculative::verify(const DraftProposal& d, const at::Tensor& p, Rng& rn
 }
 
 // Trees: greedy, multi-draft speculative sampling over siblings (SpecInfer), or tokens_only.
-Verdict Speculative::verify_tree(const DraftProposal& d, const at::Tensor& p, Rng& rng) const {
-  // The planted bug lives in the chain kernel only; silently verifying trees correctly would
-  // let a "checks must fail" run pass.
-  SD_CHECK(!cfg_.planted_residual_bug, "speculative: inject_residual_bug applies to chain verification only, but "
-           "the drafter proposed a token tree");
+Verdict Speculative::verify_tree(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p,
+                                 Rng& rng) const {
   const int64_t n = d.size(), n_vocab = p.size(1);
   std::vector<float> uniforms(n + 1);
   for (auto& u : uniforms) u = rng.uniformf();
@@ -132,18 +130,16 @@ Verdict Speculative::verify_tree(const DraftProposal& d, const at::Tensor& p, Rn
   const int32_t n_nodes = static_cast<int32_t>(n);
   int32_t n_accepted = 0;
   std::vector<int32_t> path(n, -1), out(n + 1, -1);
-  std::vector<double> scratch(args.mode == kernels::VerifyMode::sampling ? n_vocab : 0);  // [V] residual
   args.tokens = d.tokens.data();
   args.parents = d.parents.data();
   args.n_nodes = &n_nodes;
   args.q = args.mode == kernels::VerifyMode::sampling ? d.q.data_ptr<float>() : nullptr;
   args.p = p.data_ptr<float>();
   args.uniforms = uniforms.data();
-  args.scratch = scratch.empty() ? nullptr : scratch.data();
   args.n_accepted = &n_accepted;
   args.path = path.data();
   args.out_tokens = out.data();
-  kernels::verify_tree_cpu(args);
+  backend.verify_tree(args);
   Verdict v;
   v.path.assign(path.begin(), path.begin() + n_accepted);
   v.emitted.assign(out.begin(), out.begin() + n_accepted + 1);
@@ -175,7 +171,7 @@ at::Tensor tree_probabilities(const at::Tensor& logits /* [N+1, V] */, const sam
 
 // The k likeliest tokens of each row, best first. logits: [n, V]
 std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k) {
-  const at::Tensor ids = std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1)).contiguous();  // [n, k]
+  const at::Tensor ids = model::on_host(std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1))).contiguous();  // [n, k]
   std::vector<Tokens> out(ids.size(0));
   const int64_t* p = ids.data_ptr<int64_t>();
   for (int64_t r = 0; r < ids.size(0); ++r) out[r].assign(p + r * ids.size(1), p + (r + 1) * ids.size(1));
@@ -214,6 +210,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     return make_result(tracker, st, clock);
   }
   Rng rng(req.seed);
+  const std::shared_ptr<kernels::Backend> backend = req.backend ? req.backend : model::backend_of(req.target->device());
   const int64_t capacity = cache_capacity(req, std::max(cfg_.gamma_max, k_max_draft_nodes) + 1);
   std::unique_ptr<Drafter> drafter = make_drafter(req, rng, capacity);
   GammaController ctl(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
@@ -249,7 +246,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     // 3. verify
     const at::Tensor p = d.is_chain() ? sampling::probabilities(logits, cfg_.proc, seq, d.tokens)
                                       : tree_probabilities(logits, cfg_.proc, seq, d);  // [k+1, V]
-    const Verdict v = d.is_chain() ? verify(d, p, rng) : verify_tree(d, p, rng);
+    const Verdict v = d.is_chain() ? verify(*backend, d, p, rng) : verify_tree(*backend, d, p, rng);
     phase.charge(&PhaseTimes::sample);
     if (const int64_t top = drafter->target_topk(); top > 0) drafter->observe(fed, opt.parents, top_tokens(logits, top));
     phase.charge(&PhaseTimes::draft);
@@ -313,8 +310,6 @@ StrategyInfo speculative_info() {
       {"adaptive_gamma", "string", "off", "off | hf (+2 on full accept, -1 otherwise) | cost"},
       {"verify", "string", "tokenwise",
        "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
-      {"inject_residual_bug", "bool", "false",
-       "TESTING ONLY: resample rejections from p instead of norm(max(0, p - q)); checks must fail"},
   };
   for (const auto& p : drafter_params()) {
     for (const auto& own : info.params)

@@ -12,6 +12,7 @@
 #include "sampling/processors.h"
 #include "strategies/phases.h"
 
+namespace specdec::kernels { class Backend; }
 namespace specdec::model { class CausalLM; }
 namespace specdec::tokenizer { class Tokenizer; }
 
@@ -38,6 +39,9 @@ struct Request {
   // Addition (owner: strat): the draft model's tokenizer; when set, speculative decoding
   // checks it against `tokenizer` (vocab size, special tokens, sampled token strings).
   std::shared_ptr<tokenizer::Tokenizer> draft_tokenizer;
+  // The backend that verifies drafts (kernels/backend.h); null: the one of the target model's
+  // device. The harness's self-check (checks.inject_residual_bug) passes a wrapping one.
+  std::shared_ptr<kernels::Backend> backend;
 };
 
 enum class FinishReason { eos, length, stop_string, timeout };

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/error.h"
 #include "harness/experiment.h"
 #include "harness/runner.h"
 
@@ -96,5 +97,17 @@ TEST(HarnessE2E, PlantedResidualBugMakesChecksFail) {
     for (const auto& k : c["checks"])
       if (!k["pass"].get<bool>()) failed.insert(k["name"].get<std::string>());
   EXPECT_EQ(failed, (std::set<std::string>{"greedy_equality", "first_token", "sequence"}));
+  fs::remove_all(out);
+}
+
+TEST(HarnessE2E, PlantedBugNeedsAStrategyThatVerifiesDrafts) {
+  const std::string out = (fs::temp_directory_path() / "specdec_e2e_bug_sampling").string();
+  try {
+    run_tiny(out, {"plots=false", "checks.inject_residual_bug=true", "sweep={}", "checks.strategies=[sampling]",
+                   "strategies=[{name: sampling, params: {temperature: 0.8}}]"});
+    FAIL() << "expected an error";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("verifies no drafts"), std::string::npos) << e.what();
+  }
   fs::remove_all(out);
 }
