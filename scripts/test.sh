@@ -3,11 +3,24 @@
 # and runs the tests. CI (.ci/run) calls exactly this.
 #   scripts/test.sh            # unit + integration + fuzz (bounded) tests; skips label "slow"
 #   scripts/test.sh --slow     # also the Qwen2.5-Coder 0.5B -> 1.5B tests (needs ~2 GB download)
+#   scripts/test.sh --gpu [cmake args]
+#                              # on a machine with a GPU: the CUDA kernel tests and the device
+#                              # tests on cuda, which then fail instead of skipping when CUDA is
+#                              # unusable. Needs nvcc and a CUDA LibTorch, e.g.
+#                              #   scripts/test.sh --gpu -DTorch_DIR=<libtorch>/share/cmake/Torch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 slow=0
 [ "${1:-}" = "--slow" ] && slow=1
+if [ "${1:-}" = "--gpu" ]; then
+  shift
+  bash scripts/setup.sh
+  bash scripts/build.sh "$@"
+  bash scripts/fetch_models.sh smollm2-135m
+  export SPECDEC_REQUIRE_CUDA=1
+  exec ctest --test-dir build --output-on-failure -R 'cuda|device'
+fi
 
 bash scripts/setup.sh
 bash scripts/build.sh
