@@ -61,9 +61,10 @@ struct VerifyArgs {
   // order, computed in double from the float inputs, identical on CPU and GPU.
   // outputs
   int32_t* n_accepted = nullptr;   // [B] out: accepted draft tokens a (0..n_draft[b]); a
-                                   // row with bad input gets a negative status instead,
-                                   // out_tokens[b][0] the offending index, and the call
-                                   // (CPU) or check_verify_status (CUDA) throws naming it
+                                   // row with bad input gets a negative status instead and
+                                   // the call (CPU) throws specdec::Error naming the entry;
+                                   // CUDA leaves the entry's index in out_tokens[b][0] for
+                                   // check_verify_status
   int32_t* out_tokens = nullptr;   // [B, gamma+1] out: x_0..x_{a-1}, then the resampled/bonus
                                    // token at index a; entries after a are set to -1
   // TESTING ONLY: a wrong correction token at the first rejection. Sampling and block modes
@@ -187,7 +188,7 @@ void check_reorder_status(const int32_t* status, int64_t batch, const char* who)
 // Host side, after the caller copied the outputs back (its own synchronisation): throws
 // specdec::Error naming the sequence and entry of the first row whose kernel reported bad
 // input (n_accepted[b] < 0, offending index in out_tokens[b * out_stride]), with the CPU
-// path's messages. verify_cpu and verify_tree_cpu use them as well.
+// path's messages (the CPU launchers throw them directly and leave a bad row all -1).
 void check_verify_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
                          const char* who);
 void check_tree_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,

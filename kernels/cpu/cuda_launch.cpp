@@ -38,6 +38,7 @@ void check_workspace(const CudaLaunch& launch, size_t need, const char* who) {
 
 VerifyWorkspace verify_workspace_layout(const VerifyArgs& a, const char* who) {
   check_verify_args(a, who);
+  SD_CHECK(a.gamma < INT32_MAX, who, ": gamma = ", a.gamma, " must be below 2^31 - 1");
   SD_CHECK(a.batch <= kMaxBytes / (a.gamma + 1), who, ": batch x (gamma + 1) is too large");
   const int64_t rows = a.batch * (a.gamma + 1);
   VerifyWorkspace w;

@@ -55,6 +55,7 @@ void throw_tree_error(const char* who, int64_t b, int32_t status, int32_t i) {
 
 void verify_tree_cpu(const TreeVerifyArgs& args) {
   detail::check_tree_args(args, "verify_tree_cpu");
+  std::vector<math::TreeResult> results(static_cast<size_t>(args.batch));
   // As verify_cpu: errors are thrown after all sequences ran; small problems stay on the
   // calling thread.
   const bool split = args.batch > 1 && args.batch * args.vocab >= (int64_t{1} << 16);
@@ -64,12 +65,14 @@ void verify_tree_cpu(const TreeVerifyArgs& args) {
       cpu::CpuRowOps ops;
       const math::TreeResult res = math::verify_tree_row(tree, ops);
       args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
-      int32_t* out = args.out_tokens + b * (args.max_nodes + 1);
-      math::write_tree_output(tree, res, args.path + b * args.max_nodes, out);
-      if (res.status != math::kRowOk) out[0] = res.bad_index;
+      math::write_tree_output(tree, res, args.path + b * args.max_nodes, args.out_tokens + b * (args.max_nodes + 1));
+      results[static_cast<size_t>(b)] = res;
     }
   });
-  check_tree_status(args.n_accepted, args.out_tokens, args.batch, args.max_nodes + 1, "verify_tree_cpu");
+  for (int64_t b = 0; b < args.batch; ++b) {
+    const math::TreeResult& r = results[static_cast<size_t>(b)];
+    if (r.status != math::kRowOk) detail::throw_tree_error("verify_tree_cpu", b, r.status, r.bad_index);
+  }
 }
 
 void check_tree_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,

@@ -59,9 +59,10 @@ void throw_row_error(const char* who, int64_t b, int32_t status, int32_t i) {
 
 void verify_cpu(const VerifyArgs& args) {
   detail::check_verify_args(args, "verify_cpu");
-  // Errors are recorded per row (as the CUDA kernel does) and thrown after all rows ran, so
-  // the outputs of the good rows are complete. Each row reads at least one full [V] row;
-  // small problems stay on the calling thread.
+  std::vector<math::RowResult> results(static_cast<size_t>(args.batch));
+  // Errors are collected per row and thrown after all rows ran, so the outputs of the good
+  // rows are complete. Each row reads at least one full [V] row; small problems stay on the
+  // calling thread.
   const bool split = args.batch > 1 && args.batch * args.vocab >= (int64_t{1} << 16);
   parallel::parallel_for(args.batch, split ? 1 : args.batch, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -69,12 +70,14 @@ void verify_cpu(const VerifyArgs& args) {
       cpu::CpuRowOps ops;
       math::RowResult res = math::verify_row(row, ops);
       args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
-      int32_t* out = args.out_tokens + b * (args.gamma + 1);
-      math::write_row_output(row, res, out);
-      if (res.status != math::kRowOk) out[0] = res.bad_index;
+      math::write_row_output(row, res, args.out_tokens + b * (args.gamma + 1));
+      results[static_cast<size_t>(b)] = res;
     }
   });
-  check_verify_status(args.n_accepted, args.out_tokens, args.batch, args.gamma + 1, "verify_cpu");
+  for (int64_t b = 0; b < args.batch; ++b) {
+    const math::RowResult& r = results[static_cast<size_t>(b)];
+    if (r.status != math::kRowOk) detail::throw_row_error("verify_cpu", b, r.status, r.bad_index);
+  }
 }
 
 void check_verify_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
