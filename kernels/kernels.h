@@ -8,9 +8,25 @@
 // Shapes are row-major and contiguous; "in" marks inputs, "out" outputs.
 // Row logic: kernels/verify_math.h, kernels/tree_math.h, kernels/kv_math.h.
 // Overview: kernels/README.md.
+#include <cstddef>
 #include <cstdint>
 
 namespace specdec::kernels {
+
+// Where a CUDA op runs: a stream (a cudaStream_t passed as void*; nullptr = the legacy default
+// stream, which is LibTorch's default stream) and device scratch memory owned by the caller,
+// at least the bytes the op's *_workspace_bytes() asks for and 16-byte aligned (cudaMalloc
+// and the caching allocators give 256). Launches are asynchronous: no cudaMalloc, cudaFree,
+// synchronous cudaMemcpy or device/stream synchronisation inside; the launcher returns once
+// the kernels are queued. Launch errors (cudaGetLastError) and argument errors throw
+// specdec::Error at once; errors in the data (a token outside [0, V), ...) come back through
+// the outputs or a status in the workspace, for the caller to check with the check_*_status
+// helpers below after its own synchronisation.
+struct CudaLaunch {
+  void* stream = nullptr;      // cudaStream_t
+  void* workspace = nullptr;   // device memory, >= workspace_bytes
+  size_t workspace_bytes = 0;  // size of workspace
+};
 
 enum class VerifyMode {
   greedy,       // accept while draft token == argmax p; emit argmax p at the first mismatch
@@ -46,7 +62,9 @@ struct VerifyArgs {
   // outputs
   int32_t* n_accepted = nullptr;   // [B] out: accepted draft tokens a (0..n_draft[b]); a
                                    // row with bad input gets a negative status instead and
-                                   // the call throws specdec::Error naming the entry
+                                   // the call (CPU) throws specdec::Error naming the entry;
+                                   // CUDA leaves the entry's index in out_tokens[b][0] for
+                                   // check_verify_status
   int32_t* out_tokens = nullptr;   // [B, gamma+1] out: x_0..x_{a-1}, then the resampled/bonus
                                    // token at index a; entries after a are set to -1
 };
@@ -56,9 +74,16 @@ struct VerifyArgs {
 // [0, gamma], a draft token outside [0, V), a uniform outside [0, 1] or NaN, or a p row
 // (or all-zero residual fallback) without positive mass.
 void verify_cpu(const VerifyArgs& args);
-// CUDA: all pointers are device memory; one block per sequence. Throws specdec::Error
-// when built without CUDA or when no device is present.
-void verify_cuda(const VerifyArgs& args);
+// CUDA: all pointers are device memory. Two kernels on launch.stream: a grid over
+// (sequence, position) does each position's row work (argmax, the tokens_only sample, or the
+// lane masses of the residual max(0, w p - q) and of the bonus row), then one block per
+// sequence walks the draft and samples from the precomputed masses. Same tokens as verify_cpu.
+// A row with bad input gets n_accepted[b] < 0 and the offending index in out_tokens[b][0]:
+// check_verify_status() on the copied-back outputs names it. Throws specdec::Error at once
+// for bad sizes/pointers, a workspace below verify_cuda_workspace_bytes(), a launch failure,
+// a build without CUDA or no device.
+size_t verify_cuda_workspace_bytes(const VerifyArgs& args);
+void verify_cuda(const VerifyArgs& args, const CudaLaunch& launch);
 
 // Token-tree verification: one draft tree per sequence, nodes in topological order.
 // Node i of sequence b has token tokens[b][i] and parent parents[b][i] (< i; -1: a child of
@@ -106,8 +131,12 @@ struct TreeVerifyArgs {
 // n_nodes outside [0, N], a parent outside [-1, i), a token outside [0, V), a uniform
 // outside [0, 1] or NaN, or a row without positive mass to sample.
 void verify_tree_cpu(const TreeVerifyArgs& args);
-// CUDA: all pointers device memory (scratch too); one block per sequence.
-void verify_tree_cuda(const TreeVerifyArgs& args);
+// CUDA: all pointers device memory (scratch too); one block per sequence. Sampling mode with
+// args.scratch null takes the [B, V] doubles of running residual from the workspace, which
+// verify_tree_cuda_workspace_bytes() then includes (0 otherwise). Bad input: as verify_cuda,
+// read back with check_tree_status().
+size_t verify_tree_cuda_workspace_bytes(const TreeVerifyArgs& args);
+void verify_tree_cuda(const TreeVerifyArgs& args, const CudaLaunch& launch);
 
 // KV-cache compaction for one layer tensor laid out [B, H, S, D] (float32), in place.
 // For each sequence b, positions src_pos[b][0..n_keep[b]) (strictly ascending, each in
@@ -124,13 +153,40 @@ struct CompactArgs {
   int64_t* lengths = nullptr;         // [B] out, optional: set to dst_start[b] + n_keep[b]
 };
 void kv_compact_cpu(const CompactArgs& args);
-void kv_compact_cuda(const CompactArgs& args);
+// CUDA: all pointers device memory. The caller validates the keep lists on the host with
+// check_compact_args() before copying them; the kernel checks them again and leaves a bad
+// sequence (and its length) untouched, with its status in the workspace ([B, 2] int32:
+// status, index; kv_compact_cuda_workspace_bytes()), which check_compact_status() reads
+// from a host copy.
+size_t kv_compact_cuda_workspace_bytes(const CompactArgs& args);
+void kv_compact_cuda(const CompactArgs& args, const CudaLaunch& launch);
+// Host-side validation of CompactArgs whose arrays (src_pos, n_keep, dst_start) are host
+// memory: sizes, pointers and every keep list; throws specdec::Error naming the entry.
+// kv_compact_cpu uses it too.
+void check_compact_args(const CompactArgs& host_args, const char* who);
+// status: a host copy of kv_compact_cuda's workspace, [B, 2] int32.
+void check_compact_status(const int32_t* status, int64_t batch, const char* who);
 
 // Beam reorder: dst[b] = src[indices[b]] for rows of row_elems floats (one layer's
 // [B, H, S, D] tensor has row_elems = H * S * D). dst [B, row_elems] out, src
 // [B, row_elems] in, indices [B] in (each in [0, B)); dst and src must not overlap.
 void kv_reorder_cpu(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems);
-void kv_reorder_cuda(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems);
+// CUDA: device pointers. A sequence whose index is out of range is left untouched and
+// flagged in the workspace ([B] int32, 1 = bad; kv_reorder_cuda_workspace_bytes()), which
+// check_reorder_status() reads from a host copy.
+size_t kv_reorder_cuda_workspace_bytes(int64_t batch);
+void kv_reorder_cuda(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems,
+                     const CudaLaunch& launch);
+void check_reorder_status(const int32_t* status, int64_t batch, const char* who);
+
+// Host side, after the caller copied the outputs back (its own synchronisation): throws
+// specdec::Error naming the sequence and entry of the first row whose kernel reported bad
+// input (n_accepted[b] < 0, offending index in out_tokens[b * out_stride]), with the CPU
+// path's messages (the CPU launchers throw them directly and leave a bad row all -1).
+void check_verify_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
+                         const char* who);
+void check_tree_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
+                       const char* who);
 
 // O(1) rollback: lengths[b] = min(lengths[b], new_lengths[b]). lengths [B] in/out,
 // new_lengths [B] in (>= 0). Host memory; no KV data moves.

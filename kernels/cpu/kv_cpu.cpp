@@ -19,7 +19,7 @@ constexpr int64_t kParallelMinFloats = int64_t{1} << 18;
 
 namespace detail {
 
-void check_compact_args(const CompactArgs& a, const char* who) {
+void check_compact_sizes(const CompactArgs& a, const char* who) {
   SD_CHECK(a.batch >= 0 && a.heads >= 0 && a.max_seq >= 0 && a.head_dim >= 0 && a.max_keep >= 0, who,
            ": negative size (batch ", a.batch, ", heads ", a.heads, ", max_seq ", a.max_seq,
            ", head_dim ", a.head_dim, ", max_keep ", a.max_keep, ")");
@@ -54,14 +54,34 @@ void check_reorder_args(const float* dst, const float* src, const int64_t* indic
 
 }  // namespace detail
 
-void kv_compact_cpu(const CompactArgs& a) {
-  detail::check_compact_args(a, "kv_compact_cpu");
-  // Validate everything first so that a bad sequence leaves the cache untouched.
+void check_compact_args(const CompactArgs& a, const char* who) {
+  detail::check_compact_sizes(a, who);
   for (int64_t b = 0; b < a.batch; ++b) {
     const math::CompactCheck c =
         math::check_keep_list(a.src_pos + b * a.max_keep, a.n_keep[b], a.dst_start[b], a.max_keep, a.max_seq);
-    if (c.status != math::kCompactOk) detail::throw_compact_error("kv_compact_cpu", b, c.status, c.bad_index);
+    if (c.status != math::kCompactOk) detail::throw_compact_error(who, b, c.status, c.bad_index);
   }
+}
+
+void check_compact_status(const int32_t* status, int64_t batch, const char* who) {
+  SD_CHECK(batch >= 0, who, ": batch = ", batch, " must be >= 0");
+  if (batch == 0) return;
+  SD_CHECK(status, who, ": status [B, 2] is null");
+  for (int64_t b = 0; b < batch; ++b)
+    if (status[2 * b] != math::kCompactOk) detail::throw_compact_error(who, b, status[2 * b], status[2 * b + 1]);
+}
+
+void check_reorder_status(const int32_t* status, int64_t batch, const char* who) {
+  SD_CHECK(batch >= 0, who, ": batch = ", batch, " must be >= 0");
+  if (batch == 0) return;
+  SD_CHECK(status, who, ": status [B] is null");
+  for (int64_t b = 0; b < batch; ++b)
+    SD_CHECK(status[b] == 0, who, ": indices[", b, "] is outside [0, ", batch, ")");
+}
+
+void kv_compact_cpu(const CompactArgs& a) {
+  // Validate everything first so that a bad sequence leaves the cache untouched.
+  check_compact_args(a, "kv_compact_cpu");
   const int64_t n_slabs = a.batch * a.heads;
   int64_t n_moved = 0;  // floats copied; a parallel region costs more than a small copy
   for (int64_t b = 0; b < a.batch; ++b) n_moved += int64_t{a.n_keep[b]} * a.heads * a.head_dim;

@@ -80,4 +80,14 @@ void verify_cpu(const VerifyArgs& args) {
   }
 }
 
+void check_verify_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
+                         const char* who) {
+  SD_CHECK(batch >= 0 && out_stride >= 1, who, ": batch = ", batch, ", out_stride = ", out_stride,
+           " (need batch >= 0, out_stride >= 1)");
+  if (batch == 0) return;
+  SD_CHECK(n_accepted && out_tokens, who, ": n_accepted [B] / out_tokens [B, stride] are null");
+  for (int64_t b = 0; b < batch; ++b)
+    if (n_accepted[b] < 0) detail::throw_row_error(who, b, n_accepted[b], out_tokens[b * out_stride]);
+}
+
 }  // namespace specdec::kernels

@@ -1,6 +1,6 @@
-// CUDA KV-cache compaction and beam reorder. Shared logic: kernels/kv_math.h.
+// CUDA KV-cache compaction and beam reorder. Shared logic: kernels/kv_math.h. No allocation
+// or synchronisation: per-sequence statuses go to the caller's workspace.
 #include <algorithm>
-#include <vector>
 
 #include "kernels/cpu/kernels_internal.h"
 #include "kernels/cuda/cuda_check.cuh"
@@ -13,9 +13,11 @@ namespace {
 
 constexpr int kCompactThreads = 256;
 
-// One block per (sequence, head) slab, grid (H, B). Threads walk the flattened (i, d)
+// One block per (sequence, head) slab, grid (max(H, 1), B). Threads walk the flattened (i, d)
 // elements in tiles of ascending i; each tile is read completely before it is written, which
 // together with dst_start + i <= src_pos[i] < src_pos[j > i] makes the in-place move safe.
+// A bad keep list (the caller should have run check_compact_args on the host) moves nothing
+// and leaves lengths[b] as it was; its status and index go to status[b] (head 0 writes it).
 __global__ void compact_kernel(CompactArgs a, int32_t* status) {  // status: [B, 2]
   const int64_t b = blockIdx.y, h = blockIdx.x;
   const int64_t* src_pos = a.src_pos + b * a.max_keep;  // [max_keep]
@@ -25,10 +27,13 @@ __global__ void compact_kernel(CompactArgs a, int32_t* status) {  // status: [B,
   if (threadIdx.x == 0) {
     const math::CompactCheck c = math::check_keep_list(src_pos, n_keep, dst_start, a.max_keep, a.max_seq);
     s_ok = c.status == math::kCompactOk;
-    if (h == 0) status[2 * b] = c.status, status[2 * b + 1] = c.bad_index;
+    if (h == 0) {
+      status[2 * b] = c.status, status[2 * b + 1] = c.bad_index;
+      if (s_ok && a.lengths) a.lengths[b] = dst_start + n_keep;
+    }
   }
   __syncthreads();
-  if (!s_ok) return;
+  if (!s_ok || h >= a.heads) return;
   const int64_t bh_base = (b * a.heads + h) * a.max_seq * a.head_dim;
   const int64_t n_elems = static_cast<int64_t>(n_keep) * a.head_dim;
   for (int64_t tile = 0; tile < n_elems; tile += kCompactThreads) {
@@ -45,19 +50,15 @@ __global__ void compact_kernel(CompactArgs a, int32_t* status) {  // status: [B,
   }
 }
 
-__global__ void set_lengths_kernel(CompactArgs a) {
-  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (b < a.batch) a.lengths[b] = a.dst_start[b] + a.n_keep[b];
-}
-
+// grid (blocks_x, B). A sequence whose index is out of range is left untouched; block x = 0
+// writes its status (0 ok, 1 bad).
 __global__ void reorder_kernel(float* dst, const float* src, const int64_t* indices, int64_t batch,
-                               int64_t row_elems, int32_t* bad) {
+                               int64_t row_elems, int32_t* status) {  // status: [B]
   const int64_t b = blockIdx.y;
   const int64_t from = indices[b];
-  if (from < 0 || from >= batch) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) *bad = static_cast<int32_t>(b) + 1;
-    return;
-  }
+  const bool ok = from >= 0 && from < batch;
+  if (blockIdx.x == 0 && threadIdx.x == 0) status[b] = ok ? 0 : 1;
+  if (!ok) return;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < row_elems; e += stride)
     dst[b * row_elems + e] = src[from * row_elems + e];
@@ -65,46 +66,34 @@ __global__ void reorder_kernel(float* dst, const float* src, const int64_t* indi
 
 }  // namespace
 
-void kv_compact_cuda(const CompactArgs& a) {
+void kv_compact_cuda(const CompactArgs& a, const CudaLaunch& launch) {
   const char* who = "kv_compact_cuda";
-  detail::check_compact_args(a, who);
+  detail::check_compact_sizes(a, who);
+  SD_CHECK(a.batch <= 65535 && a.heads <= INT32_MAX, who, ": batch = ", a.batch, ", heads = ", a.heads,
+           " exceed the grid limits (65535, 2^31 - 1)");
+  detail::check_workspace(launch, kv_compact_cuda_workspace_bytes(a), who);
   detail::require_device(who);
-  if (a.batch == 0 || a.heads == 0) return;
-  int32_t* status = nullptr;  // [B, 2] per-sequence status and offending index
-  detail::cuda_check(cudaMalloc(&status, sizeof(int32_t) * 2 * a.batch), who, "cudaMalloc");
-  compact_kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch)), kCompactThreads>>>(a, status);
-  cudaError_t err = cudaGetLastError();
-  std::vector<int32_t> host(static_cast<size_t>(2 * a.batch));
-  if (err == cudaSuccess)
-    err = cudaMemcpy(host.data(), status, sizeof(int32_t) * host.size(), cudaMemcpyDeviceToHost);
-  cudaFree(status);
-  detail::cuda_check(err, who, "compaction kernel");
-  for (int64_t b = 0; b < a.batch; ++b)
-    if (host[2 * b] != math::kCompactOk) detail::throw_compact_error(who, b, host[2 * b], host[2 * b + 1]);
-  if (a.lengths) {
-    set_lengths_kernel<<<static_cast<unsigned>((a.batch + 255) / 256), 256>>>(a);
-    detail::cuda_check(cudaDeviceSynchronize(), who, "length update");
-  }
+  if (a.batch == 0) return;
+  const unsigned heads = static_cast<unsigned>(std::max<int64_t>(a.heads, 1));  // H = 0 still sets lengths
+  compact_kernel<<<dim3(heads, static_cast<unsigned>(a.batch)), kCompactThreads, 0, detail::stream_of(launch)>>>(
+      a, static_cast<int32_t*>(launch.workspace));
+  detail::cuda_check(cudaGetLastError(), who, "launch of the compaction kernel");
 }
 
-void kv_reorder_cuda(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems) {
+void kv_reorder_cuda(float* dst, const float* src, const int64_t* indices, int64_t batch, int64_t row_elems,
+                     const CudaLaunch& launch) {
   const char* who = "kv_reorder_cuda";
   detail::check_reorder_args(dst, src, indices, batch, row_elems, who);
+  SD_CHECK(batch <= 65535, who, ": batch = ", batch, " exceeds the grid limit (65535)");
+  SD_CHECK(batch == 0 || indices, who, ": indices [B] is null");
+  detail::check_workspace(launch, kv_reorder_cuda_workspace_bytes(batch), who);
   detail::require_device(who);
-  if (batch == 0 || row_elems == 0) return;
-  int32_t* bad = nullptr;  // 0, or 1 + the first sequence with an out-of-range index
-  detail::cuda_check(cudaMalloc(&bad, sizeof(int32_t)), who, "cudaMalloc");
-  cudaError_t err = cudaMemset(bad, 0, sizeof(int32_t));
-  const unsigned blocks_x = static_cast<unsigned>(std::min<int64_t>((row_elems + 255) / 256, 1024));
-  if (err == cudaSuccess) {
-    reorder_kernel<<<dim3(blocks_x, static_cast<unsigned>(batch)), 256>>>(dst, src, indices, batch, row_elems, bad);
-    err = cudaGetLastError();
-  }
-  int32_t host_bad = 0;
-  if (err == cudaSuccess) err = cudaMemcpy(&host_bad, bad, sizeof(int32_t), cudaMemcpyDeviceToHost);
-  cudaFree(bad);
-  detail::cuda_check(err, who, "reorder kernel");
-  SD_CHECK(host_bad == 0, who, ": indices[", host_bad - 1, "] is outside [0, ", batch, ")");
+  if (batch == 0) return;
+  // row_elems = 0 still writes the statuses (one block per sequence).
+  const unsigned blocks_x = static_cast<unsigned>(std::clamp<int64_t>((row_elems + 255) / 256, 1, 1024));
+  reorder_kernel<<<dim3(blocks_x, static_cast<unsigned>(batch)), 256, 0, detail::stream_of(launch)>>>(
+      dst, src, indices, batch, row_elems, static_cast<int32_t*>(launch.workspace));
+  detail::cuda_check(cudaGetLastError(), who, "launch of the reorder kernel");
 }
 
 }  // namespace specdec::kernels

@@ -1,11 +1,14 @@
 // CUDA kernels against the CPU implementation on shared inputs (bit-identical outputs are
 // expected: both run the same kernels/*_math.h row logic): chain verification in all four
-// modes (block included), tree verification, KV compaction and reorder. Without a GPU these
-// tests skip with the reason; they are still compiled and linked in every build with nvcc,
-// and the launcher-contract test runs everywhere.
+// modes (block included) with ragged drafts, tree verification, KV compaction and reorder,
+// each on a caller stream with a caller workspace. Without a GPU these tests skip with the
+// reason; they are still compiled and linked in every build with nvcc. The host-side
+// contract (workspace sizes, status checks, check_compact_args) is tested everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,7 +51,33 @@ struct DeviceBuffer {
     return h;
   }
 };
+
+// A device workspace of the bytes an op asks for, and a stream of its own (so the tests
+// exercise a non-default stream; the caller synchronises before reading back).
+struct DeviceLaunch {
+  DeviceBuffer<char> ws;
+  cudaStream_t stream = nullptr;
+  explicit DeviceLaunch(size_t bytes) : ws(std::vector<char>(bytes, 0)) {
+    if (cudaStreamCreate(&stream) != cudaSuccess) throw specdec::Error("cudaStreamCreate failed");
+  }
+  ~DeviceLaunch() { cudaStreamDestroy(stream); }
+  sk::CudaLaunch launch() const { return sk::CudaLaunch{stream, ws.ptr, ws.n}; }
+  void sync() const {
+    if (cudaStreamSynchronize(stream) != cudaSuccess) throw specdec::Error("cudaStreamSynchronize failed");
+  }
+};
 #endif
+
+// Expects fn to throw specdec::Error whose message contains `fragment`.
+template <class Fn>
+void expect_error(Fn fn, const std::string& fragment) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error (expected one naming '" << fragment << "')";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
 
 struct VerifyInputs {
   int64_t B, G, V;
@@ -119,33 +148,129 @@ TEST(KernelsCuda, LaunchersExistAndFailCleanlyWithoutDevice) {
   a.gamma = 1, a.vocab = 8, a.mode = sk::VerifyMode::greedy;
   a.draft_tokens = in.draft.data(), a.n_draft = in.n_draft.data(), a.p = in.p.data();
   a.n_accepted = n_acc.data(), a.out_tokens = out.data();
-  try {
-    sk::verify_cuda(a);
-    ADD_FAILURE() << "verify_cuda ran without a device";
-  } catch (const specdec::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
-  }
+  // A workspace of the right size (never touched: the launchers stop before any launch).
+  std::vector<double> fake_ws(4096);
+  const sk::CudaLaunch launch{nullptr, fake_ws.data(), sizeof(double) * fake_ws.size()};
+  ASSERT_LE(sk::verify_cuda_workspace_bytes(a), launch.workspace_bytes);
+  expect_error([&] { sk::verify_cuda(a, launch); }, "CUDA");
   std::vector<float> kv(4), dst(4);
   std::vector<int64_t> idx = {0};
-  EXPECT_THROW(sk::kv_reorder_cuda(dst.data(), kv.data(), idx.data(), 1, 4), specdec::Error);
+  expect_error([&] { sk::kv_reorder_cuda(dst.data(), kv.data(), idx.data(), 1, 4, launch); }, "CUDA");
   sk::CompactArgs c;
-  EXPECT_THROW(sk::kv_compact_cuda(c), specdec::Error);
+  EXPECT_THROW(sk::kv_compact_cuda(c, launch), specdec::Error);
   TreeInputs t = random_tree_inputs(1, 4, 8, 2);
   std::vector<int32_t> path(4), tree_out(5);
   sk::TreeVerifyArgs ta = tree_args(t, sk::VerifyMode::greedy, n_acc.data(), path.data(), tree_out.data());
-  try {
-    sk::verify_tree_cuda(ta);
-    ADD_FAILURE() << "verify_tree_cuda ran without a device";
-  } catch (const specdec::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
-  }
+  expect_error([&] { sk::verify_tree_cuda(ta, launch); }, "CUDA");
+}
+
+TEST(KernelsCuda, WorkspaceSizesAndTooSmallWorkspace) {
+  // Host-side: the sizes follow the mode, and a launch whose workspace is short (or null)
+  // is a named error before anything is queued, with or without a device.
+  VerifyInputs in = random_inputs(3, 4, 1000, 2);
+  std::vector<int32_t> n_acc(3), out(3 * 5);
+  sk::VerifyArgs a;
+  a.batch = 3, a.gamma = 4, a.vocab = 1000;
+  a.draft_tokens = in.draft.data(), a.n_draft = in.n_draft.data(), a.q = in.q.data(), a.p = in.p.data();
+  a.uniforms = in.u.data(), a.n_accepted = n_acc.data(), a.out_tokens = out.data();
+  a.mode = sk::VerifyMode::greedy;
+  const size_t greedy = sk::verify_cuda_workspace_bytes(a);
+  EXPECT_GE(greedy, sizeof(int32_t) * 3 * 5);
+  a.mode = sk::VerifyMode::sampling;
+  const size_t sampling = sk::verify_cuda_workspace_bytes(a);
+  EXPECT_GE(sampling, sizeof(double) * 3 * 5 * 256);  // lane masses of every (b, row)
+  a.mode = sk::VerifyMode::block;
+  EXPECT_EQ(sk::verify_cuda_workspace_bytes(a), sampling);
+  TreeInputs t = random_tree_inputs(2, 3, 50, 3);
+  std::vector<int32_t> t_acc(2), t_path(6), t_out(8);
+  sk::TreeVerifyArgs ta = tree_args(t, sk::VerifyMode::sampling, t_acc.data(), t_path.data(), t_out.data());
+  EXPECT_EQ(sk::verify_tree_cuda_workspace_bytes(ta), 0u);  // caller's scratch
+  ta.scratch = nullptr;
+  EXPECT_GE(sk::verify_tree_cuda_workspace_bytes(ta), sizeof(double) * 2 * 50);
+  sk::CompactArgs c;
+  c.batch = 5;
+  EXPECT_GE(sk::kv_compact_cuda_workspace_bytes(c), sizeof(int32_t) * 10);
+  EXPECT_GE(sk::kv_reorder_cuda_workspace_bytes(7), sizeof(int32_t) * 7);
+#ifndef SPECDEC_WITH_CUDA
+  GTEST_SKIP() << skip_reason() << " (the launchers' workspace checks need the CUDA build)";
+#else
+  std::vector<double> host_ws(sampling / sizeof(double) + 1);
+  const sk::CudaLaunch short_ws{nullptr, host_ws.data(), sampling - 8};
+  expect_error([&] { sk::verify_cuda(a, short_ws); }, "verify_cuda: workspace of");
+  expect_error([&] { sk::verify_cuda(a, sk::CudaLaunch{}); }, "too small");
+  const sk::CudaLaunch null_ws{nullptr, nullptr, sampling};
+  expect_error([&] { sk::verify_cuda(a, null_ws); }, "workspace is null");
+  expect_error([&] { sk::verify_tree_cuda(ta, sk::CudaLaunch{}); }, "verify_tree_cuda: workspace of");
+  std::vector<float> kv(8), dst(8);
+  std::vector<int64_t> idx = {0, 1};
+  expect_error([&] { sk::kv_reorder_cuda(dst.data(), kv.data(), idx.data(), 2, 4, sk::CudaLaunch{}); },
+               "kv_reorder_cuda: workspace of");
+#endif
+}
+
+TEST(KernelsCuda, HostStatusChecksNameTheEntry) {
+  // Runs everywhere: the helpers the CUDA caller applies to its copied-back outputs name the
+  // sequence and entry, with the CPU path's messages (kv_compact_cpu uses check_compact_args).
+  std::vector<int32_t> acc = {2, 1, 0}, out(3 * 4, 7);
+  EXPECT_NO_THROW(sk::check_verify_status(acc.data(), out.data(), 3, 4, "caller"));
+  acc[1] = -2, out[1 * 4] = 3;  // kBadToken at draft position 3
+  expect_error([&] { sk::check_verify_status(acc.data(), out.data(), 3, 4, "caller"); },
+               "caller: draft_tokens[1][3]");
+  acc[1] = -3, out[1 * 4] = 2;
+  expect_error([&] { sk::check_verify_status(acc.data(), out.data(), 3, 4, "caller"); }, "uniforms[1][2]");
+  acc[1] = -5, out[1 * 4] = 2;
+  expect_error([&] { sk::check_tree_status(acc.data(), out.data(), 3, 4, "caller"); }, "parents[1][2]");
+  expect_error([&] { sk::check_verify_status(nullptr, out.data(), 3, 4, "caller"); }, "null");
+
+  // The CPU path gives the same message for the same bad token.
+  VerifyInputs in = random_inputs(2, 2, 8, 3);
+  in.n_draft = {2, 2};
+  in.draft[3] = 8;
+  std::vector<int32_t> n_acc(2), toks(6);
+  sk::VerifyArgs a;
+  a.batch = 2, a.gamma = 2, a.vocab = 8, a.mode = sk::VerifyMode::greedy;
+  a.draft_tokens = in.draft.data(), a.n_draft = in.n_draft.data(), a.p = in.p.data();
+  a.n_accepted = n_acc.data(), a.out_tokens = toks.data();
+  expect_error([&] { sk::verify_cpu(a); }, "verify_cpu: draft_tokens[1][1]");
+  EXPECT_GE(n_acc[0], 0);
+  EXPECT_LT(n_acc[1], 0);
+
+  // Compaction arguments validated on the host, and the kernel's status words.
+  std::vector<float> kv(2 * 1 * 8 * 2);
+  std::vector<int64_t> src = {2, 3, 4, 6}, dst_start = {1, 0};
+  std::vector<int32_t> n_keep = {2, 2};
+  sk::CompactArgs c;
+  c.kv = kv.data(), c.batch = 2, c.heads = 1, c.max_seq = 8, c.head_dim = 2;
+  c.src_pos = src.data(), c.n_keep = n_keep.data(), c.dst_start = dst_start.data(), c.max_keep = 2;
+  EXPECT_NO_THROW(sk::check_compact_args(c, "caller"));
+  src[3] = 4;  // sequence 1: not strictly ascending
+  expect_error([&] { sk::check_compact_args(c, "caller"); }, "caller: src_pos[1][1]");
+  src[3] = 6, n_keep[0] = 3;
+  expect_error([&] { sk::check_compact_args(c, "caller"); }, "n_keep[0]");
+  n_keep[0] = 2, c.n_keep = nullptr;
+  expect_error([&] { sk::check_compact_args(c, "caller"); }, "must not be null");
+  const std::vector<int32_t> status = {0, -1, -3, 1};  // sequence 1: kBadSrcPos at 1
+  expect_error([&] { sk::check_compact_status(status.data(), 2, "caller"); }, "src_pos[1][1]");
+  const std::vector<int32_t> reorder_status = {0, 0, 1};
+  expect_error([&] { sk::check_reorder_status(reorder_status.data(), 3, "caller"); }, "indices[2]");
 }
 
 TEST(KernelsCuda, VerifyMatchesCpu) {
+  // Token-exact against verify_cpu for the same uniforms, every mode, ragged n_draft (0..gamma
+  // at random, plus an all-empty and an all-full sequence), vocabularies below, at and far
+  // above the block's 256 lanes.
   if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
 #ifdef SPECDEC_WITH_CUDA
-  for (int64_t V : {16, 1000, 151936}) {
-    const VerifyInputs in = random_inputs(8, 4, V, 40 + V);
+  for (int64_t V : {16, 256, 1000, 151936}) {
+    VerifyInputs in = random_inputs(9, 5, V, 40 + V);
+    in.n_draft[0] = 0, in.n_draft[1] = 5;
+    for (int64_t b = 2; b < 4; ++b)  // drafts from p's top token: long acceptances
+      for (int64_t i = 0; i < in.G; ++i) {
+        const float* row = in.p.data() + (b * (in.G + 1) + i) * V;
+        int32_t best = 0;
+        for (int32_t k = 1; k < V; ++k) best = row[k] > row[best] ? k : best;
+        in.draft[b * in.G + i] = best;
+      }
     for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only,
                       sk::VerifyMode::block}) {
       std::vector<int32_t> acc_cpu(in.B), out_cpu(in.B * (in.G + 1));
@@ -154,62 +279,86 @@ TEST(KernelsCuda, VerifyMatchesCpu) {
       a.draft_tokens = in.draft.data(), a.n_draft = in.n_draft.data(), a.q = in.q.data(), a.p = in.p.data();
       a.uniforms = in.u.data(), a.n_accepted = acc_cpu.data(), a.out_tokens = out_cpu.data();
       sk::verify_cpu(a);
-      DeviceBuffer<int32_t> d_draft(in.draft), d_nd(in.n_draft), d_acc(acc_cpu), d_out(out_cpu);
+      DeviceBuffer<int32_t> d_draft(in.draft), d_nd(in.n_draft), d_acc(std::vector<int32_t>(in.B, -9)),
+          d_out(std::vector<int32_t>(out_cpu.size(), -9));
       DeviceBuffer<float> d_q(in.q), d_p(in.p), d_u(in.u);
       a.draft_tokens = d_draft.ptr, a.n_draft = d_nd.ptr, a.q = d_q.ptr, a.p = d_p.ptr, a.uniforms = d_u.ptr;
       a.n_accepted = d_acc.ptr, a.out_tokens = d_out.ptr;
-      sk::verify_cuda(a);
-      EXPECT_EQ(d_acc.to_host(), acc_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
-      EXPECT_EQ(d_out.to_host(), out_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
+      // Garbage in the workspace must not matter: the row kernel writes what the walk reads.
+      DeviceLaunch dl(sk::verify_cuda_workspace_bytes(a));
+      cudaMemset(dl.ws.ptr, 0x7f, dl.ws.n);
+      sk::verify_cuda(a, dl.launch());
+      dl.sync();
+      const std::vector<int32_t> acc = d_acc.to_host(), out = d_out.to_host();
+      EXPECT_NO_THROW(sk::check_verify_status(acc.data(), out.data(), in.B, in.G + 1, "verify_cuda"));
+      EXPECT_EQ(acc, acc_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(out, out_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
     }
   }
 #endif
 }
 
-TEST(KernelsCuda, VerifyBadTokenIsAnError) {
+TEST(KernelsCuda, VerifyBadInputComesBackThroughTheOutputs) {
+  // Bad data is found on the device; the launch itself does not throw or synchronise, and
+  // check_verify_status on the copied outputs names the entry. The good sequence is complete.
   if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
 #ifdef SPECDEC_WITH_CUDA
-  VerifyInputs in = random_inputs(2, 2, 8, 3);
-  in.n_draft = {2, 2};
-  in.draft[3] = 8;  // sequence 1, position 1: outside [0, 8)
-  std::vector<int32_t> acc(2), out(6);
-  DeviceBuffer<int32_t> d_draft(in.draft), d_nd(in.n_draft), d_acc(acc), d_out(out);
-  DeviceBuffer<float> d_p(in.p);
-  sk::VerifyArgs a;
-  a.batch = 2, a.gamma = 2, a.vocab = 8, a.mode = sk::VerifyMode::greedy;
-  a.draft_tokens = d_draft.ptr, a.n_draft = d_nd.ptr, a.p = d_p.ptr, a.n_accepted = d_acc.ptr, a.out_tokens = d_out.ptr;
-  try {
-    sk::verify_cuda(a);
-    ADD_FAILURE() << "no error";
-  } catch (const specdec::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("draft_tokens[1][1]"), std::string::npos) << e.what();
+  for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::block}) {
+    VerifyInputs in = random_inputs(2, 2, 8, 3);
+    in.n_draft = {2, 2};
+    in.draft[3] = 8;  // sequence 1, position 1: outside [0, 8)
+    std::vector<int32_t> acc_cpu(2), out_cpu(6);
+    sk::VerifyArgs a;
+    a.batch = 2, a.gamma = 2, a.vocab = 8, a.mode = mode;
+    a.draft_tokens = in.draft.data(), a.n_draft = in.n_draft.data(), a.q = in.q.data(), a.p = in.p.data();
+    a.uniforms = in.u.data(), a.n_accepted = acc_cpu.data(), a.out_tokens = out_cpu.data();
+    EXPECT_THROW(sk::verify_cpu(a), specdec::Error);
+    DeviceBuffer<int32_t> d_draft(in.draft), d_nd(in.n_draft), d_acc(std::vector<int32_t>(2)),
+        d_out(std::vector<int32_t>(6));
+    DeviceBuffer<float> d_q(in.q), d_p(in.p), d_u(in.u);
+    a.draft_tokens = d_draft.ptr, a.n_draft = d_nd.ptr, a.q = d_q.ptr, a.p = d_p.ptr, a.uniforms = d_u.ptr;
+    a.n_accepted = d_acc.ptr, a.out_tokens = d_out.ptr;
+    DeviceLaunch dl(sk::verify_cuda_workspace_bytes(a));
+    EXPECT_NO_THROW(sk::verify_cuda(a, dl.launch()));
+    dl.sync();
+    const std::vector<int32_t> acc = d_acc.to_host(), out = d_out.to_host();
+    EXPECT_EQ(acc, acc_cpu);
+    EXPECT_EQ(out, out_cpu);
+    expect_error([&] { sk::check_verify_status(acc.data(), out.data(), 2, 3, "verify_cuda"); },
+                 "verify_cuda: draft_tokens[1][1]");
   }
 #endif
 }
 
 TEST(KernelsCuda, TreeVerifyMatchesCpu) {
   // Same trees, rows and uniforms on both paths, all three tree modes: identical counts,
-  // paths and tokens (the sampling mode's running residual lives in device scratch).
+  // paths and tokens (the sampling mode's running residual lives in caller scratch, or in
+  // the workspace when scratch is null).
   if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
 #ifdef SPECDEC_WITH_CUDA
   for (int64_t V : {16, 1000, 151936}) {
     TreeInputs t = random_tree_inputs(6, 12, V, 70 + V);
-    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only}) {
-      std::vector<int32_t> acc_cpu(t.B), path_cpu(t.B * t.N), out_cpu(t.B * (t.N + 1));
-      sk::TreeVerifyArgs a = tree_args(t, mode, acc_cpu.data(), path_cpu.data(), out_cpu.data());
-      sk::verify_tree_cpu(a);
-      DeviceBuffer<int32_t> d_tok(t.tokens), d_par(t.parents), d_nn(t.n_nodes), d_acc(acc_cpu), d_path(path_cpu),
-          d_out(out_cpu);
-      DeviceBuffer<float> d_q(t.q), d_p(t.p), d_u(t.u);
-      DeviceBuffer<double> d_scratch(t.scratch);
-      a.tokens = d_tok.ptr, a.parents = d_par.ptr, a.n_nodes = d_nn.ptr, a.q = d_q.ptr, a.p = d_p.ptr;
-      a.uniforms = d_u.ptr, a.scratch = d_scratch.ptr;
-      a.n_accepted = d_acc.ptr, a.path = d_path.ptr, a.out_tokens = d_out.ptr;
-      sk::verify_tree_cuda(a);
-      EXPECT_EQ(d_acc.to_host(), acc_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
-      EXPECT_EQ(d_path.to_host(), path_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
-      EXPECT_EQ(d_out.to_host(), out_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
-    }
+    for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only})
+      for (bool own_scratch : {true, false}) {
+        std::vector<int32_t> acc_cpu(t.B), path_cpu(t.B * t.N), out_cpu(t.B * (t.N + 1));
+        sk::TreeVerifyArgs a = tree_args(t, mode, acc_cpu.data(), path_cpu.data(), out_cpu.data());
+        sk::verify_tree_cpu(a);
+        DeviceBuffer<int32_t> d_tok(t.tokens), d_par(t.parents), d_nn(t.n_nodes), d_acc(acc_cpu),
+            d_path(path_cpu), d_out(out_cpu);
+        DeviceBuffer<float> d_q(t.q), d_p(t.p), d_u(t.u);
+        DeviceBuffer<double> d_scratch(t.scratch);
+        a.tokens = d_tok.ptr, a.parents = d_par.ptr, a.n_nodes = d_nn.ptr, a.q = d_q.ptr, a.p = d_p.ptr;
+        a.uniforms = d_u.ptr, a.scratch = own_scratch ? d_scratch.ptr : nullptr;
+        a.n_accepted = d_acc.ptr, a.path = d_path.ptr, a.out_tokens = d_out.ptr;
+        DeviceLaunch dl(sk::verify_tree_cuda_workspace_bytes(a));
+        sk::verify_tree_cuda(a, dl.launch());
+        dl.sync();
+        const std::string what = "V = " + std::to_string(V) + " mode " + std::to_string(static_cast<int>(mode)) +
+                                 (own_scratch ? " scratch" : " workspace");
+        EXPECT_EQ(d_acc.to_host(), acc_cpu) << what;
+        EXPECT_EQ(d_path.to_host(), path_cpu) << what;
+        EXPECT_EQ(d_out.to_host(), out_cpu) << what;
+      }
   }
 #endif
 }
@@ -227,12 +376,12 @@ TEST(KernelsCuda, TreeBadParentIsAnError) {
   a.batch = 2, a.max_nodes = 3, a.vocab = 8, a.mode = sk::VerifyMode::greedy;
   a.tokens = d_tok.ptr, a.parents = d_par.ptr, a.n_nodes = d_nn.ptr, a.p = d_p.ptr;
   a.n_accepted = d_acc.ptr, a.path = d_path.ptr, a.out_tokens = d_out.ptr;
-  try {
-    sk::verify_tree_cuda(a);
-    ADD_FAILURE() << "no error";
-  } catch (const specdec::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parents[1][2]"), std::string::npos) << e.what();
-  }
+  DeviceLaunch dl(sk::verify_tree_cuda_workspace_bytes(a));
+  sk::verify_tree_cuda(a, dl.launch());
+  dl.sync();
+  const std::vector<int32_t> h_acc = d_acc.to_host(), h_out = d_out.to_host();
+  expect_error([&] { sk::check_tree_status(h_acc.data(), h_out.data(), 2, 4, "verify_tree_cuda"); },
+               "parents[1][2]");
 #endif
 }
 
@@ -253,21 +402,59 @@ TEST(KernelsCuda, CompactAndReorderMatchCpu) {
   c.kv = kv_cpu.data(), c.batch = B, c.heads = H, c.max_seq = S, c.head_dim = D;
   c.src_pos = src_pos.data(), c.n_keep = n_keep.data(), c.dst_start = dst_start.data();
   c.max_keep = max_keep, c.lengths = len_cpu.data();
+  sk::check_compact_args(c, "caller");  // what a caller does before copying to the device
   sk::kv_compact_cpu(c);
   DeviceBuffer<float> d_kv(kv);
   DeviceBuffer<int64_t> d_src(src_pos), d_dst(dst_start), d_len(std::vector<int64_t>(B, 0));
   DeviceBuffer<int32_t> d_nk(n_keep);
   c.kv = d_kv.ptr, c.src_pos = d_src.ptr, c.n_keep = d_nk.ptr, c.dst_start = d_dst.ptr, c.lengths = d_len.ptr;
-  sk::kv_compact_cuda(c);
+  DeviceLaunch dl(sk::kv_compact_cuda_workspace_bytes(c));
+  sk::kv_compact_cuda(c, dl.launch());
+  dl.sync();
   EXPECT_EQ(d_kv.to_host(), kv_cpu);
   EXPECT_EQ(d_len.to_host(), len_cpu);
+  std::vector<char> ws = dl.ws.to_host();
+  std::vector<int32_t> status(2 * B);
+  std::memcpy(status.data(), ws.data(), sizeof(int32_t) * status.size());
+  EXPECT_NO_THROW(sk::check_compact_status(status.data(), B, "kv_compact_cuda"));
+
+  // A keep list the caller did not validate: sequence 1 stays untouched, its length too, and
+  // the status names the entry.
+  std::vector<int64_t> bad_src = src_pos;
+  bad_src[1 * max_keep + 1] = bad_src[1 * max_keep];  // not strictly ascending
+  std::vector<int32_t> bad_nk = n_keep;
+  bad_nk[1] = std::max(bad_nk[1], 2);
+  DeviceBuffer<float> d_kv2(kv);
+  DeviceBuffer<int64_t> d_src2(bad_src), d_len2(std::vector<int64_t>(B, -1));
+  DeviceBuffer<int32_t> d_nk2(bad_nk);
+  c.kv = d_kv2.ptr, c.src_pos = d_src2.ptr, c.n_keep = d_nk2.ptr, c.lengths = d_len2.ptr;
+  sk::kv_compact_cuda(c, dl.launch());
+  dl.sync();
+  const std::vector<float> kv2 = d_kv2.to_host();
+  EXPECT_TRUE(std::equal(kv.begin() + 1 * H * S * D, kv.begin() + 2 * H * S * D, kv2.begin() + 1 * H * S * D));
+  EXPECT_EQ(d_len2.to_host()[1], -1);
+  ws = dl.ws.to_host();
+  std::memcpy(status.data(), ws.data(), sizeof(int32_t) * status.size());
+  expect_error([&] { sk::check_compact_status(status.data(), B, "kv_compact_cuda"); }, "src_pos[1][1]");
 
   const std::vector<int64_t> idx = {2, 0, 2};
   std::vector<float> dst_cpu(kv.size());
   sk::kv_reorder_cpu(dst_cpu.data(), kv.data(), idx.data(), B, H * S * D);
   DeviceBuffer<float> d_src_kv(kv), d_dst_kv(std::vector<float>(kv.size(), 0.0f));
   DeviceBuffer<int64_t> d_idx(idx);
-  sk::kv_reorder_cuda(d_dst_kv.ptr, d_src_kv.ptr, d_idx.ptr, B, H * S * D);
+  DeviceLaunch rl(sk::kv_reorder_cuda_workspace_bytes(B));
+  sk::kv_reorder_cuda(d_dst_kv.ptr, d_src_kv.ptr, d_idx.ptr, B, H * S * D, rl.launch());
+  rl.sync();
   EXPECT_EQ(d_dst_kv.to_host(), dst_cpu);
+  std::vector<char> rws = rl.ws.to_host();
+  std::vector<int32_t> rstatus(B);
+  std::memcpy(rstatus.data(), rws.data(), sizeof(int32_t) * B);
+  EXPECT_NO_THROW(sk::check_reorder_status(rstatus.data(), B, "kv_reorder_cuda"));
+  DeviceBuffer<int64_t> d_bad_idx(std::vector<int64_t>{0, 3, 1});
+  sk::kv_reorder_cuda(d_dst_kv.ptr, d_src_kv.ptr, d_bad_idx.ptr, B, H * S * D, rl.launch());
+  rl.sync();
+  rws = rl.ws.to_host();
+  std::memcpy(rstatus.data(), rws.data(), sizeof(int32_t) * B);
+  expect_error([&] { sk::check_reorder_status(rstatus.data(), B, "kv_reorder_cuda"); }, "indices[1]");
 #endif
 }
