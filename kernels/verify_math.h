@@ -205,7 +205,9 @@ SD_HD inline int64_t scan_lane(const T* p,      // [V]
 
 // ---- argmax ------------------------------------------------------------------------------
 
-// Greedy ties go to the lowest token id (as torch.argmax and greedy decoding do); NaN ranks
+// THE argmax of the project: argmax_row below is used by the kernels (ops.argmax), by
+// src/sampling (greedy_token, argmax_rows, probabilities' greedy one-hot) and through
+// sampling::argmax_rows by the drafters. Greedy ties go to the lowest token id (as torch.argmax and greedy decoding do); NaN ranks
 // as -inf. Both rules make the result independent of the reduction order.
 struct ArgMax {
   float value;
@@ -270,6 +272,29 @@ SD_HD inline int64_t argmax_row(const float* row,  // [V]
   for (int64_t i = best_block; i < n_vocab; ++i)
     if (argmax_key(row[i]) == best) return i;
   return 0;  // unreachable for n_vocab > 0
+}
+
+// ---- inverse CDF in index order -----------------------------------------------------------
+
+// The host samplers' inverse CDF (src/sampling's sample_from, hence the sampling strategy and
+// the drafters): the first id whose running sum of positive probabilities exceeds u, summed
+// in double in index order; rounding slack (u >= the total) goes to the last positive entry.
+// Returns -1 when no entry is positive (NaN entries are skipped: `p > 0` is false for NaN).
+// The verification kernels' ops.sample draws by inverse CDF over kLanes lanes instead (see
+// pick_lane/scan_lane above), so that one CUDA thread per lane and the CPU pick the same
+// token; the two orders give different tokens for the same u, and seeded outputs depend on
+// which one a caller uses, so both stay, here side by side.
+SD_HD inline int64_t inverse_cdf_row(const float* probs,  // [V]
+                                     int64_t n_vocab, double u) {
+  double cum = 0.0;
+  int64_t last_positive = -1;
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    if (!(probs[v] > 0.0f)) continue;
+    cum += probs[v];
+    last_positive = v;
+    if (u < cum) return v;
+  }
+  return last_positive;
 }
 
 // ---- one sequence ------------------------------------------------------------------------

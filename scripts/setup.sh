@@ -9,6 +9,7 @@ PKGS=(
   libopenblas0-openmp                # fast BLAS for libtorch (netlib is ~5x slower)
   libdnnl-dev                        # oneDNN sgemm for 2-8 row verification GEMMs
   libyaml-cpp-dev libboost-program-options-dev
+  libboost-dev                       # Boost.Math distributions (harness stats, tests)
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libpcre2-dev                       # Unicode-aware regex for BPE pre-tokenisation
   python3-matplotlib python3-numpy python3-yaml python3-pip  # plots; fetch script

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include <boost/math/distributions/chi_squared.hpp>
+#include <boost/math/distributions/non_central_chi_squared.hpp>
+#include <boost/math/distributions/normal.hpp>
+
 #include "core/error.h"
 
 namespace specdec::harness::stats {
@@ -25,77 +29,35 @@ double leviathan_speedup(double alpha, int64_t gamma, double c) {
   return (1.0 - std::pow(alpha, g + 1.0)) / ((1.0 - alpha) * (g * c + 1.0));
 }
 
-namespace {
-// Regularised lower incomplete gamma P(a, x) by its series (x < a + 1) and the upper
-// Q(a, x) by Lentz's continued fraction otherwise; both to ~1e-14 relative.
-double gamma_p_series(double a, double x) {
-  double sum = 1.0 / a, term = sum;
-  for (int n = 1; n < 10000; ++n) {
-    term *= x / (a + n);
-    sum += term;
-    if (std::fabs(term) < std::fabs(sum) * 1e-15) break;
-  }
-  return sum * std::exp(-x + a * std::log(x) - std::lgamma(a));
-}
-
-double gamma_q_fraction(double a, double x) {
-  const double tiny = 1e-300;
-  double b = x + 1.0 - a, c = 1.0 / tiny, d = 1.0 / b, h = d;
-  for (int i = 1; i < 10000; ++i) {
-    const double an = -i * (i - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::fabs(d) < tiny) d = tiny;
-    c = b + an / c;
-    if (std::fabs(c) < tiny) c = tiny;
-    d = 1.0 / d;
-    const double delta = d * c;
-    h *= delta;
-    if (std::fabs(delta - 1.0) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - std::lgamma(a)) * h;
-}
-
-double gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  if (x < a + 1.0) return 1.0 - gamma_p_series(a, x);
-  return gamma_q_fraction(a, x);
-}
-}  // namespace
+// The distributions are Boost.Math's (complements computed directly, so small tail
+// probabilities keep their relative accuracy). Boost's default policy throws on a domain
+// error; the SD_CHECKs below name the bad argument first.
+namespace bm = boost::math;
 
 double chi2_sf(double x, double df) {
-  SD_CHECK(df > 0, "chi2_sf: degrees of freedom must be positive, got ", df);
-  return std::clamp(gamma_q(df / 2.0, x / 2.0), 0.0, 1.0);
+  SD_CHECK(df > 0 && std::isfinite(df), "chi2_sf: degrees of freedom must be positive, got ", df);
+  SD_CHECK(!std::isnan(x), "chi2_sf: statistic is NaN");
+  if (x <= 0) return 1.0;
+  if (std::isinf(x)) return 0.0;
+  return bm::cdf(bm::complement(bm::chi_squared(df), x));
 }
 
 double noncentral_chi2_cdf(double x, double df, double lambda) {
-  if (lambda <= 0) return 1.0 - chi2_sf(x, df);
-  // Sum Poisson(j; lambda/2) * P(chi2(df + 2j) <= x) outward from the Poisson mode.
-  const double half = lambda / 2.0;
-  const auto mode = static_cast<int64_t>(std::floor(half));
-  auto weight = [&](int64_t j) { return std::exp(-half + j * std::log(half) - std::lgamma(j + 1.0)); };
-  double total = 0;
-  for (int64_t j = mode; j < mode + 2000; ++j) {
-    const double w = weight(j);
-    total += w * (1.0 - chi2_sf(x, df + 2.0 * j));
-    if (w < 1e-16 && j > mode + 10) break;
-  }
-  for (int64_t j = mode - 1; j >= 0; --j) {
-    const double w = weight(j);
-    total += w * (1.0 - chi2_sf(x, df + 2.0 * j));
-    if (w < 1e-16) break;
-  }
-  return std::clamp(total, 0.0, 1.0);
+  SD_CHECK(df > 0 && std::isfinite(df), "noncentral_chi2_cdf: degrees of freedom must be positive, got ",
+           df);
+  SD_CHECK(lambda >= 0 && std::isfinite(lambda), "noncentral_chi2_cdf: noncentrality must be >= 0, got ",
+           lambda);
+  SD_CHECK(!std::isnan(x), "noncentral_chi2_cdf: x is NaN");
+  if (x <= 0) return 0.0;
+  if (std::isinf(x)) return 1.0;
+  if (lambda == 0) return bm::cdf(bm::chi_squared(df), x);
+  return bm::cdf(bm::non_central_chi_squared(df, lambda), x);
 }
 
 double chi2_isf(double p, double df) {
-  double lo = 0, hi = std::max(10.0, 10 * df);
-  while (chi2_sf(hi, df) > p) hi *= 2;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (chi2_sf(mid, df) > p ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
+  SD_CHECK(df > 0 && std::isfinite(df), "chi2_isf: degrees of freedom must be positive, got ", df);
+  SD_CHECK(p > 0 && p < 1, "chi2_isf: tail probability must be in (0, 1), got ", p);
+  return bm::quantile(bm::complement(bm::chi_squared(df), p));
 }
 
 namespace {
@@ -184,21 +146,22 @@ TestResult mann_whitney(const std::vector<double>& a, const std::vector<double>&
   r.statistic = u;
   if (var <= 0) return r;  // all values tied: no evidence of a difference
   const double z = (std::fabs(u - mean) - 0.5) / std::sqrt(var);  // continuity correction
-  r.p_value = std::clamp(std::erfc(std::max(0.0, z) / std::sqrt(2.0)), 0.0, 1.0);
+  // Two-sided: 2 P(Z > z) for Z ~ N(0, 1).
+  r.p_value = std::min(1.0, 2.0 * bm::cdf(bm::complement(bm::normal(), std::max(0.0, z))));
   return r;
 }
 
 double detectable_tv(int64_t n, int64_t bins, double significance, double power) {
+  SD_CHECK(n > 0, "detectable_tv: sample count must be positive, got ", n);
+  SD_CHECK(bins >= 2, "detectable_tv: need >= 2 bins, got ", bins);
+  SD_CHECK(power > significance && power < 1, "detectable_tv: power must be in (significance, 1), got ",
+           power);
   const double df = static_cast<double>(bins - 1);
   const double crit = chi2_isf(significance, df);
-  // Smallest noncentrality with P(X > crit) >= power, by bisection.
-  double lo = 0, hi = 1;
-  while (1.0 - noncentral_chi2_cdf(crit, df, hi) < power) hi *= 2;
-  for (int i = 0; i < 100; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (1.0 - noncentral_chi2_cdf(crit, df, mid) < power ? lo : hi) = mid;
-  }
-  return std::sqrt(hi / (4.0 * static_cast<double>(n)));
+  // Smallest noncentrality with P(X > crit) >= power: Boost solves for it (the power rises
+  // monotonically with lambda).
+  const double lambda = bm::non_central_chi_squared::find_non_centrality(df, crit, 1.0 - power);
+  return std::sqrt(lambda / (4.0 * static_cast<double>(n)));
 }
 
 }  // namespace specdec::harness::stats

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/verify_math.h"
 
 namespace specdec::sampling {
 namespace {
@@ -24,8 +25,9 @@ void check_config(const ProcessorConfig& cfg) {
            cfg.temperature);
 }
 
-// HF RepetitionPenaltyLogitsProcessor: every token id seen so far (each once) has its score
-// divided by the penalty when positive and multiplied when negative.
+// THE repetition penalty (HF RepetitionPenaltyLogitsProcessor): every token id seen so far
+// (each once) has its score divided by the penalty when positive and multiplied when
+// negative. Both the processor chain and greedy_token go through here.
 void penalise(float* row, const std::vector<TokenId>& seen_ids, float penalty) {
   for (TokenId id : seen_ids) {
     float& s = row[id];
@@ -33,24 +35,37 @@ void penalise(float* row, const std::vector<TokenId>& seen_ids, float penalty) {
   }
 }
 
+// The distinct token ids seen so far, in first-seen order.
+struct SeenIds {
+  explicit SeenIds(int64_t n_vocab) : mark(n_vocab, 0) {}
+  void add(TokenId id) {
+    const auto n_vocab = static_cast<int64_t>(mark.size());
+    SD_CHECK(id >= 0 && id < n_vocab, "repetition penalty: token id ", id, " outside vocab ", n_vocab);
+    if (!mark[id]) { mark[id] = 1; ids.push_back(id); }
+  }
+  std::vector<uint8_t> mark;
+  std::vector<TokenId> ids;
+};
+
 // Rows i = 0..N-1 see context + extra[0..i); the seen set grows by one token per row.
 void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorConfig& cfg,
                               const Tokens& context, const Tokens& extra) {
   if (cfg.repetition_penalty == 1.0) return;
+  if (!logits.device().is_cpu()) {  // one host pass over a copy (the penalty is a host loop)
+    at::Tensor host = logits.cpu();
+    apply_repetition_penalty(host, cfg, context, extra);
+    logits.copy_(host);
+    return;
+  }
   const int64_t n_rows = logits.size(0), n_vocab = logits.size(1);
   SD_CHECK(static_cast<int64_t>(extra.size()) + 1 >= n_rows, "repetition penalty: ", n_rows,
            " rows need at least ", n_rows - 1, " extra tokens, got ", extra.size());
-  std::vector<uint8_t> mark(n_vocab, 0);
-  std::vector<TokenId> seen_ids;
-  auto add = [&](TokenId id) {
-    SD_CHECK(id >= 0 && id < n_vocab, "repetition penalty: token id ", id, " outside vocab ", n_vocab);
-    if (!mark[id]) { mark[id] = 1; seen_ids.push_back(id); }
-  };
-  for (TokenId id : context) add(id);
+  SeenIds seen(n_vocab);
+  for (TokenId id : context) seen.add(id);
   float* data = logits.data_ptr<float>();
   for (int64_t i = 0; i < n_rows; ++i) {
-    if (i > 0) add(extra[i - 1]);
-    penalise(data + i * n_vocab, seen_ids, static_cast<float>(cfg.repetition_penalty));
+    if (i > 0) seen.add(extra[i - 1]);
+    penalise(data + i * n_vocab, seen.ids, static_cast<float>(cfg.repetition_penalty));
   }
 }
 
@@ -78,7 +93,7 @@ void apply_min_p(at::Tensor& scores /* [N, V] */, double min_p) {
   at::Tensor top = std::get<0>(probs.max(1, /*keepdim=*/true));
   at::Tensor remove = probs < top * min_p;
   // keep at least the arg-max (min_tokens_to_keep = 1)
-  remove.scatter_(1, probs.argmax(1, /*keepdim=*/true), false);
+  remove.scatter_(1, argmax_rows(probs).unsqueeze(1), false);
   scores.masked_fill_(remove, kNegInf);
 }
 
@@ -104,45 +119,41 @@ at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, c
   if (!cfg.greedy()) return scores.softmax(1);
   // Greedy = the limit temperature -> 0: all mass on the arg-max (first index on ties).
   at::Tensor one_hot = at::zeros_like(scores);
-  one_hot.scatter_(1, scores.argmax(1, /*keepdim=*/true), 1.0f);
+  one_hot.scatter_(1, argmax_rows(scores).unsqueeze(1), 1.0f);
   return one_hot;
+}
+
+at::Tensor argmax_rows(const at::Tensor& rows) {
+  SD_CHECK(rows.dim() == 2, "argmax_rows: expected [N, V], got ", rows.dim(), " dims");
+  const at::Tensor x = rows.cpu().to(at::kFloat).contiguous();  // the scan runs on the host
+  const int64_t n_rows = x.size(0), n_vocab = x.size(1);
+  SD_CHECK(n_vocab > 0, "argmax_rows: empty rows");
+  at::Tensor out = at::empty({n_rows}, at::kLong);
+  const float* data = x.data_ptr<float>();
+  int64_t* ids = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n_rows; ++i) ids[i] = kernels::math::argmax_row(data + i * n_vocab, n_vocab);
+  return out.to(rows.device());
 }
 
 TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context) {
   SD_CHECK(logits_row.dim() == 1 && logits_row.scalar_type() == at::kFloat && logits_row.is_contiguous(),
            "greedy_token: expected a contiguous float [V] row");
   const int64_t n_vocab = logits_row.size(0);
+  SD_CHECK(n_vocab > 0, "greedy_token: empty row");
   const float* row = logits_row.data_ptr<float>();
-  std::vector<uint8_t> seen;
-  if (cfg.repetition_penalty != 1.0) {
-    seen.assign(n_vocab, 0);
-    for (TokenId id : context) {
-      SD_CHECK(id >= 0 && id < n_vocab, "greedy_token: token id ", id, " outside vocab ", n_vocab);
-      seen[id] = 1;
-    }
-  }
-  const float penalty = static_cast<float>(cfg.repetition_penalty);
-  TokenId best = 0;
-  float best_score = kNegInf;
-  for (int64_t v = 0; v < n_vocab; ++v) {
-    float s = row[v];
-    if (!seen.empty() && seen[v]) s = s < 0 ? s * penalty : s / penalty;
-    if (s > best_score || v == 0) { best_score = s; best = static_cast<TokenId>(v); }
-  }
-  return best;
+  if (cfg.repetition_penalty == 1.0) return static_cast<TokenId>(kernels::math::argmax_row(row, n_vocab));
+  // Penalise a copy (one [V] row), then the shared argmax.
+  SeenIds seen(n_vocab);
+  for (TokenId id : context) seen.add(id);
+  std::vector<float> scores(row, row + n_vocab);
+  penalise(scores.data(), seen.ids, static_cast<float>(cfg.repetition_penalty));
+  return static_cast<TokenId>(kernels::math::argmax_row(scores.data(), n_vocab));
 }
 
 TokenId sample_from(const float* probs, int64_t n_vocab, double u) {
-  double cum = 0;
-  TokenId last_nonzero = -1;
-  for (int64_t v = 0; v < n_vocab; ++v) {
-    if (probs[v] <= 0.0f) continue;
-    cum += probs[v];
-    last_nonzero = static_cast<TokenId>(v);
-    if (u < cum) return last_nonzero;
-  }
-  SD_CHECK(last_nonzero >= 0, "sample_from: probability row has no positive entry");
-  return last_nonzero;
+  const int64_t id = kernels::math::inverse_cdf_row(probs, n_vocab, u);
+  SD_CHECK(id >= 0, "sample_from: probability row has no positive entry");
+  return static_cast<TokenId>(id);
 }
 
 }  // namespace specdec::sampling

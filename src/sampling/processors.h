@@ -45,6 +45,18 @@ namespace specdec::sampling {
 at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg,
                           const Tokens& context, const Tokens& extra = {});
 
+// Where the primitives live (one implementation each):
+//   argmax          kernels::math::argmax_row (kernels/verify_math.h): ties -> lowest id,
+//                   NaN ranks as -inf; shared by the verification kernels, greedy_token and
+//                   argmax_rows.
+//   inverse CDF     kernels::math::inverse_cdf_row (kernels/verify_math.h), via sample_from.
+//   repetition pen. penalise() in processors.cpp, via process_logits and greedy_token.
+
+// Per-row argmax of [N, V] scores with kernels::math::argmax_row's rules -> [N] int64.
+// Use this instead of at::argmax, whose tie/NaN rules are not the project's. The scan runs
+// on the host; the result is on rows' device.
+at::Tensor argmax_rows(const at::Tensor& rows);
+
 // Greedy choice for one position: argmax after the repetition penalty (HF greedy search
 // applies processors but no warpers). Avoids materialising a one-hot row.
 // logits_row: [V] float32 (contiguous)

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "strategies/speculative.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,12 +28,31 @@ void check_tokenizers_compatible(const tokenizer::Tokenizer& tgt, const tokenize
   for (int64_t id = std::max<int64_t>(0, n_vocab - 64); id < n_vocab; ++id) check_id(id);
 }
 
+// adaptive_gamma=cost is NOT reproducible from the seed when temperature > 0. It picks gamma
+// from measured wall-clock draft/verify times, and gamma decides which positions are drafted
+// (a draft sample, then accept/reject against the target, then a residual sample) and which
+// are plain bonus samples of the target, and how many uniforms each round takes from the RNG.
+// The law of the output is the target's for every gamma, but the tokens drawn for a given seed
+// are not: a different timing is a different coupling. No reseeding fixes this honestly, since
+// a drafted position and a bonus position turn the same uniforms into different tokens.
+// Greedy runs (temperature 0) emit the target's argmax whatever gamma is, so they stay
+// reproducible up to the rounding of batched verification forwards. off and hf depend only
+// on accept counts and are reproducible.
+constexpr const char* k_cost_not_reproducible =
+    "adaptive_gamma=cost chooses gamma from wall-clock timings: with temperature > 0 the sampled "
+    "tokens are not reproducible from the seed (greedy runs are; use off or hf to reproduce)";
+
 GammaController::GammaController(const std::string& mode, int64_t gamma, int64_t gamma_max)
     : mode_(mode), gamma_(gamma), gamma_max_(gamma_max), ms_verify_by_rows_(gamma_max + 2, -1.0) {
   SD_CHECK(mode == "off" || mode == "hf" || mode == "cost", "adaptive_gamma must be off, hf or cost, got '",
            mode, "'");
   SD_CHECK(gamma >= 0 && gamma <= gamma_max, "gamma (", gamma, ") must be in [0, gamma_max = ", gamma_max, "]");
   if (mode_ == "hf") gamma_ = std::max<int64_t>(gamma_, 1);
+  // Said once per process, where every run's log shows it.
+  if (mode_ == "cost") {
+    static const bool warned = (log::warn(k_cost_not_reproducible), true);
+    (void)warned;
+  }
 }
 
 double GammaController::alpha_estimate() const {

@@ -171,7 +171,11 @@ at::Tensor tree_probabilities(const at::Tensor& logits /* [N+1, V] */, const sam
 
 // The k likeliest tokens of each row, best first. logits: [n, V]
 std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k) {
-  const at::Tensor ids = model::on_host(std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1))).contiguous();  // [n, k]
+  // k = 1 is the argmax: take the project's one (ties -> lowest id), which at::topk does not
+  // promise.
+  const at::Tensor ids = model::on_host(k == 1 ? sampling::argmax_rows(logits).unsqueeze(1)
+                                               : std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1)))
+                             .contiguous();  // [n, k]
   std::vector<Tokens> out(ids.size(0));
   const int64_t* p = ids.data_ptr<int64_t>();
   for (int64_t r = 0; r < ids.size(0); ++r) out[r].assign(p + r * ids.size(1), p + (r + 1) * ids.size(1));
@@ -307,7 +311,9 @@ StrategyInfo speculative_info() {
       {"gamma", "int", "4", "draft tokens per round (start value when adaptive)"},
       {"gamma_max", "int", "8", "upper bound for adaptive gamma"},
       {"drafter", "string", "auto", drafter_help()},
-      {"adaptive_gamma", "string", "off", "off | hf (+2 on full accept, -1 otherwise) | cost"},
+      {"adaptive_gamma", "string", "off",
+       "off | hf (+2 on full accept, -1 otherwise) | cost (from measured draft/verify times: NOT "
+       "reproducible, with temperature > 0 the tokens for a seed depend on timings)"},
       {"verify", "string", "tokenwise",
        "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
   };

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "harness/checks.h"
 #include "harness/stats.h"
@@ -19,6 +20,30 @@ TEST(HarnessStats, Chi2TailMatchesClosedForms) {
   EXPECT_NEAR(stats::chi2_sf(18.307, 10), 0.05, 1e-4);  // table value
   EXPECT_NEAR(stats::chi2_isf(0.05, 10), 18.307, 1e-3);
   EXPECT_NEAR(stats::noncentral_chi2_cdf(5.0, 3, 0), 1 - stats::chi2_sf(5.0, 3), 1e-12);
+}
+
+TEST(HarnessStats, TailsKeepRelativeAccuracyAndQuantileInvertsExactly) {
+  // Far tails: the old 1 - P(a, x) form lost every digit here; df = 2 has the closed form.
+  EXPECT_NEAR(stats::chi2_sf(200.0, 2) / std::exp(-100.0), 1.0, 1e-12);
+  for (double df : {1.0, 3.0, 10.0, 99.0})
+    for (double p : {0.5, 0.05, 1e-3, 1e-9}) {
+      const double x = stats::chi2_isf(p, df);
+      EXPECT_NEAR(stats::chi2_sf(x, df) / p, 1.0, 1e-10) << "df " << df << " p " << p;
+    }
+  EXPECT_DOUBLE_EQ(stats::chi2_sf(0.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(stats::chi2_sf(INFINITY, 4), 0.0);
+  EXPECT_DOUBLE_EQ(stats::noncentral_chi2_cdf(0.0, 4, 2.0), 0.0);
+  // df = 2, lambda = 3, x = 4: the Poisson(lambda/2) mixture of chi2(2 + 2j), whose even-df
+  // CDFs are finite sums, 1 - e^(-x/2) sum_{i<1+j} (x/2)^i / i!, gives 0.49356241689318
+  // (summed to j = 60 in Python).
+  EXPECT_NEAR(stats::noncentral_chi2_cdf(4.0, 2, 3.0), 0.49356241689318, 1e-12);
+  EXPECT_GT(stats::noncentral_chi2_cdf(5.0, 2, 3.0), stats::noncentral_chi2_cdf(5.0, 2, 4.0));
+  // Bad arguments name themselves.
+  EXPECT_THROW(stats::chi2_sf(1.0, 0), Error);
+  EXPECT_THROW(stats::chi2_sf(NAN, 3), Error);
+  EXPECT_THROW(stats::chi2_isf(0.0, 3), Error);
+  EXPECT_THROW(stats::noncentral_chi2_cdf(1.0, 3, -1), Error);
+  EXPECT_THROW(stats::detectable_tv(0, 11, 0.005), Error);
 }
 
 TEST(HarnessStats, MedianQuantileAndLeviathan) {
@@ -61,6 +86,9 @@ TEST(HarnessStats, HomogeneityAndMannWhitney) {
   EXPECT_GT(stats::mann_whitney(a, b).p_value, 0.01);
   EXPECT_LT(stats::mann_whitney(a, c).p_value, 1e-6);
   EXPECT_DOUBLE_EQ(stats::mann_whitney({1, 1}, {1, 1}).p_value, 1.0);  // all tied
+  // By hand: a = {1, 2}, b = {3, 4, 5}: U = 0, mean 3, var 2*3*6/12 = 3, z = (3 - 0.5)/sqrt(3);
+  // two-sided p = erfc(z / sqrt(2)).
+  EXPECT_NEAR(stats::mann_whitney({1, 2}, {3, 4, 5}).p_value, std::erfc(2.5 / std::sqrt(6.0)), 1e-14);
 }
 
 TEST(HarnessStats, DetectableTvShrinksLikeOneOverSqrtN) {
@@ -70,6 +98,12 @@ TEST(HarnessStats, DetectableTvShrinksLikeOneOverSqrtN) {
   // Reference values from scipy.stats.ncx2 (80% power): N=300 -> 0.143, N=2000 -> 0.055.
   EXPECT_NEAR(stats::detectable_tv(300, 11, 0.005), 0.143, 0.002);
   EXPECT_NEAR(stats::detectable_tv(2000, 11, 0.005), 0.055, 0.002);
+  // Exactly the defining equation: at lambda = 4 n TV^2 the test's power is 0.8.
+  for (double power : {0.5, 0.8, 0.95}) {
+    const double tv = stats::detectable_tv(300, 11, 0.005, power);
+    const double crit = stats::chi2_isf(0.005, 10);
+    EXPECT_NEAR(1 - stats::noncentral_chi2_cdf(crit, 10, 4 * 300 * tv * tv), power, 1e-9);
+  }
 }
 
 namespace {

@@ -101,4 +101,64 @@ TEST(Processors, BadConfigIsAnError) {
   EXPECT_THROW(probabilities(row({1.0f, 2.0f}), cfg, {7}), specdec::Error);  // id outside vocab
 }
 
+// The single argmax (kernels::math::argmax_row, via argmax_rows and greedy_token) is the same
+// function as at::argmax wherever at::argmax is defined by the docs (no NaN): on random rows
+// wide enough to cross argmax_row's 2048-wide blocks, and on rows built from few distinct
+// values so that ties are everywhere (both take the lowest id).
+TEST(Processors, ArgmaxRowsIsAtArgmaxWithLowestIdTies) {
+  at::manual_seed(7);
+  const at::Tensor wide = at::randn({16, 5000});
+  EXPECT_TRUE(argmax_rows(wide).equal(wide.argmax(1)));
+  const at::Tensor tied = at::randint(0, 3, {64, 4100}).to(at::kFloat);  // every row ties
+  EXPECT_TRUE(argmax_rows(tied).equal(tied.argmax(1)));
+  at::Tensor late = at::zeros({2, 6000});
+  late[0][4097] = 1, late[0][5999] = 1;  // the max first appears in the third block
+  late[1].fill_(-INFINITY);              // all -inf: id 0
+  EXPECT_EQ(argmax_rows(late)[0].item<int64_t>(), 4097);
+  EXPECT_EQ(argmax_rows(late)[1].item<int64_t>(), 0);
+  // NaN ranks as -inf (at::argmax would return the NaN's index instead).
+  EXPECT_EQ(argmax_rows(row({NAN, 1.0f, 3.0f, NAN})).item<int64_t>(), 2);
+  // greedy_token is the same argmax, on every row.
+  for (int64_t r = 0; r < tied.size(0); ++r)
+    EXPECT_EQ(greedy_token(tied[r].contiguous(), ProcessorConfig{0.0}, {}), tied[r].argmax().item<int64_t>());
+}
+
+// greedy_token and the processor chain share one penalty: greedy_token equals the argmax of
+// process_logits, including the sign rule (divide positive, multiply negative).
+TEST(Processors, GreedyTokenUsesTheChainsPenalty) {
+  ProcessorConfig cfg;
+  cfg.temperature = 0.0;
+  cfg.repetition_penalty = 2.0;
+  // 3.0 seen -> 1.5 < 2.0: id 1 wins. -1.0 seen -> -2.0 < -1.5: id 2 wins in the negative row.
+  EXPECT_EQ(greedy_token(at::tensor({3.0f, 2.0f, 0.0f}), cfg, {0}), 1);
+  EXPECT_EQ(greedy_token(at::tensor({-1.0f, -3.0f, -1.5f}), cfg, {0, 0}), 2);
+  at::manual_seed(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const at::Tensor logits = at::randn({1, 300});
+    Tokens ctx;
+    for (int j = 0; j < 40; ++j) ctx.push_back(static_cast<specdec::TokenId>((trial * 37 + j * 11) % 300));
+    const at::Tensor chain = process_logits(logits, cfg, ctx);
+    EXPECT_EQ(greedy_token(logits[0].contiguous(), cfg, ctx), argmax_rows(chain)[0].item<int64_t>());
+    // and the one-hot of probabilities() sits on the same id
+    EXPECT_EQ(probabilities(logits, cfg, ctx)[0].argmax().item<int64_t>(), greedy_token(logits[0].contiguous(), cfg, ctx));
+  }
+}
+
+// sample_from is the index-order inverse CDF, checked against a direct cumulative sum.
+TEST(Processors, SampleFromIsIndexOrderInverseCdf) {
+  at::manual_seed(11);
+  const at::Tensor p = at::rand({257}).pow(4);  // uneven masses
+  const at::Tensor probs = (p / p.sum()).contiguous();
+  const float* d = probs.data_ptr<float>();
+  for (int k = 0; k < 2000; ++k) {
+    const double u = (k + 0.5) / 2000.0;
+    double cum = 0;
+    int64_t want = -1;
+    for (int64_t v = 0; v < 257 && want < 0; ++v)
+      if ((cum += d[v]) > u) want = v;
+    if (want < 0) want = 256;  // rounding slack goes to the last positive entry
+    EXPECT_EQ(sample_from(d, 257, u), want) << "u " << u;
+  }
+}
+
 }  // namespace

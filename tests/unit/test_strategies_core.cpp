@@ -147,6 +147,24 @@ TEST(GammaController, HuggingFaceHeuristicIsBounded) {
   EXPECT_THROW(GammaController("fast", 4, 8), Error);
 }
 
+// The documented limit of adaptive_gamma=cost (help text, log line): the same accept counts
+// with different timings give different gamma sequences, hence different RNG streams and
+// draft positions, so seeded sampled tokens depend on timings. hf and off do not.
+TEST(GammaController, CostDependsOnTimingsHfAndOffDoNot) {
+  auto gammas = [](const std::string& mode, double ms_draft_per_token) {
+    GammaController c(mode, 4, 8);
+    std::vector<int64_t> seq;
+    for (int i = 0; i < 12; ++i) {
+      const int64_t k = c.next();
+      seq.push_back(k);
+      c.update(k, k / 2, ms_draft_per_token * k, 10.0 + k);  // accept counts: a function of k only
+    }
+    return seq;
+  };
+  EXPECT_NE(gammas("cost", 0.1), gammas("cost", 5.0));
+  for (const char* mode : {"hf", "off"}) EXPECT_EQ(gammas(mode, 0.1), gammas(mode, 5.0)) << mode;
+}
+
 TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
   GammaController good("cost", 2, 8);  // cheap draft, high acceptance -> long drafts
   for (int i = 0; i < 20; ++i) good.update(good.next(), good.next(), 0.05 * good.next(), 10 + good.next());

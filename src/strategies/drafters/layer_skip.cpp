@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "model/config_limits.h"
 #include "model/layer_subset.h"
+#include "sampling/processors.h"
 #include "strategies/common.h"
 #include "strategies/drafters.h"
 
@@ -36,7 +37,7 @@ double agreement(model::CausalLM& target, const at::Tensor& ids /* [1, T] */, co
   model::KVCache cache = target.make_cache(1, ids.size(1));
   model::ForwardOptions opt;
   opt.layers = keep;
-  const at::Tensor guess = target.forward(ids, {0}, cache, opt).logits[0].argmax(1);  // [T]
+  const at::Tensor guess = sampling::argmax_rows(target.forward(ids, {0}, cache, opt).logits[0]);  // [T]
   return guess.eq(full).to(at::kDouble).mean().item<double>();
 }
 
@@ -53,7 +54,7 @@ std::vector<int64_t> search_keep(const DrafterContext& ctx, double ratio, int64_
   at::Tensor ids = at::empty({1, T}, at::kLong);
   for (int64_t i = 0; i < T; ++i) ids[0][i] = prompt[prompt.size() - T + i];
   model::KVCache cache = target.make_cache(1, T);
-  const at::Tensor full = target.forward(ids, {0}, cache)[0].argmax(1);  // [T]
+  const at::Tensor full = sampling::argmax_rows(target.forward(ids, {0}, cache)[0]);  // [T]
   // Candidate 0 spreads the skipped layers evenly over the middle; the rest are seeded draws.
   std::vector<std::vector<int64_t>> skips;
   std::vector<int64_t> even;
