@@ -96,6 +96,10 @@ class CausalLM {
 
   // Bytes of weights read per decoded token (the memory-bound floor is this / bandwidth).
   virtual int64_t weight_bytes() const = 0;
+
+  // Where the weights, the caches of make_cache and the results of forward live. The packed
+  // CPU engines (llama.h, gpt2.h) are CPU only; the ATen engine (llama_aten.h) may be on CUDA.
+  virtual at::Device device() const { return at::kCPU; }
 };
 
 // How to load a model. `path` is a .gguf file, a Hugging Face directory (config.json +
@@ -109,6 +113,10 @@ struct ModelSpec {
   int threads = 0;                // 0: all cores
   bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
   uint64_t seed = 0;              // tiny random models only
+  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N": where weights and KV cache live
+  std::string engine = "auto";    // "auto" | "packed" | "aten". packed: the CPU kernels of
+                                  // llama.h / gpt2.h; aten: llama_aten.h (ATen ops on `device`,
+                                  // Llama family only); auto: packed on cpu, aten elsewhere
 };
 
 struct LoadedModel {
