@@ -48,7 +48,7 @@ float compare_engines(const ModelConfig& cfg, const LlamaTensors& t) {
   both(random_tokens(1, 1, cfg.n_vocab, 2), 9, {});
   both(random_tokens(1, 1, cfg.n_vocab, 3), 10, {});
   ForwardOptions tree;
-  tree.parents = {-1, 0, 0, 1};
+  tree.parents = {-1, 0, -1, 2};  // two roots: node 2 must not see node 0
   both(random_tokens(1, 4, cfg.n_vocab, 4), 11, tree);
   both(random_tokens(1, 5, cfg.n_vocab, 5), 10, {});  // rollback: overwrite slots 10..14
   return worst;
