@@ -10,6 +10,7 @@ class LayerSubset final : public CausalLM {
   LayerSubset(std::shared_ptr<CausalLM> base, std::vector<int64_t> keep) : base_(std::move(base)), keep_(std::move(keep)) {}
   const ModelConfig& config() const override { return base_->config(); }
   KVCache make_cache(int64_t batch, int64_t max_seq) const override { return base_->make_cache(batch, max_seq); }
+  at::Device device() const override { return base_->device(); }
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, KVCache& cache,
                         const ForwardOptions& options) override {

@@ -53,9 +53,11 @@ struct Step {
 class LlamaAtenModel final : public CausalLM {
  public:
   LlamaAtenModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype, at::Device device)
-      : cfg_(cfg), device_(device) {
-    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-    const auto wdt = at::TensorOptions().dtype(dtype).device(device);
+      // "cuda" without an index means the current device: name it, so that device() equals the
+      // device of every tensor made on it (cuda:0, not cuda).
+      : cfg_(cfg), device_(at::empty({0}, at::TensorOptions().device(device)).device()) {
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+    const auto wdt = at::TensorOptions().dtype(dtype).device(device_);
     for (auto& L : t.layers) {
       Layer y;
       y.attn_norm = L.attn_norm.to(f32).contiguous();
