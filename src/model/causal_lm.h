@@ -75,7 +75,8 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
-  // Where the weights, the KV cache and the logits live.
+  // Where the weights, the caches of make_cache and the results of forward live. The packed
+  // CPU engines (llama.h, gpt2.h) are CPU only; the ATen engine (llama_aten.h) may be on CUDA.
   virtual at::Device device() const { return at::Device(at::kCPU); }
 
   // A cache for `batch` sequences of up to max_seq positions.
@@ -111,8 +112,10 @@ struct ModelSpec {
   int threads = 0;                // 0: all cores
   bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
   uint64_t seed = 0;              // tiny random models only
-  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N"
-  std::string engine = "auto";    // "auto" | "packed" | "aten"
+  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N": where weights and KV cache live
+  std::string engine = "auto";    // "auto" | "packed" | "aten". packed: the CPU kernels of
+                                  // llama.h / gpt2.h; aten: llama_aten.h (ATen ops on `device`,
+                                  // Llama family only); auto: packed on cpu, aten elsewhere
 };
 
 struct LoadedModel {

@@ -1,6 +1,7 @@
 // Device names and the bridge to kernels::Backend (device.h).
 #include "model/device.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
@@ -9,13 +10,15 @@ namespace specdec::model {
 
 at::Device parse_device(const std::string& name, const std::string& what) {
   if (name == "cpu") return at::Device(at::kCPU);
-  if (name == "cuda") return at::Device(at::kCUDA, 0);
+  if (name == "cuda") return at::Device(at::kCUDA);  // the current device
   const std::string prefix = "cuda:";
-  bool ok = name.size() > prefix.size() && name.size() <= prefix.size() + 4 &&
-            name.compare(0, prefix.size(), prefix) == 0;
-  for (size_t i = prefix.size(); ok && i < name.size(); ++i) ok = std::isdigit(static_cast<unsigned char>(name[i]));
-  SD_CHECK(ok, what, ": unknown device '", name, "' (expected cpu, cuda or cuda:N)");
-  return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(std::stoi(name.substr(prefix.size()))));
+  const std::string index = name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : "";
+  // Up to 3 digits: a device index, never a number that overflows c10::DeviceIndex.
+  const bool digits = !index.empty() && index.size() <= 3 &&
+                      std::all_of(index.begin(), index.end(), [](unsigned char ch) { return std::isdigit(ch); });
+  SD_CHECK(digits && std::stoi(index) <= 127, what, ": device '", name,
+           "' is not valid (use cpu, cuda or cuda:N with N a device index)");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::stoi(index)));
 }
 
 kernels::Device kernels_device(const at::Device& device) {

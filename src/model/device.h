@@ -10,9 +10,9 @@
 
 namespace specdec::model {
 
-// "cpu" | "cuda" | "cuda:N" -> at::Device; anything else throws specdec::Error naming `what`
-// (e.g. "model qwen: device") and the value.
-at::Device parse_device(const std::string& name, const std::string& what);
+// ModelSpec::device: "cpu", "cuda" (the current CUDA device) or "cuda:N" -> at::Device.
+// Anything else throws "<what>: device '<name>' is not valid ...".
+at::Device parse_device(const std::string& name, const std::string& what = "model");
 
 kernels::Device kernels_device(const at::Device& device);
 

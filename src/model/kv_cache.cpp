@@ -32,13 +32,13 @@ void compact_layer_f32(at::Tensor& t, int64_t seq, int64_t start,
 }  // namespace
 
 KVCache::KVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t max_seq,
-                 int64_t head_dim, at::ScalarType dtype)
+                 int64_t head_dim, at::ScalarType dtype, at::Device device)
     : lengths_(batch > 0 ? batch : 0, 0),
       batch_(batch), max_seq_(max_seq), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {
   SD_CHECK(n_layers > 0 && batch > 0 && n_kv_heads > 0 && max_seq > 0 && head_dim > 0,
            "KVCache: all dimensions must be positive, got n_layers=", n_layers, " batch=", batch,
            " n_kv_heads=", n_kv_heads, " max_seq=", max_seq, " head_dim=", head_dim);
-  auto opts = at::TensorOptions().dtype(dtype);
+  auto opts = at::TensorOptions().dtype(dtype).device(device);
   k_.reserve(n_layers);
   v_.reserve(n_layers);
   for (int64_t l = 0; l < n_layers; ++l) {

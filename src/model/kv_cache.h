@@ -3,6 +3,7 @@
 // Per layer: K and V of shape [B, n_kv_heads, max_seq, head_dim]. Each sequence b has
 // a length: positions [0, length(b)) are valid. Rolling back a rejected suffix is O(1):
 // only the length moves. Compaction (tree acceptance, beam reorder) copies entries.
+// The tensors live on the device given at construction (the model's device()).
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -14,7 +15,7 @@ class KVCache {
  public:
   KVCache() = default;
   KVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t max_seq, int64_t head_dim,
-          at::ScalarType dtype = at::kFloat);
+          at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU);
 
   int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
   int64_t batch() const { return batch_; }

@@ -442,11 +442,15 @@ at::Tensor rope_inv_freq(const ModelConfig& cfg) {
   return out;
 }
 
-std::shared_ptr<CausalLM> make_llama(const ModelConfig& cfg, LlamaTensors tensors,
-                                     at::ScalarType dtype) {
+void check_llama(const ModelConfig& cfg, const LlamaTensors& tensors) {
   check_config(cfg);
   check_tensors(cfg, tensors);
   rope_inv_freq(cfg);  // validates the scaling before any weight is converted
+}
+
+std::shared_ptr<CausalLM> make_llama(const ModelConfig& cfg, LlamaTensors tensors,
+                                     at::ScalarType dtype) {
+  check_llama(cfg, tensors);
   return std::make_shared<LlamaModel>(cfg, std::move(tensors), dtype);
 }
 

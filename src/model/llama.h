@@ -49,6 +49,10 @@ struct LlamaTensors {
 std::shared_ptr<CausalLM> make_llama(const ModelConfig& cfg, LlamaTensors tensors,
                                      at::ScalarType dtype = at::kFloat);
 
+// The checks make_llama runs before building, shared with the ATen engine (llama_aten.h):
+// cfg's sizes and ranges, every tensor's shape, the RoPE scaling. Throws specdec::Error.
+void check_llama(const ModelConfig& cfg, const LlamaTensors& tensors);
+
 // RoPE inverse frequencies [head_dim/2] for cfg (theta, linear or llama3 scaling).
 at::Tensor rope_inv_freq(const ModelConfig& cfg);
 

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "model/config_limits.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
+#include "model/llama_aten.h"
 #include "model/panels.h"
 #include "model/tiny.h"
 #include "tokenizer/tokenizer.h"
@@ -187,9 +189,12 @@ QuantBlocks gguf_blocks(const io::GgufFile& f, const std::string& name, std::vec
 
 }  // namespace
 
-std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, bool native,
-                                          bool int8_dot) {
-  const ModelConfig c = llama_config_from_gguf(f);
+namespace {
+
+// The tensors of a "llama"/"qwen2" GGUF (see load_llama_gguf) and its config.
+LlamaTensors read_llama_gguf(const io::GgufFile& f, bool native, bool int8_dot, ModelConfig& config) {
+  config = llama_config_from_gguf(f);
+  const ModelConfig& c = config;
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   // llama.cpp permutes q/k only for arch "llama"; qwen2 GGUFs keep HF order (NEOX rope).
   const bool permuted = c.arch == "llama";
@@ -237,7 +242,23 @@ std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType 
     queue_gguf(f, b + "ffn_norm.weight", {d}, L.ffn_norm, tasks);
   }
   run_parallel(tasks);
+  return t;
+}
+
+}  // namespace
+
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, bool native,
+                                          bool int8_dot) {
+  ModelConfig c;
+  LlamaTensors t = read_llama_gguf(f, native, int8_dot, c);
   return make_llama(c, std::move(t), dtype);
+}
+
+std::shared_ptr<CausalLM> load_llama_gguf_aten(const io::GgufFile& f, at::ScalarType dtype, at::Device device) {
+  check_device(device, "file " + f.path());  // before reading gigabytes
+  ModelConfig c;
+  LlamaTensors t = read_llama_gguf(f, false, false, c);
+  return make_llama_aten(c, std::move(t), dtype, device);
 }
 
 namespace {
@@ -339,11 +360,11 @@ ModelConfig llama_config_from_hf(const std::string& path, const io::SafetensorsM
   return c;
 }
 
-}  // namespace
-
-std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir, at::ScalarType dtype) {
+// The tensors of an HF Llama/Qwen2 directory (see load_llama_hf_dir) and its config.
+LlamaTensors read_llama_hf_dir(const std::string& dir, ModelConfig& config) {
   auto m = io::SafetensorsModel::open_dir(dir);
-  const ModelConfig c = llama_config_from_hf(m->config_json_path(), *m);
+  config = llama_config_from_hf(m->config_json_path(), *m);
+  const ModelConfig& c = config;
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   LlamaTensors t;
   t.layers.resize(c.n_layers);
@@ -370,7 +391,42 @@ std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir, at::ScalarTy
     queue_st(*m, b + "mlp.down_proj.weight", {d, c.d_ff}, L.w_down, tasks);
   }
   run_parallel(tasks);
+  return t;
+}
+
+}  // namespace
+
+std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir, at::ScalarType dtype) {
+  ModelConfig c;
+  LlamaTensors t = read_llama_hf_dir(dir, c);
   return make_llama(c, std::move(t), dtype);
+}
+
+std::shared_ptr<CausalLM> load_llama_hf_dir_aten(const std::string& dir, at::ScalarType dtype,
+                                                 at::Device device) {
+  check_device(device, "dir " + dir);
+  ModelConfig c;
+  LlamaTensors t = read_llama_hf_dir(dir, c);
+  return make_llama_aten(c, std::move(t), dtype, device);
+}
+
+void check_device(const at::Device& device, const std::string& who) {
+  if (device.is_cpu()) return;
+  SD_CHECK(device.is_cuda(), who, ": device ", device.str(), " is not supported (cpu or cuda)");
+  SD_CHECK(at::hasCUDA(), who, ": device ", device.str(),
+           " requested, but this LibTorch build has no CUDA or no CUDA device is present");
+  const int64_t n = static_cast<int64_t>(at::getNumGPUs());
+  SD_CHECK(!device.has_index() || device.index() < n, who, ": device ", device.str(), " requested, but only ", n,
+           " CUDA device(s) are present (cuda:0 .. cuda:", n - 1, ")");
+}
+
+Engine parse_engine(const std::string& engine, const at::Device& device, const std::string& who) {
+  if (engine == "auto") return device.is_cpu() ? Engine::kPacked : Engine::kAten;
+  if (engine == "aten") return Engine::kAten;
+  SD_CHECK(engine == "packed", who, ": engine '", engine, "' is not valid (use auto, packed or aten)");
+  SD_CHECK(device.is_cpu(), who, ": engine packed runs on the CPU only, but device ", device.str(),
+           " was requested (use engine aten or auto)");
+  return Engine::kPacked;
 }
 
 void set_threads(int threads, bool allow_oversubscribe) {
@@ -397,11 +453,21 @@ LoadedModel load(const ModelSpec& spec) {
   const at::ScalarType dtype = parse_dtype(spec.dtype);
   const bool int8_dot = spec.dtype == "native_q8";
   const bool native = spec.dtype == "native" || int8_dot;
+  const std::string who = "model " + spec.name;
+  const at::Device device = parse_device(spec.device, who);
+  const bool aten = parse_engine(spec.engine, device, who) == Engine::kAten;
+  check_device(device, who);
   LoadedModel out;
   out.spec = spec;
   const std::string& path = spec.path;
   namespace fs = std::filesystem;
   const bool gguf = path != "tiny-llama" && path != "tiny-gpt2" && !fs::is_directory(path);
+  // What the ATen engine (llama_aten.h) does not cover: GGUF blocks, GPT-2, the tiny models.
+  const std::string on = " (engine " + spec.engine + ", device " + spec.device + ")";
+  SD_CHECK(!aten || !native, who, ": dtype ", spec.dtype, " keeps GGUF blocks for the packed CPU engine; the ATen ",
+           "engine", on, " needs float32 or bfloat16");
+  SD_CHECK(!aten || (path != "tiny-llama" && path != "tiny-gpt2"), who, ": ", path,
+           " runs on the packed CPU engine only; the ATen engine", on, " loads Llama-family GGUF files and HF dirs");
   SD_CHECK(!native || gguf, "model ", spec.name, ": dtype ", spec.dtype, " keeps a GGUF file's own blocks, but '",
            path, "' is not a GGUF file (use float32 or bfloat16)");
   SD_CHECK(!int8_dot || panels_int8_dot_supported(), "model ", spec.name,
@@ -417,7 +483,11 @@ LoadedModel load(const ModelSpec& spec) {
     const std::string cfg_path = path + "/config.json";
     const nlohmann::json j = read_json(cfg_path);
     const std::string type = json_string_or(j, "model_type", cfg_path);
-    out.model = type == "gpt2" ? load_gpt2_hf_dir(path, dtype) : load_llama_hf_dir(path, dtype);
+    SD_CHECK(!aten || type != "gpt2", who, ": GPT-2 (", path, ") has no ATen engine", on,
+             "; use engine packed on device cpu");
+    out.model = type == "gpt2" ? load_gpt2_hf_dir(path, dtype)
+                : aten         ? load_llama_hf_dir_aten(path, dtype, device)
+                               : load_llama_hf_dir(path, dtype);
     const std::string tok = path + "/tokenizer.json";
     SD_CHECK(fs::exists(tok), "model dir ", path, ": tokenizer.json is missing");
     out.tokenizer = tokenizer::Tokenizer::from_hf_json(tok);
@@ -428,7 +498,11 @@ LoadedModel load(const ModelSpec& spec) {
     const std::string arch = f->get_string("general.architecture");
     SD_CHECK(!native || arch != "gpt2", "model ", spec.name, ": dtype ", spec.dtype, " is not implemented for ",
              "GPT-2 GGUF files (", path, "); use float32 or bfloat16");
-    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype) : load_llama_gguf(*f, dtype, native, int8_dot);
+    SD_CHECK(!aten || arch != "gpt2", who, ": GPT-2 (", path, ") has no ATen engine", on,
+             "; use engine packed on device cpu");
+    out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype)
+                : aten         ? load_llama_gguf_aten(*f, dtype, device)
+                               : load_llama_gguf(*f, dtype, native, int8_dot);
     out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
   }
   // Every id the tokenizer can produce must index the embedding (HF Qwen: 151,665 token ids,

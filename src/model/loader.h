@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/causal_lm.h"
+#include "model/device.h"  // parse_device
 
 namespace specdec::io { class GgufFile; }
 
@@ -28,6 +29,25 @@ std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& file,
 // Loads an HF directory (config.json model_type "llama"/"qwen2" + safetensors).
 std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
                                             at::ScalarType dtype = at::kFloat);
+
+// The same two, built as the ATen engine (llama_aten.h) with linear weights in dtype
+// (kFloat or kBFloat16) and everything on `device`.
+std::shared_ptr<CausalLM> load_llama_gguf_aten(const io::GgufFile& file, at::ScalarType dtype,
+                                               at::Device device);
+std::shared_ptr<CausalLM> load_llama_hf_dir_aten(const std::string& dir, at::ScalarType dtype,
+                                                 at::Device device);
+
+// Throws "<who>: device cuda requested, but ..." unless `device` is usable here: the CPU, or
+// CUDA compiled into this LibTorch with a device of that index present.
+void check_device(const at::Device& device, const std::string& who = "model");
+
+// The forward engine of a Llama-family model: the CPU kernels of llama.h, or llama_aten.h.
+enum class Engine { kPacked, kAten };
+
+// ModelSpec::engine on `device`: "packed", "aten", or "auto" (packed on the CPU, aten on any
+// other device). packed on a non-CPU device, or any other value, throws naming it.
+Engine parse_engine(const std::string& engine, const at::Device& device,
+                    const std::string& who = "model");
 
 // llama.cpp's converter reorders the rows of each head of attn_q/attn_k from HF's
 // [two halves] layout to interleaved pairs (row i of half s -> row 2i+s) so GGML can rotate

@@ -1,0 +1,280 @@
+// The Llama family with ATen ops on any device (see llama_aten.h).
+#include "model/llama_aten.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/checks.h"
+#include "model/loader.h"
+
+namespace specdec::model {
+
+namespace {
+
+// x: [N, d] fp32 -> [N, d]. HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then * w.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps) * w;
+}
+
+// y = x W^T (+ b): x [N, in] fp32 -> [N, out] fp32. bf16 weights take x rounded to bf16.
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  at::Tensor y = w.scalar_type() == at::kFloat ? at::linear(x, w)
+                                                : at::linear(x.to(w.scalar_type()), w).to(at::kFloat);
+  return b.defined() ? y.add_(b) : y;
+}
+
+// HF rotate_half on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+struct Layer {
+  at::Tensor attn_norm, ffn_norm;  // [d] fp32
+  at::Tensor wqkv, bqkv;           // q, k and v stacked: [q_dim + 2 kv_dim, d]; bias fp32 or undefined
+  at::Tensor wo;                   // [d, q_dim]
+  at::Tensor w_gate_up;            // gate and up stacked: [2 d_ff, d]
+  at::Tensor w_down;               // [d, d_ff]
+};
+
+// The inputs of one forward that every layer shares, all on the model's device.
+struct Step {
+  int64_t B = 0, T = 0, S = 0;  // S: keys any row attends to are in cache slots [0, S)
+  at::Tensor seq, slot;         // [B*T] int64: sequence and cache slot of each fed row
+  at::Tensor cos, sin;          // [B*T, 1, hd/2] RoPE factors at each row's position
+  at::Tensor mask;              // [B, 1, 1, T, S] fp32: 0 where the row attends, -inf elsewhere
+};
+
+class LlamaAtenModel final : public CausalLM {
+ public:
+  LlamaAtenModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype, at::Device device)
+      // "cuda" without an index means the current device: name it, so that device() equals the
+      // device of every tensor made on it (cuda:0, not cuda).
+      : cfg_(cfg), device_(at::empty({0}, at::TensorOptions().device(device)).device()) {
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+    const auto wdt = at::TensorOptions().dtype(dtype).device(device_);
+    for (auto& L : t.layers) {
+      Layer y;
+      y.attn_norm = L.attn_norm.to(f32).contiguous();
+      y.ffn_norm = L.ffn_norm.to(f32).contiguous();
+      // Stacked projections read the same input: one matmul instead of three (two).
+      y.wqkv = at::cat({L.wq, L.wk, L.wv}).to(wdt).contiguous();
+      if (cfg.qkv_bias) y.bqkv = at::cat({L.bq, L.bk, L.bv}).to(f32).contiguous();
+      y.wo = L.wo.to(wdt).contiguous();
+      y.w_gate_up = at::cat({L.w_gate, L.w_up}).to(wdt).contiguous();
+      y.w_down = L.w_down.to(wdt).contiguous();
+      L = LlamaLayerTensors();  // release the host copies as we go
+      layers_.push_back(std::move(y));
+    }
+    out_norm_ = t.out_norm.to(f32).contiguous();
+    tok_embd_ = t.tok_embd.to(f32).contiguous();
+    cfg_.tie_embeddings = !t.output.defined();
+    // Tied fp32 weights: one tensor serves as embedding and head; bf16 gets its own head copy.
+    output_ = cfg_.tie_embeddings ? tok_embd_.to(wdt) : t.output.to(wdt).contiguous();
+    inv_freq_ = rope_inv_freq(cfg_);  // on the host, as the packed engine's
+    if (t.rope_freqs.defined()) inv_freq_ = inv_freq_ / t.rope_freqs.to(at::kFloat);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  at::Device device() const override { return device_; }
+
+  KVCache make_cache(int64_t batch, int64_t max_seq) const override {
+    return KVCache(cfg_.n_layers, batch, cfg_.n_kv_heads, max_seq, cfg_.head_dim, at::kFloat, device_);
+  }
+
+  int64_t weight_bytes() const override {
+    const auto bytes = [](const at::Tensor& t) {
+      return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
+    };
+    int64_t n = bytes(output_) + bytes(out_norm_);
+    for (const Layer& L : layers_)
+      for (const at::Tensor* w : {&L.attn_norm, &L.ffn_norm, &L.wqkv, &L.bqkv, &L.wo, &L.w_gate_up, &L.w_down})
+        n += bytes(*w);
+    return n + cfg_.d_model * 4;  // plus one embedding row per token
+  }
+
+  using CausalLM::forward;
+  ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, KVCache& cache,
+                        const ForwardOptions& options) override;
+
+ private:
+  void ensure_rope_table(int64_t n_pos);
+  Step make_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, const ForwardOptions& opt);
+  at::Tensor attention(const Layer& w, int64_t layer, const at::Tensor& xn, KVCache& cache);
+
+  ModelConfig cfg_;
+  at::Device device_;
+  at::Tensor tok_embd_;   // [V, d] fp32
+  std::vector<Layer> layers_;
+  at::Tensor out_norm_;   // [d] fp32
+  at::Tensor output_;     // [V, d] in the weight dtype (tok_embd_ itself when tied and fp32)
+  at::Tensor inv_freq_;   // [hd/2] fp32, host
+  at::Tensor cos_, sin_;  // [n_pos, hd/2] fp32 tables on the device, grown on demand
+  Step step_;
+};
+
+void LlamaAtenModel::ensure_rope_table(int64_t n_pos) {
+  if (cos_.defined() && cos_.size(0) >= n_pos) return;
+  const int64_t n = std::max<int64_t>(n_pos, cos_.defined() ? 2 * cos_.size(0) : 256);
+  // fp32 products position * inv_freq as HF (and llama.cpp's table) computes them, on the host
+  // so that every device starts from the same angles.
+  const at::Tensor ang = at::outer(at::arange(n, at::kFloat), inv_freq_);  // [n, hd/2]
+  cos_ = ang.cos().to(device_);
+  sin_ = ang.sin().to(device_);
+}
+
+// Host index vectors -> device tensors, once per forward: one copy for the per-row indices,
+// one for a tree's ancestor sets; the mask is then built on the device.
+Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos,
+                               const ForwardOptions& opt) {
+  Step s;
+  s.B = B;
+  s.T = T;
+  s.S = *std::max_element(start_pos.begin(), start_pos.end()) + T;
+  const int64_t n = B * T, tc = opt.tree_cached;
+  const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
+  ensure_rope_table(*std::max_element(pos.begin(), pos.end()) + 1);
+  // Rows: sequence, cache slot, position, first slot of the tree (start - tree_cached).
+  at::Tensor host = at::empty({4, n}, at::kLong);
+  int64_t* p = host.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = b * T + t;
+      p[i] = b;
+      p[n + i] = start_pos[b] + t;
+      p[2 * n + i] = pos[i];
+      p[3 * n + i] = start_pos[b] - tc;
+    }
+  }
+  const at::Tensor idx = host.to(device_);
+  s.seq = idx[0];
+  s.slot = idx[1];
+  const int64_t half = cfg_.head_dim / 2;
+  s.cos = cos_.index_select(0, idx[2]).view({n, 1, half});
+  s.sin = sin_.index_select(0, idx[2]).view({n, 1, half});
+  const at::Tensor key = at::arange(s.S, at::TensorOptions().dtype(at::kLong).device(device_)).view({1, 1, s.S});
+  at::Tensor visible;  // [B, T, S]
+  if (opt.parents.empty()) {
+    // A chain row attends to every slot up to its own.
+    visible = key <= s.slot.view({B, T, 1});
+  } else {
+    // A tree row attends to the slots before the tree and to the slots of its ancestors:
+    // key slot j holds tree node j - (start - tree_cached).
+    const int64_t N = tc + T;
+    std::vector<int64_t> anc, begin;
+    tree_ancestors(opt.parents, anc, begin);
+    at::Tensor host_anc = at::zeros({T, N}, at::kBool);  // [fed row, node]: node is an ancestor
+    bool* a = host_anc.data_ptr<bool>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) a[t * N + anc[k]] = true;
+    const at::Tensor ancestors = host_anc.to(device_).unsqueeze(0).expand({B, T, N});
+    const at::Tensor node = key - idx[3].view({B, T, 1});  // [B, T, S]
+    const at::Tensor is_ancestor = at::gather(ancestors, 2, node.clamp(0, N - 1)) & (node >= 0) & (node < N);
+    visible = (node < 0) | is_ancestor;
+  }
+  s.mask = at::zeros({B, T, s.S}, at::TensorOptions().dtype(at::kFloat).device(device_))
+               .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
+               .view({B, 1, 1, T, s.S});
+  return s;
+}
+
+// xn: [B*T, d] -> [B*T, d]. Writes the rows' K/V into their cache slots, then attends.
+at::Tensor LlamaAtenModel::attention(const Layer& w, int64_t layer, const at::Tensor& xn, KVCache& cache) {
+  using at::indexing::Slice;
+  const Step& s = step_;
+  const int64_t B = s.B, T = s.T, n = B * T, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
+  const int64_t hd = cfg_.head_dim, G = H / Hkv, q_dim = H * hd, kv_dim = Hkv * hd;
+  const at::Tensor qkv = project(xn, w.wqkv, w.bqkv);  // [n, q_dim + 2 kv_dim]
+  const at::Tensor q = rope(qkv.narrow(1, 0, q_dim).reshape({n, H, hd}), s.cos, s.sin);
+  const at::Tensor k = rope(qkv.narrow(1, q_dim, kv_dim).reshape({n, Hkv, hd}), s.cos, s.sin);
+  const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, Hkv, hd});
+  // cache[seq[i], :, slot[i], :] = k[i]: the (sequence, slot) pairs are distinct.
+  cache.k(layer).index_put_({s.seq, Slice(), s.slot}, k);
+  cache.v(layer).index_put_({s.seq, Slice(), s.slot}, v);
+  const at::Tensor keys = cache.k(layer).narrow(2, 0, s.S);  // [B, Hkv, S, hd]
+  const at::Tensor vals = cache.v(layer).narrow(2, 0, s.S);
+  // Query head h reads kv head h / G (HF repeat_kv): view the heads as [Hkv, G] and fold the
+  // G group members into the rows, so the kv heads are never copied.
+  const at::Tensor qg = q.view({B, T, Hkv, G, hd}).permute({0, 2, 3, 1, 4}).reshape({B, Hkv, G * T, hd});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2)).mul_(scale);  // [B, Hkv, G*T, S]
+  scores = scores.view({B, Hkv, G, T, s.S}).add_(s.mask);
+  const at::Tensor probs = at::softmax(scores, -1).view({B, Hkv, G * T, s.S});
+  const at::Tensor out = at::matmul(probs, vals)                 // [B, Hkv, G*T, hd]
+                             .view({B, Hkv, G, T, hd})
+                             .permute({0, 3, 1, 2, 4})           // [B, T, Hkv, G, hd]
+                             .reshape({n, q_dim});
+  return project(out, w.wo);
+}
+
+ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
+                                      KVCache& cache, const ForwardOptions& opt) {
+  const std::string who = "llama aten forward";
+  // The checks read token ids on the host: a copy when the caller's tokens are on the device.
+  const at::Tensor host_tokens = tokens.defined() ? tokens.cpu() : tokens;
+  check_forward_inputs(who, cfg_, cfg_.n_kv_heads, 0, host_tokens, start_pos, cache);
+  check_forward_options(who, cfg_, host_tokens, start_pos, opt);
+  for (int64_t l = 0; l < cache.n_layers(); ++l)
+    for (const at::Tensor* t : {&cache.k(l), &cache.v(l)})
+      SD_CHECK(t->scalar_type() == at::kFloat && t->device() == device_ && t->is_contiguous(), who,
+               ": the KV cache must be contiguous float32 on ", device_.str(), " (make_cache), got ",
+               at::toString(t->scalar_type()), " on ", t->device().str());
+  const int64_t B = host_tokens.size(0), T = host_tokens.size(1), ff = cfg_.d_ff;
+  step_ = make_step(B, T, start_pos, opt);
+  const at::Tensor ids = tokens.to(device_, at::kLong).reshape({-1});
+  at::Tensor x = at::embedding(tok_embd_, ids);  // [B*T, d], a fresh tensor: updated in place
+  ForwardResult res;
+  const auto shape = [&](const at::Tensor& t) { return t.view({B, T, t.size(1)}); };
+  size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);
+    if (run) {
+      if (!opt.layers.empty()) ++next_listed;
+      const Layer& w = layers_[l];
+      x.add_(attention(w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
+      const at::Tensor gu = project(rms_norm(x, w.ffn_norm, cfg_.norm_eps), w.w_gate_up);  // [B*T, 2 d_ff]
+      x.add_(project(at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff)), w.w_down));
+    }
+    if (l == opt.hidden_layer) res.layer_hidden = shape(x.clone());
+  }
+  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
+  if (opt.final_hidden) res.hidden = shape(xn);
+  if (opt.logits) res.logits = shape(project(xn, output_));  // [B, T, V] fp32
+  for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
+  step_ = Step();  // drop the per-forward tensors
+  return res;
+}
+
+}  // namespace
+
+std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors tensors, at::ScalarType dtype,
+                                          at::Device device) {
+  const std::string who = "llama aten engine";
+  SD_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, who, ": weight dtype ", at::toString(dtype),
+           " is not supported (float32 or bfloat16)");
+  // GGUF blocks run only in the packed CPU engine's panel kernels.
+  const auto native = [&](const QuantBlocks& q, const std::string& name) {
+    SD_CHECK(!q.defined(), who, ": dtype native / native_q8 (GGUF blocks, tensor ", name, " = ", q.name,
+             ") is not supported by this engine; use float32 or bfloat16");
+  };
+  native(tensors.native_tok_embd, "tok_embd");
+  native(tensors.native_output, "output");
+  for (size_t i = 0; i < tensors.layers.size(); ++i) {
+    const auto& N = tensors.layers[i].native;
+    const std::string p = "layers[" + std::to_string(i) + "].";
+    const std::pair<const QuantBlocks*, const char*> blocks[] = {
+        {&N.wq, "wq"}, {&N.wk, "wk"}, {&N.wv, "wv"}, {&N.wo, "wo"},
+        {&N.w_gate, "w_gate"}, {&N.w_up, "w_up"}, {&N.w_down, "w_down"}};
+    for (const auto& [q, name] : blocks) native(*q, p + name);
+  }
+  check_llama(cfg, tensors);
+  check_device(device, who);
+  return std::make_shared<LlamaAtenModel>(cfg, std::move(tensors), dtype, device);
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,34 @@
+#pragma once
+// The Llama family (llama.h) computed with ATen ops only, so that it runs on any device
+// LibTorch has, CUDA included: weights, RoPE tables, KV cache, inputs built from the host
+// index vectors and every intermediate live on one device, and forward never reads a device
+// tensor from the host. The packed engine (make_llama) is faster on a CPU; this one is the
+// GPU path, and its CPU twin is what CI runs (tests/integration/test_model_aten_smollm2.cpp
+// checks it against the packed engine on SmolLM2).
+//
+// Per layer: RMSNorm -> at::linear on the stacked q/k/v weights -> RoPE (HF rotate_half,
+// fp32 angles position * inv_freq) -> K/V written into the cache slots by index_put_ ->
+// attention of every fed row over the cache through one additive mask (the visible prefix
+// and, for a tree, the row's ancestors; GQA by viewing the query heads as [kv head, group])
+// -> at::linear; RMSNorm -> SwiGLU MLP. Activations are fp32; bf16 weights multiply
+// activations rounded to bf16 with fp32 results, as HF does on GPUs (and as LinearPath::kBf16).
+// Unlike the packed engine, a row's result may depend (in the last bits) on the other rows
+// of the forward: library matmuls pick kernels by shape, so a tree row equals the same path
+// fed as a chain within rounding, not bit for bit.
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "model/causal_lm.h"
+#include "model/llama.h"
+
+namespace specdec::model {
+
+// Builds the ATen engine: linear weights (attention, MLP and output head) in `dtype`
+// (at::kFloat or at::kBFloat16), norms, embedding and KV cache in fp32, all on `device`.
+// Same checks as make_llama (check_llama). Tensors holding GGUF blocks (dtype native /
+// native_q8) are refused with a named error: only the packed CPU engine runs them.
+std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors tensors,
+                                          at::ScalarType dtype, at::Device device);
+
+}  // namespace specdec::model

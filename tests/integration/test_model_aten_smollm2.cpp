@@ -1,0 +1,250 @@
+// The ATen engine (llama_aten.h) on SmolLM2-135M, run on the CPU: the GPU path's CPU twin.
+// Checked against the packed engine on the same file (prefill, decode steps, a 5-row
+// verification, 32 greedy tokens, layer subsets and hidden outputs), and against itself
+// (a token tree's rows against the same paths fed as chains; a ragged batch against its
+// sequences alone). Both engines compute in fp32 but through different kernels, so logits
+// agree to rounding, not bit for bit: kTol bounds the difference (the measured values are
+// printed; a wrong RoPE position, mask or cache slot moves logits by whole units).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "model/loader.h"
+
+using namespace specdec;
+using namespace specdec::model;
+
+namespace {
+
+const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+// "def fibonacci(n):" and a few more ids: any in-vocabulary prefix will do.
+const std::vector<int64_t> kPrompt = {1, 563, 28601, 28, 90, 2730, 198, 262, 446, 284, 1024, 42};
+const std::vector<int64_t> kPrompt2 = {1, 9690, 198, 2683, 359, 253, 5356};
+// Largest |logit difference| accepted between two fp32 computations of the same row (logits
+// of this model are of order 10-30).
+constexpr float kTol = 1e-3f;
+
+at::Tensor ids_tensor(const std::vector<int64_t>& ids) {  // [1, T]
+  return at::tensor(at::IntArrayRef(ids), at::kLong).view({1, -1});
+}
+
+float max_diff(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  return (a - b).abs().max().item<float>();
+}
+
+int64_t argmax_last(const at::Tensor& logits) {  // [1, T, V] -> argmax of the last row
+  return logits[0][logits.size(1) - 1].argmax().item<int64_t>();
+}
+
+class SmolLM2Aten : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(kModel)) return;
+    set_threads(2);
+    packed_ = load_llama_gguf(*io::GgufFile::open(kModel));
+    ModelSpec spec;  // through load(): the engine/device wiring, and the tokenizer with it
+    spec.name = "smollm2";
+    spec.path = kModel;
+    spec.engine = "aten";
+    spec.device = "cpu";
+    spec.threads = 2;
+    LoadedModel m = load(spec);
+    aten_ = m.model;
+    tokenizer_ok_ = m.tokenizer != nullptr;
+  }
+  static void TearDownTestSuite() {
+    packed_.reset();
+    aten_.reset();
+  }
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kModel)) << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+    ASSERT_TRUE(packed_ && aten_);
+  }
+  static KVCache prefilled(CausalLM& m, const std::vector<int64_t>& prompt, int64_t capacity) {
+    KVCache cache = m.make_cache(1, capacity);
+    m.forward(ids_tensor(prompt), {0}, cache);
+    return cache;
+  }
+  static inline std::shared_ptr<CausalLM> packed_, aten_;
+  static inline bool tokenizer_ok_ = false;
+};
+
+TEST_F(SmolLM2Aten, LoadsOnTheCpuWithItsTokenizer) {
+  EXPECT_TRUE(tokenizer_ok_);
+  EXPECT_EQ(aten_->device(), at::Device(at::kCPU));
+  EXPECT_EQ(aten_->config().n_layers, packed_->config().n_layers);
+  EXPECT_EQ(aten_->weight_bytes(), packed_->weight_bytes());  // fp32 [out, in] either way
+  KVCache c = aten_->make_cache(1, 8);
+  EXPECT_EQ(c.k(0).device(), aten_->device());
+  EXPECT_EQ(c.k(0).scalar_type(), at::kFloat);
+}
+
+// Prefill, four decode steps, a 5-row verification, then a rollback by two and another
+// verification over the rolled-back slots: logits of both engines within kTol.
+TEST_F(SmolLM2Aten, PrefillDecodeAndVerifyMatchThePackedEngine) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size());
+  KVCache cp = packed_->make_cache(1, 64), ca = aten_->make_cache(1, 64);
+  float worst = 0;
+  auto both = [&](const std::vector<int64_t>& tokens, int64_t start) {
+    const at::Tensor a = packed_->forward(ids_tensor(tokens), {start}, cp);
+    const at::Tensor b = aten_->forward(ids_tensor(tokens), {start}, ca);
+    EXPECT_EQ(b.scalar_type(), at::kFloat);
+    EXPECT_EQ(b.device(), aten_->device());
+    EXPECT_EQ(ca.length(0), start + static_cast<int64_t>(tokens.size()));
+    EXPECT_EQ(cp.lengths(), ca.lengths());
+    worst = std::max(worst, max_diff(a, b));
+    EXPECT_EQ(argmax_last(a), argmax_last(b)) << "start " << start;
+    return argmax_last(a);
+  };
+  int64_t next = both(kPrompt, 0);
+  for (int64_t i = 0; i < 4; ++i) next = both({next}, P + i);
+  both({next, 198, 262, 446, 284}, P + 4);  // verification: 5 rows
+  both({90, 2730, 198, 42, 28}, P + 7);     // rollback to P + 7, overwriting slots
+  EXPECT_LT(worst, kTol);
+  std::printf("prefill/decode/verify: max |aten - packed| = %.3g (threshold %.3g)\n", worst, kTol);
+}
+
+// Greedy decoding with each engine on its own: the same 32 tokens.
+TEST_F(SmolLM2Aten, Greedy32TokensEqualThePackedEngine) {
+  auto greedy = [&](CausalLM& m) {
+    KVCache cache = m.make_cache(1, 64);
+    std::vector<int64_t> out;
+    int64_t next = argmax_last(m.forward(ids_tensor(kPrompt), {0}, cache));
+    for (int64_t i = 0; i < 32; ++i) {
+      out.push_back(next);
+      next = argmax_last(m.forward(ids_tensor({next}), {cache.length(0)}, cache));
+    }
+    return out;
+  };
+  EXPECT_EQ(greedy(*aten_), greedy(*packed_));
+}
+
+// A random token tree: each node's row equals its root-to-node path fed as a chain through
+// the same engine (within kTol, and the same argmax); the tree's rows also match the packed
+// engine's tree forward. Then the same tree grown over two forwards (tree_cached).
+TEST_F(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size()), V = aten_->config().n_vocab, n = 12;
+  std::mt19937 gen(5);
+  std::vector<int32_t> parents(n);
+  for (int64_t t = 0; t < n; ++t) parents[t] = std::uniform_int_distribution<int32_t>(-1, int32_t(t) - 1)(gen);
+  std::vector<int64_t> tokens(n);
+  for (auto& t : tokens) t = std::uniform_int_distribution<int64_t>(0, V - 1)(gen);
+  ForwardOptions opt;
+  opt.parents = parents;
+  KVCache ca = prefilled(*aten_, kPrompt, P + n), cp = prefilled(*packed_, kPrompt, P + n);
+  const at::Tensor tree = aten_->forward(ids_tensor(tokens), {P}, ca, opt).logits[0];  // [n, V]
+  EXPECT_EQ(ca.length(0), P + n);
+  float worst_chain = 0, worst_packed = max_diff(tree, packed_->forward(ids_tensor(tokens), {P}, cp, opt).logits[0]);
+  int64_t max_depth = 0;
+  for (int64_t node = 0; node < n; ++node) {
+    std::vector<int64_t> path;
+    for (int64_t a = node; a >= 0; a = parents[a]) path.insert(path.begin(), tokens[a]);
+    max_depth = std::max<int64_t>(max_depth, static_cast<int64_t>(path.size()));
+    KVCache chain_cache = prefilled(*aten_, kPrompt, P + n);
+    const at::Tensor chain = aten_->forward(ids_tensor(path), {P}, chain_cache)[0];
+    const at::Tensor row = chain[static_cast<int64_t>(path.size()) - 1];
+    worst_chain = std::max(worst_chain, max_diff(tree[node], row));
+    EXPECT_EQ(tree[node].argmax().item<int64_t>(), row.argmax().item<int64_t>()) << "node " << node;
+  }
+  EXPECT_GT(max_depth, 2);  // a real tree, not only siblings
+  EXPECT_LT(worst_chain, kTol);
+  EXPECT_LT(worst_packed, kTol);
+  // Grown in two forwards: nodes 0..5, then 6..11 with tree_cached = 6.
+  KVCache grown = prefilled(*aten_, kPrompt, P + n);
+  ForwardOptions first, second;
+  first.parents.assign(parents.begin(), parents.begin() + 6);
+  second.parents = parents;
+  second.tree_cached = 6;
+  const at::Tensor a = aten_->forward(ids_tensor({tokens.begin(), tokens.begin() + 6}), {P}, grown, first).logits[0];
+  const at::Tensor b =
+      aten_->forward(ids_tensor({tokens.begin() + 6, tokens.end()}), {P + 6}, grown, second).logits[0];
+  const float worst_grown = max_diff(at::cat({a, b}), tree);
+  EXPECT_LT(worst_grown, kTol);
+  std::printf("tree of %lld nodes (depth %lld): max |tree - chain| = %.3g, |aten - packed| = %.3g, "
+              "|grown - whole| = %.3g (threshold %.3g)\n",
+              static_cast<long long>(n), static_cast<long long>(max_depth), worst_chain, worst_packed, worst_grown,
+              kTol);
+}
+
+// A layer subset with hidden outputs: logits, the final normed hidden state and the residual
+// stream after a layer all match the packed engine (hidden states relative to their size:
+// the residual stream of this model reaches values in the hundreds).
+TEST_F(SmolLM2Aten, LayerSubsetAndHiddenOutputsMatchThePackedEngine) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size()), L = aten_->config().n_layers;
+  ForwardOptions opt;
+  for (int64_t l = 0; l < L; l += 3) opt.layers.push_back(l);
+  opt.final_hidden = true;
+  opt.hidden_layer = L / 2;
+  KVCache ca = prefilled(*aten_, kPrompt, P + 4), cp = prefilled(*packed_, kPrompt, P + 4);
+  const std::vector<int64_t> tokens = {198, 262, 446};
+  const ForwardResult a = aten_->forward(ids_tensor(tokens), {P}, ca, opt);
+  const ForwardResult b = packed_->forward(ids_tensor(tokens), {P}, cp, opt);
+  ASSERT_TRUE(a.logits.defined() && a.hidden.defined() && a.layer_hidden.defined());
+  const float logits = max_diff(a.logits, b.logits);
+  const float hidden = max_diff(a.hidden, b.hidden) / b.hidden.abs().max().item<float>();
+  const float layer = max_diff(a.layer_hidden, b.layer_hidden) / b.layer_hidden.abs().max().item<float>();
+  EXPECT_LT(logits, kTol);
+  EXPECT_LT(hidden, 1e-5f);
+  EXPECT_LT(layer, 1e-5f);
+  // The skipped layers matter (the subset is not the full model).
+  KVCache full = prefilled(*aten_, kPrompt, P + 4);
+  EXPECT_GT(max_diff(aten_->forward(ids_tensor(tokens), {P}, full), a.logits), 1.0f);
+  // Hidden states only: no logits.
+  opt.logits = false;
+  EXPECT_FALSE(aten_->forward(ids_tensor(tokens), {P}, ca, opt).logits.defined());
+  std::printf("layer subset: max |aten - packed| logits %.3g, hidden %.3g (relative), layer %lld %.3g "
+              "(relative)\n", logits, hidden, static_cast<long long>(L / 2), layer);
+}
+
+// Two sequences of different lengths in one batch (start positions 12 and 7 while decoding)
+// give the rows each gives alone.
+TEST_F(SmolLM2Aten, RaggedBatchEqualsSequencesAlone) {
+  const int64_t P0 = static_cast<int64_t>(kPrompt.size()), P1 = static_cast<int64_t>(kPrompt2.size());
+  const std::vector<int64_t> tail0(kPrompt.begin() + P1, kPrompt.end());  // 5 tokens
+  const std::vector<int64_t> fed0 = {198, 262, 446}, fed1 = {90, 2730, 28};
+  KVCache batch = aten_->make_cache(2, 32);
+  // Both prompts' first 7 tokens, then the first prompt's last 5 while the second rewrites its
+  // own last 5 (the same tokens at the same slots), then three tokens each at 12 and 7.
+  aten_->forward(at::cat({ids_tensor({kPrompt.begin(), kPrompt.begin() + P1}), ids_tensor(kPrompt2)}), {0, 0},
+                 batch);
+  const at::Tensor r1 =
+      aten_->forward(at::cat({ids_tensor(tail0), ids_tensor({kPrompt2.begin() + 2, kPrompt2.end()})}), {P1, 2}, batch);
+  ASSERT_EQ(batch.lengths(), (std::vector<int64_t>{P0, P1}));
+  const at::Tensor r2 = aten_->forward(at::cat({ids_tensor(fed0), ids_tensor(fed1)}), {P0, P1}, batch);
+  ASSERT_EQ(batch.lengths(), (std::vector<int64_t>{P0 + 3, P1 + 3}));
+  KVCache c0 = aten_->make_cache(1, 32), c1 = aten_->make_cache(1, 32);
+  const at::Tensor s0 = aten_->forward(ids_tensor(kPrompt), {0}, c0)[0];  // [12, V]
+  const at::Tensor s1 = aten_->forward(ids_tensor(kPrompt2), {0}, c1)[0];  // [7, V]
+  const at::Tensor d0 = aten_->forward(ids_tensor(fed0), {P0}, c0)[0], d1 = aten_->forward(ids_tensor(fed1), {P1}, c1)[0];
+  const float worst = std::max({max_diff(r1[0], s0.narrow(0, P1, P0 - P1)), max_diff(r1[1], s1.narrow(0, 2, P1 - 2)),
+                                max_diff(r2[0], d0), max_diff(r2[1], d1)});
+  EXPECT_LT(worst, kTol);
+  EXPECT_EQ(r2[0][2].argmax().item<int64_t>(), d0[2].argmax().item<int64_t>());
+  EXPECT_EQ(r2[1][2].argmax().item<int64_t>(), d1[2].argmax().item<int64_t>());
+  std::printf("ragged batch: max |batched - alone| = %.3g (threshold %.3g)\n", worst, kTol);
+}
+
+// bf16 linear weights on the same file: close to fp32 and the same next token.
+TEST_F(SmolLM2Aten, Bf16WeightsStayCloseToFloat32) {
+  ModelSpec spec;
+  spec.name = "smollm2-bf16";
+  spec.path = kModel;
+  spec.engine = "aten";
+  spec.dtype = "bfloat16";
+  spec.threads = 2;
+  const auto bf16 = load(spec).model;
+  KVCache c1 = aten_->make_cache(1, 16), c2 = bf16->make_cache(1, 16);
+  const at::Tensor a = aten_->forward(ids_tensor(kPrompt), {0}, c1), b = bf16->forward(ids_tensor(kPrompt), {0}, c2);
+  EXPECT_EQ(argmax_last(a), argmax_last(b));
+  const float d = max_diff(a, b);
+  EXPECT_LT(d, 2.0f);  // bf16: ~0.4% per weight and activation, over 30 layers
+  std::printf("bf16 vs fp32 (aten): max |diff| = %.3g, bf16 weight bytes %lld vs %lld\n", d,
+              static_cast<long long>(bf16->weight_bytes()), static_cast<long long>(aten_->weight_bytes()));
+}
+
+}  // namespace

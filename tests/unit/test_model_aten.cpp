@@ -1,0 +1,187 @@
+// The ATen engine of the Llama family (llama_aten.h) on tiny random models, against the
+// packed CPU engine over the same tensors: chains, decode steps, trees, ragged batches,
+// Qwen2-style q/k/v biases, tied heads, bf16 weights. And the device/engine settings of
+// model::load(): bad strings, CUDA that is not there, combinations the engine refuses.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/llama.h"
+#include "model/llama_aten.h"
+#include "model/loader.h"
+#include "model/tiny.h"
+
+using namespace specdec;
+using namespace specdec::model;
+
+namespace {
+
+at::Tensor random_tokens(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {  // [B, T]
+  Rng rng(seed);
+  at::Tensor t = at::empty({B, T}, at::kLong);
+  for (int64_t i = 0; i < B * T; ++i) t.data_ptr<int64_t>()[i] = static_cast<int64_t>(rng.next() % vocab);
+  return t;
+}
+
+float max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<float>(); }
+
+// Runs the same forwards through both engines and returns the largest logit difference.
+// forwards: prefill of 9, two decode steps, a 4-token tree, a rollback and re-verification.
+float compare_engines(const ModelConfig& cfg, const LlamaTensors& t) {
+  auto packed = make_llama(cfg, t);
+  auto aten = make_llama_aten(cfg, t, at::kFloat, at::kCPU);
+  EXPECT_EQ(aten->device(), at::Device(at::kCPU));
+  KVCache cp = packed->make_cache(1, 32), ca = aten->make_cache(1, 32);
+  float worst = 0;
+  auto both = [&](const at::Tensor& tokens, int64_t start, const ForwardOptions& o) {
+    const ForwardResult a = packed->forward(tokens, {start}, cp, o), b = aten->forward(tokens, {start}, ca, o);
+    EXPECT_EQ(b.logits.scalar_type(), at::kFloat);
+    EXPECT_EQ(b.logits.sizes(), a.logits.sizes());
+    EXPECT_EQ(cp.lengths(), ca.lengths());
+    worst = std::max(worst, max_diff(a.logits, b.logits));
+  };
+  both(random_tokens(1, 9, cfg.n_vocab, 1), 0, {});
+  both(random_tokens(1, 1, cfg.n_vocab, 2), 9, {});
+  both(random_tokens(1, 1, cfg.n_vocab, 3), 10, {});
+  ForwardOptions tree;
+  tree.parents = {-1, 0, -1, 2};  // two roots: node 2 must not see node 0
+  both(random_tokens(1, 4, cfg.n_vocab, 4), 11, tree);
+  both(random_tokens(1, 5, cfg.n_vocab, 5), 10, {});  // rollback: overwrite slots 10..14
+  return worst;
+}
+
+TEST(LlamaAten, TinyModelMatchesThePackedEngine) {
+  ModelConfig cfg = tiny_llama_config();
+  const float untied = compare_engines(cfg, make_tiny_llama_tensors(cfg, 7));
+  LlamaTensors tied = make_tiny_llama_tensors(cfg, 8);
+  tied.output = at::Tensor();
+  const float tied_diff = compare_engines(cfg, tied);
+  cfg.qkv_bias = true;  // Qwen2
+  const float bias = compare_engines(cfg, make_tiny_llama_tensors(cfg, 9));
+  EXPECT_LT(untied, 1e-4f);
+  EXPECT_LT(tied_diff, 1e-4f);
+  EXPECT_LT(bias, 1e-4f);
+  std::printf("max |aten - packed|: untied %.3g, tied %.3g, qkv bias %.3g\n", untied, tied_diff, bias);
+}
+
+// Two sequences at different start positions in one forward give the rows each gives alone;
+// for a tree too (tree_cached > 0: a tree grown over two forwards).
+TEST(LlamaAten, RaggedBatchAndGrowingTreeEqualSequencesAlone) {
+  const ModelConfig cfg = tiny_llama_config();
+  auto m = make_llama_aten(cfg, make_tiny_llama_tensors(cfg, 3), at::kFloat, at::kCPU);
+  const at::Tensor p0 = random_tokens(1, 10, cfg.n_vocab, 11), p1 = random_tokens(1, 6, cfg.n_vocab, 12);
+  const at::Tensor fed = random_tokens(2, 4, cfg.n_vocab, 13);
+  ForwardOptions first, second;
+  first.parents = {-1, 0};
+  second.parents = {-1, 0, 1, 0};
+  second.tree_cached = 2;
+  // Batched: prefix lengths 10 and 6 (the second written at 0..5 and then rewritten), then the
+  // first two tree nodes, then the other two.
+  KVCache c = m->make_cache(2, 32);
+  m->forward(at::cat({p0.narrow(1, 0, 6), p1}), {0, 0}, c);
+  m->forward(at::cat({p0.narrow(1, 6, 4), p1.narrow(1, 2, 4)}), {6, 2}, c);
+  ASSERT_EQ(c.lengths(), (std::vector<int64_t>{10, 6}));
+  const at::Tensor a1 = m->forward(fed.narrow(1, 0, 2), {10, 6}, c, first).logits;
+  const at::Tensor a2 = m->forward(fed.narrow(1, 2, 2), {12, 8}, c, second).logits;
+  ASSERT_EQ(c.lengths(), (std::vector<int64_t>{14, 10}));
+  for (int64_t b = 0; b < 2; ++b) {
+    KVCache alone = m->make_cache(1, 32);
+    const at::Tensor prompt = b == 0 ? p0 : p1;
+    const int64_t P = prompt.size(1);
+    m->forward(prompt, {0}, alone);
+    const at::Tensor r1 = m->forward(fed[b].narrow(0, 0, 2).view({1, 2}), {P}, alone, first).logits;
+    const at::Tensor r2 = m->forward(fed[b].narrow(0, 2, 2).view({1, 2}), {P + 2}, alone, second).logits;
+    EXPECT_LT(max_diff(a1[b], r1[0]), 1e-5f) << "sequence " << b;
+    EXPECT_LT(max_diff(a2[b], r2[0]), 1e-5f) << "sequence " << b;
+  }
+}
+
+TEST(LlamaAten, Bf16WeightsStayCloseToFloat32) {
+  const ModelConfig cfg = tiny_llama_config();
+  const LlamaTensors t = make_tiny_llama_tensors(cfg, 5);
+  auto f32 = make_llama_aten(cfg, t, at::kFloat, at::kCPU);
+  auto bf16 = make_llama_aten(cfg, t, at::kBFloat16, at::kCPU);
+  EXPECT_LT(bf16->weight_bytes(), f32->weight_bytes());
+  KVCache c1 = f32->make_cache(1, 16), c2 = bf16->make_cache(1, 16);
+  const at::Tensor tokens = random_tokens(1, 12, cfg.n_vocab, 6);
+  const at::Tensor a = f32->forward(tokens, {0}, c1), b = bf16->forward(tokens, {0}, c2);
+  EXPECT_EQ(b.scalar_type(), at::kFloat);
+  // bf16 keeps 8 bits of mantissa: about 0.4% per weight and activation.
+  EXPECT_LT(max_diff(a, b), 0.05f * a.abs().max().item<float>());
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(LlamaAten, RefusesGgufBlocksAndBadDtypes) {
+  const ModelConfig cfg = tiny_llama_config();
+  LlamaTensors t = make_tiny_llama_tensors(cfg, 1);
+  expect_error([&] { make_llama_aten(cfg, t, at::kHalf, at::kCPU); }, "weight dtype Half is not supported");
+  // A layer's projection given as GGUF blocks (never read: the engine refuses it first).
+  const uint8_t block[4] = {};
+  t.layers[1].native.wk.name = "blk.1.attn_k.weight";
+  t.layers[1].native.wk.data = block;
+  expect_error([&] { make_llama_aten(cfg, t, at::kFloat, at::kCPU); }, "tensor layers[1].wk");
+}
+
+TEST(ModelDevice, ParsesDevicesAndEngines) {
+  EXPECT_EQ(parse_device("cpu"), at::Device(at::kCPU));
+  EXPECT_EQ(parse_device("cuda"), at::Device(at::kCUDA));
+  EXPECT_EQ(parse_device("cuda:3"), at::Device(at::kCUDA, 3));
+  for (const char* bad : {"", "CPU", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1000", "cuda:0 ", "mps"})
+    expect_error([&] { parse_device(bad, "model m"); }, std::string("model m: device '") + bad + "' is not valid");
+  EXPECT_EQ(parse_engine("auto", at::kCPU), Engine::kPacked);
+  EXPECT_EQ(parse_engine("auto", at::Device(at::kCUDA)), Engine::kAten);
+  EXPECT_EQ(parse_engine("aten", at::kCPU), Engine::kAten);
+  EXPECT_EQ(parse_engine("packed", at::kCPU), Engine::kPacked);
+  expect_error([] { parse_engine("packed", at::Device(at::kCUDA, 1), "model m"); },
+               "model m: engine packed runs on the CPU only, but device cuda:1");
+  for (const char* bad : {"", "Aten", "torch", "gpu"})
+    expect_error([&] { parse_engine(bad, at::kCPU, "model m"); }, std::string("model m: engine '") + bad + "'");
+}
+
+ModelSpec spec(const std::string& path, const std::string& device, const std::string& engine) {
+  ModelSpec s;
+  s.name = "m1";
+  s.path = path;
+  s.device = device;
+  s.engine = engine;
+  s.threads = 1;
+  return s;
+}
+
+TEST(ModelDevice, LoadNamesTheModelAndTheDevice) {
+  const std::string missing = "models/does-not-exist.gguf";
+  if (!at::hasCUDA()) {
+    // The device is checked before the file is opened.
+    expect_error([&] { load(spec(missing, "cuda", "auto")); },
+                 "model m1: device cuda requested, but this LibTorch build has no CUDA");
+    expect_error([&] { load(spec(missing, "cuda:1", "aten")); }, "model m1: device cuda:1 requested");
+    const ModelConfig cfg = tiny_llama_config();
+    expect_error([&] { make_llama_aten(cfg, make_tiny_llama_tensors(cfg, 1), at::kFloat, at::Device(at::kCUDA)); },
+                 "llama aten engine: device cuda requested, but this LibTorch build has no CUDA");
+  }
+  expect_error([&] { load(spec(missing, "gpu", "auto")); }, "model m1: device 'gpu' is not valid");
+  expect_error([&] { load(spec(missing, "cpu", "fast")); }, "model m1: engine 'fast' is not valid");
+  expect_error([&] { load(spec(missing, "cuda", "packed")); }, "model m1: engine packed runs on the CPU only");
+  expect_error([&] { load(spec("tiny-llama", "cpu", "aten")); }, "tiny-llama runs on the packed CPU engine only");
+  expect_error([&] { load(spec("tiny-gpt2", "cpu", "aten")); }, "tiny-gpt2 runs on the packed CPU engine only");
+  ModelSpec native = spec(missing, "cpu", "aten");
+  native.dtype = "native";
+  expect_error([&] { load(native); }, "model m1: dtype native keeps GGUF blocks for the packed CPU engine");
+  // The defaults still load the packed engine on the CPU.
+  const LoadedModel tiny = load(spec("tiny-llama", "cpu", "auto"));
+  EXPECT_EQ(tiny.model->device(), at::Device(at::kCPU));
+}
+
+}  // namespace
