@@ -25,6 +25,20 @@ fi
 bash scripts/setup.sh
 bash scripts/build.sh
 bash scripts/fetch_models.sh smollm2-135m
+
+# ---- portable kernel build (issue 14) -------------------------------------------------------
+# A second build, build-portable/, with -DSPECDEC_PORTABLE=ON: no AVX-512 code and no
+# <immintrin.h>, as on a CPU other than x86-64 (and no CUDA, which is not what it tests).
+# Only the model tests are built and run there (the panel kernel's unit tests and dtype
+# native == float32 on SmolLM2); the main build's *_portable ctest entries run the portable
+# kernel too, through SPECDEC_KERNELS=portable.
+portable_tests=(test_model_panels test_model_linear test_model_llama_tiny test_model_gpt2
+                test_model_kv_cache test_model_loader test_model_native_smollm2)
+cmake -S . -B build-portable -DCMAKE_BUILD_TYPE=Release -DSPECDEC_PORTABLE=ON -DSPECDEC_CUDA=OFF
+cmake --build build-portable -j "${SPECDEC_JOBS:-$(nproc)}" --target "${portable_tests[@]}"
+ctest --test-dir build-portable --output-on-failure -R "^($(IFS='|'; echo "${portable_tests[*]}"))\$"
+# ---- end of the portable kernel build ---------------------------------------------------------
+
 if [ $slow = 1 ]; then
   bash scripts/fetch_models.sh qwen2.5-coder-0.5b qwen2.5-coder-1.5b
   exec ctest --test-dir build --output-on-failure

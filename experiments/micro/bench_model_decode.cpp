@@ -16,7 +16,9 @@
 // Counters: floor_ms = weight bytes / the bandwidth measured by BM_Bandwidth in the same run
 // (run BM_Bandwidth first: it is registered first); compare the step time with floor_ms.
 #include <benchmark/benchmark.h>
+#if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
 #include <immintrin.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +40,8 @@ double g_bandwidth_gbs = 0;  // measured by BM_Bandwidth, used for the floor cou
 
 // Sum of n floats with four independent AVX2 accumulators (the loop is load-bound, not
 // add-latency-bound). n must be a multiple of 32.
-__attribute__((target("avx2"))) float sum_avx2(const float* p, int64_t n) {
+#if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
+__attribute__((target("avx2"))) float sum_floats(const float* p, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = 0; i < n; i += 32) {
     a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
@@ -50,6 +53,15 @@ __attribute__((target("avx2"))) float sum_avx2(const float* p, int64_t n) {
   _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
+#else
+// Elsewhere eight independent accumulators, which the compiler vectorises for the target.
+float sum_floats(const float* p, int64_t n) {
+  float a[8] = {};
+  for (int64_t i = 0; i < n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+#endif
 
 void BM_Bandwidth(benchmark::State& st) {
   const int64_t n = (int64_t(1) << 30) / sizeof(float);  // 1 GiB
@@ -59,7 +71,7 @@ void BM_Bandwidth(benchmark::State& st) {
   for (auto _ : st) {
     specdec::parallel::parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        partial[static_cast<size_t>(t)] = sum_avx2(buf.data() + t * (n / n_threads), n / n_threads);
+        partial[static_cast<size_t>(t)] = sum_floats(buf.data() + t * (n / n_threads), n / n_threads);
     });
     benchmark::DoNotOptimize(partial.data());
   }

@@ -26,8 +26,7 @@
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SD_CPU_RELAX() _mm_pause()
+#define SD_CPU_RELAX() __builtin_ia32_pause()  // _mm_pause without <immintrin.h>
 #elif defined(__aarch64__)
 #define SD_CPU_RELAX() asm volatile("yield" ::: "memory")
 #else

@@ -99,7 +99,9 @@ LinearPolicy linear_policy() { return g_policy; }
 // as one sequential stream whatever the row count, and holds SmolLM2's decode (1 row) and
 // verification (5, 8 rows) at memory bandwidth, where at::mv and dnnl_sgemm reach about half
 // of it. Packed layers therefore always take it; prefill goes through it too, 8 rows at a
-// time against a panel that stays in L2. Library layout (no AVX-512F, or LinearPolicy::
+// time against a panel that stays in L2. (On a CPU without AVX-512 the portable panel kernel
+// runs instead, unmeasured; it keeps a row's result independent of the row count, and dtype
+// native equal to float32, which the library kernels do not.) Library layout (LinearPolicy::
 // kLibrary): mv for 1 row (OpenBLAS gemm with M=1 is ~2x slower), dnnl for 2-8, gemm after;
 // bf16 weights through oneDNN's at::linear.
 LinearPath Linear::choose_path(int64_t n_rows) const {
@@ -114,7 +116,7 @@ at::Tensor Linear::operator()(const at::Tensor& x) const {
   return forward_path(x, LinearPath::kAuto);
 }
 
-bool linear_has_skinny() { return panels_supported(); }
+bool linear_has_skinny() { return true; }
 
 namespace {
 
@@ -184,7 +186,6 @@ at::Tensor Linear::forward_path(const at::Tensor& x_in, LinearPath path) const {
   SD_CHECK(path == LinearPath::kSkinny || bf16 == (path == LinearPath::kBf16), "Linear: path ",
            linear_path_name(path), " does not match weight dtype ", dtype_);
   if (path == LinearPath::kSkinny) {
-    SD_CHECK(linear_has_skinny(), "Linear: path skinny needs AVX-512F, which this CPU lacks");
     // A layer kept in library layout is packed per call: for tests, not for speed.
     return panels_.defined() ? panels_.forward(x, b_)
                              : PanelWeight::from_tensor(w_, dtype_).forward(x, b_);

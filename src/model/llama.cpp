@@ -87,8 +87,9 @@ void check_tensors(const ModelConfig& c, const LlamaTensors& t) {
 // token-exact without relying on luck in the rounding. The loops are plain C++ over raw
 // pointers: at 1-8 rows LibTorch's per-op overhead, not arithmetic, was the cost.
 //
-// Hot loops are compiled twice (AVX-512 and baseline x86-64) and picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Hot loops are compiled twice (AVX-512 and baseline x86-64) and picked at load time (once,
+// baseline only, with -DSPECDEC_PORTABLE=ON).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SPECDEC_PORTABLE)
 #define SD_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
 #else
 #define SD_VECTOR_CLONES

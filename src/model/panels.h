@@ -3,10 +3,10 @@
 //
 // Decode (1 row) and verification (2-9 rows) are bound by reading W from memory. A panel
 // holds 32 outputs k-major ([in][32]), one sequential stream for the prefetcher; for every k
-// the kernel forms the 32 weights of that k in two zmm registers, broadcasts x[n, k] of each
-// row (up to 8 at a time) and accumulates with one fused multiply-add. Each output is thus one
-// FMA chain over k = 0 .. in-1, the same in decode, verification and prefill, so a row's result
-// never depends on how many rows came with it.
+// the kernel forms the 32 weights of that k (AVX-512: in two zmm registers), broadcasts
+// x[n, k] of each row (up to 8 at a time) and accumulates (AVX-512: one fused multiply-add).
+// Each output is thus one chain over k = 0 .. in-1, the same in decode, verification and
+// prefill, so a row's result never depends on how many rows came with it.
 //
 // The weights of a panel are stored in one of five codes:
 //   f32, bf16, f16  the values themselves (bf16 and f16 widen exactly to fp32)
@@ -47,7 +47,21 @@ struct QuantBlocks {
   bool defined() const { return data != nullptr; }
 };
 
-// True when this CPU can run the panel kernel (AVX-512F), and the int8 one (plus BW, VNNI).
+// The kernel has two implementations over the same layout, picked once per process:
+//   avx512    AVX-512F intrinsics (int8 activations: AVX512-VNNI), where the CPU has them
+//   portable  plain C++, on any CPU; the only difference: it rounds each product and sum
+//             separately where avx512 fuses them (FMA), so the two differ in the last bits.
+//             Within either, every property above holds (row-count independence, native ==
+//             float32 bit for bit).
+// The environment variable SPECDEC_KERNELS=portable forces the portable one (tests run both on
+// an AVX-512 machine); unset or "auto" picks the fastest; other values are an error. A build
+// with -DSPECDEC_PORTABLE=ON, or for a CPU other than x86-64, contains only the portable one.
+// The choice for fp32 activations ("avx512" or "portable") and for int8 activations
+// ("avx512-vnni" or "portable"; an AVX-512F CPU without VNNI runs the portable int8 kernel).
+const char* panels_kernel();
+const char* panels_int8_kernel();
+// Whether this CPU can run the panel kernel, and with int8 activations: always true since the
+// portable kernel (kept for the callers that predate it).
 bool panels_supported();
 bool panels_int8_dot_supported();
 
@@ -81,7 +95,7 @@ class PanelWeight {
   // All of W as fp32 [out, in] (bit-identical to io::dequantize of the parts).
   at::Tensor dequantized() const;
 
- // The layout, for the kernel in panels.cpp.
+ // The layout, for the kernels (panels_kernels.h).
   enum class Code : uint8_t { kF32, kBF16, kF16, kNib4, kInt8 };
   struct Segment {
     Code code = Code::kF32;

@@ -3,8 +3,13 @@
 // kernel's outputs are bit-identical to the float32 path (the same kernel on fp32 panels of
 // the dequantised weights) for decode, verification and prefill row counts. A planted bug
 // (the Q4_K "+ m" fused into an FMA, or Q4_0's offset of 8 dropped) fails these tests.
+// Every test runs with the kernel this process picked (panels_kernel()): ctest runs this file
+// twice on an AVX-512 machine, the second time with SPECDEC_KERNELS=portable, and a
+// -DSPECDEC_PORTABLE=ON build has only the portable kernel.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -93,7 +98,6 @@ const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlT
 class Panels : public ::testing::TestWithParam<GgmlType> {
  protected:
   void SetUp() override {
-    if (!panels_supported()) GTEST_SKIP() << "the panel kernel needs AVX-512F";
     parallel::set_num_threads(2);
   }
 };
@@ -133,7 +137,6 @@ TEST_P(Panels, DecodesToDequantizeAndMatchesFloat32BitForBit) {
 TEST_P(Panels, Int8ActivationsWithinTheQuantisationBound) {
   const GgmlType t = GetParam();
   if (!io::ggml_type_has_codes(t)) GTEST_SKIP() << "float types keep fp32 activations";
-  if (!panels_int8_dot_supported()) GTEST_SKIP() << "needs AVX512-VNNI";
   const int64_t out = 70, in = 512;
   const auto bytes = random_tensor(t, out, in, 8);
   const PanelWeight q8 = PanelWeight::from_blocks({view(t, bytes, out, in)}, /*int8_dot=*/true);
@@ -160,7 +163,6 @@ INSTANTIATE_TEST_SUITE_P(EveryType, Panels, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(io::ggml_type_name(info.param)); });
 
 TEST(PanelsStacked, MixedTypesEqualTheirConcatenation) {
-  if (!panels_supported()) GTEST_SKIP() << "the panel kernel needs AVX-512F";
   const int64_t in = 256;
   const auto a = random_tensor(GgmlType::Q4_K, 64, in, 1);
   const auto b = random_tensor(GgmlType::Q6_K, 40, in, 2);  // ends mid-panel
@@ -182,11 +184,26 @@ TEST(PanelsStacked, MixedTypesEqualTheirConcatenation) {
 }
 
 TEST(PanelsStacked, RopeRowsRestoredToHfOrder) {
-  if (!panels_supported()) GTEST_SKIP() << "the panel kernel needs AVX-512F";
   const int64_t out = 128, in = 64, heads = 2;
   const auto q = random_tensor(GgmlType::Q8_0, out, in, 4);
   const PanelWeight w = PanelWeight::from_blocks({view(GgmlType::Q8_0, q, out, in, heads)});
   EXPECT_TRUE(bit_equal(w.dequantized(), unpermute_rope_rows(dequantize(GgmlType::Q8_0, q, out, in), heads)));
+}
+
+// The kernel is the one asked for: else the *_portable ctest entries would test AVX-512 twice.
+TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
+  const char* env = std::getenv("SPECDEC_KERNELS");
+  bool portable = env != nullptr && std::string(env) == "portable";
+  bool vnni = false;
+#if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
+  portable = portable || !__builtin_cpu_supports("avx512f");
+  vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+#else
+  portable = true;
+#endif
+  std::printf("panel kernels: %s, int8: %s\n", panels_kernel(), panels_int8_kernel());
+  EXPECT_STREQ(panels_kernel(), portable ? "portable" : "avx512");
+  EXPECT_STREQ(panels_int8_kernel(), portable || !vnni ? "portable" : "avx512-vnni");
 }
 
 TEST(PanelsStacked, BadInputsNameTheTensor) {

@@ -1,0 +1,305 @@
+// The panel kernels with AVX-512 intrinsics: AVX-512F for fp32 activations (f32, bf16, f16 and
+// the GGUF codes of dtype native), AVX512-VNNI for int8 activations (dtype native_q8). Chosen
+// at run time by panels.cpp when the CPU has them; see panels_kernels.h for the interface and
+// panels_portable.cpp for the same kernels in plain C++. Compiled only on x86-64, and not at
+// all with -DSPECDEC_PORTABLE=ON (then this file is empty and <immintrin.h> is not included).
+//
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): a quantised weight must be
+// d * q rounded, then + m rounded, exactly as io::dequantize() computes it.
+#include "model/panels_kernels.h"
+
+#if SPECDEC_PANELS_AVX512
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace specdec::model::panels_detail {
+
+namespace {
+
+// ---- the kernel ------------------------------------------------------------------------------
+// GCC 12 flags _mm512_undefined inside its own intrinsic headers (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define SD_AVX512 __attribute__((target("avx512f")))
+
+// The 32 weights of step k of a group into w0 (outputs 0-15) and w1 (16-31). s: the group's
+// scales d (s[0], s[1]) and offsets m (s[2], s[3]). Quantised: w = d * q, then + m (Min).
+template <Code C, bool Min, int Off>
+SD_AVX512 inline void weights_at(const uint8_t* codes, int64_t k, const __m512* s, __m512& w0,
+                                 __m512& w1) {
+  if constexpr (C == Code::kF32) {
+    const float* p = reinterpret_cast<const float*>(codes) + k * kPanel;
+    w0 = _mm512_loadu_ps(p);
+    w1 = _mm512_loadu_ps(p + 16);
+  } else if constexpr (C == Code::kBF16) {  // a bf16 is the top half of an fp32
+    const __m256i* p = reinterpret_cast<const __m256i*>(codes + k * 2 * kPanel);
+    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+    w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p + 1)), 16));
+  } else if constexpr (C == Code::kF16) {
+    const __m256i* p = reinterpret_cast<const __m256i*>(codes + k * 2 * kPanel);
+    w0 = _mm512_cvtph_ps(_mm256_loadu_si256(p));
+    w1 = _mm512_cvtph_ps(_mm256_loadu_si256(p + 1));
+  } else {
+    __m512i i0, i1;
+    if constexpr (C == Code::kNib4) {  // byte j: output j in the low nibble, j + 16 in the high
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * kPanel / 2));
+      const __m128i low4 = _mm_set1_epi8(0x0F);
+      i0 = _mm512_cvtepu8_epi32(_mm_and_si128(v, low4));
+      i1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low4));
+      if constexpr (Off != 0) {
+        i0 = _mm512_sub_epi32(i0, _mm512_set1_epi32(Off));
+        i1 = _mm512_sub_epi32(i1, _mm512_set1_epi32(Off));
+      }
+    } else {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k * kPanel));
+      i0 = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(v));
+      i1 = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1));
+    }
+    w0 = _mm512_mul_ps(s[0], _mm512_cvtepi32_ps(i0));
+    w1 = _mm512_mul_ps(s[1], _mm512_cvtepi32_ps(i1));
+    if constexpr (Min) {
+      w0 = _mm512_add_ps(w0, s[2]);
+      w1 = _mm512_add_ps(w1, s[3]);
+    }
+  }
+}
+
+// 16 bytes as 16 fp32 values (signed or unsigned bytes).
+template <bool Signed>
+SD_AVX512 inline __m512 small_ints(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(Signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
+}
+
+SD_AVX512 inline __m512 negate(__m512 v) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+}
+
+// A group's scales into s: d (s[0], s[1]: outputs 0-15, 16-31) and, with Min, m (s[2], s[3]),
+// from the block header (fp16 D, M / Dmin) and the group's sub-scales: d = D * sc and
+// m = -(Dmin * mn) with Sub (sc signed without Min: Q6_K), else d = D and m = M.
+template <Code C, bool Min, bool Sub>
+SD_AVX512 inline void group_scales(const uint8_t* header, const uint8_t* group, __m512* s) {
+  if constexpr (C == Code::kNib4 || C == Code::kInt8) {
+    const __m256i* h = reinterpret_cast<const __m256i*>(header);
+    s[0] = _mm512_cvtph_ps(_mm256_loadu_si256(h));
+    s[1] = _mm512_cvtph_ps(_mm256_loadu_si256(h + 1));
+    if constexpr (Min) {
+      s[2] = _mm512_cvtph_ps(_mm256_loadu_si256(h + 2));
+      s[3] = _mm512_cvtph_ps(_mm256_loadu_si256(h + 3));
+    }
+    if constexpr (Sub) {
+      s[0] = _mm512_mul_ps(s[0], small_ints<!Min>(group));
+      s[1] = _mm512_mul_ps(s[1], small_ints<!Min>(group + 16));
+      if constexpr (Min) {  // -(Dmin * mn): flip the sign bit, as C++'s unary minus
+        s[2] = negate(_mm512_mul_ps(s[2], small_ints<false>(group + 32)));
+        s[3] = negate(_mm512_mul_ps(s[3], small_ints<false>(group + 48)));
+      }
+    }
+  }
+}
+
+// y[n, 0..valid) = acc[n] + bias for N rows: the last step of both kernels.
+template <int N>
+SD_AVX512 inline void store_rows(const PanelJob& job, const __m512 (&acc)[N][2], float* y,
+                                 int64_t y_stride) {
+  const auto mask = [](int64_t k) {
+    return static_cast<__mmask16>(k >= 16 ? 0xffff : k <= 0 ? 0 : (1u << k) - 1);
+  };
+  const __mmask16 m0 = mask(job.valid), m1 = mask(job.valid - 16);
+  const __m512 b0 = job.bias ? _mm512_maskz_loadu_ps(m0, job.bias) : _mm512_setzero_ps();
+  const __m512 b1 = job.bias ? _mm512_maskz_loadu_ps(m1, job.bias + 16) : _mm512_setzero_ps();
+  for (int n = 0; n < N; ++n) {
+    _mm512_mask_storeu_ps(y + n * y_stride, m0, _mm512_add_ps(acc[n][0], b0));
+    _mm512_mask_storeu_ps(y + n * y_stride + 16, m1, _mm512_add_ps(acc[n][1], b1));
+  }
+}
+
+// y[n, 0..valid) = bias + sum_k x[n, k] w[., k] for N rows; x row stride `in`, y row stride
+// y_stride, y at the panel's first output.
+template <int N, Code C, bool Min, int Off, bool Sub>
+SD_AVX512 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t y_stride) {
+  __m512 acc[N][2];
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
+  const int64_t per_block = job.group * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
+    const uint8_t* g = blk + job.header_bytes;
+    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
+      __m512 s[4];
+      group_scales<C, Min, Sub>(blk, g, s);
+      const uint8_t* codes = g + job.sub_bytes;
+      const float* xk = x + k0;
+      for (int64_t k = 0; k < job.group; ++k) {
+        __m512 w0, w1;
+        weights_at<C, Min, Off>(codes, k, s, w0, w1);
+        for (int n = 0; n < N; ++n) {
+          const __m512 xb = _mm512_set1_ps(xk[n * job.in + k]);
+          acc[n][0] = _mm512_fmadd_ps(w0, xb, acc[n][0]);
+          acc[n][1] = _mm512_fmadd_ps(w1, xb, acc[n][1]);
+        }
+      }
+    }
+  }
+  store_rows<N>(job, acc, y, y_stride);
+}
+
+// The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
+template <Code C, bool Min, int Off, bool Sub>
+SD_AVX512 void decode_panel(const PanelJob& job, float* out) {
+  const int64_t per_block = job.group * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
+    const uint8_t* g = blk + job.header_bytes;
+    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
+      __m512 s[4];
+      group_scales<C, Min, Sub>(blk, g, s);
+      for (int64_t k = 0; k < job.group; ++k) {
+        __m512 w0, w1;
+        weights_at<C, Min, Off>(g + job.sub_bytes, k, s, w0, w1);
+        _mm512_storeu_ps(out + (k0 + k) * kPanel, w0);
+        _mm512_storeu_ps(out + (k0 + k) * kPanel + 16, w1);
+      }
+    }
+  }
+}
+
+template <Code C, bool Min, int Off, bool Sub>
+constexpr Kernels kernels_for() {
+  return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
+           panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
+           panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
+           panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
+          decode_panel<C, Min, Off, Sub>};
+}
+
+#define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+// y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h (QuantizedRows),
+// for N <= 5 rows (r0.. of xr).
+template <int N, bool Nib, bool Min, bool Sub>
+SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows& xr, int64_t r0,
+                           float* y, int64_t y_stride) {
+  __m512 acc[N][2];
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
+  const int64_t in = job.in, G = job.group;
+  const int C = Nib ? offset : 128;
+  constexpr Code kCode = Nib ? Code::kNib4 : Code::kInt8;
+  const int64_t per_block = G * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  const uint8_t* g = blk + job.header_bytes;
+  for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
+    if (k0 > 0 && k0 % per_block == 0) {  // the next block: its header, then its groups
+      blk += job.block_bytes;
+      g = blk + job.header_bytes;
+    }
+    __m512 sc[4];
+    group_scales<kCode, Min, Sub>(blk, g, sc);
+    const uint8_t* codes = g + job.sub_bytes;
+    __m512i dot[N][2];
+    for (int n = 0; n < N; ++n) dot[n][0] = dot[n][1] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < G; k += 4) {
+      __m512i w0, w1;
+      if constexpr (Nib) {
+        const __m512i v = _mm512_loadu_si512(codes + k * 16);
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        w0 = _mm512_and_si512(v, low4);
+        w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      } else {
+        const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
+        w0 = _mm512_xor_si512(_mm512_loadu_si512(codes + k * 32), top);
+        w1 = _mm512_xor_si512(_mm512_loadu_si512(codes + k * 32 + 64), top);
+      }
+      for (int n = 0; n < N; ++n) {
+        int32_t x4;
+        std::memcpy(&x4, xr.xq.data() + (r0 + n) * in + k0 + k, 4);
+        const __m512i xb = _mm512_set1_epi32(x4);
+        dot[n][0] = _mm512_dpbusd_epi32(dot[n][0], w0, xb);
+        dot[n][1] = _mm512_dpbusd_epi32(dot[n][1], w1, xb);
+      }
+    }
+    const __m512 d0 = sc[0], d1 = sc[1];
+    for (int n = 0; n < N; ++n) {
+      const int64_t r = r0 + n, h = k0 / 16;
+      const int32_t qs = xr.qsum[static_cast<size_t>(r * in / 16 + h)] +
+                         (G == 32 ? xr.qsum[static_cast<size_t>(r * in / 16 + h + 1)] : 0);
+      const __m512i corr = _mm512_set1_epi32(C * qs);
+      const __m512 xs = _mm512_set1_ps(xr.scale[static_cast<size_t>(r * in / 32 + k0 / 32)]);
+      acc[n][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[n][0], corr)), _mm512_mul_ps(d0, xs), acc[n][0]);
+      acc[n][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[n][1], corr)), _mm512_mul_ps(d1, xs), acc[n][1]);
+      if constexpr (Min) {
+        const float x_sum = xr.xsum[static_cast<size_t>(r * in / 16 + h)] +
+                            (G == 32 ? xr.xsum[static_cast<size_t>(r * in / 16 + h + 1)] : 0.0f);
+        const __m512 xsb = _mm512_set1_ps(x_sum);
+        acc[n][0] = _mm512_fmadd_ps(sc[2], xsb, acc[n][0]);
+        acc[n][1] = _mm512_fmadd_ps(sc[3], xsb, acc[n][1]);
+      }
+    }
+  }
+  store_rows<N>(job, acc, y, y_stride);
+}
+
+template <bool Nib, bool Min, bool Sub>
+constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
+  return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
+          panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
+          panel_rows_q8<5, Nib, Min, Sub>};
+}
+
+}  // namespace
+
+namespace avx512 {
+
+const Kernels& f32_kernels() {
+  static const Kernels f32 = kernels_for<Code::kF32, false, 0, false>();
+  return f32;
+}
+
+// The instantiations a segment can need (see from_blocks): nib4 for Q4_0 (offset 8), Q4_1
+// (+ M) and Q4_K (sub-scales, - Dmin * mn); int8 for Q5_0 / Q8_0, Q5_1 (+ M), Q5_K
+// (sub-scales, - Dmin * mn) and Q6_K (signed sub-scales).
+const Kernels& kernels(const Segment& s) {
+  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0, false>();
+  static const Kernels f16 = kernels_for<Code::kF16, false, 0, false>();
+  static const Kernels q4_0 = kernels_for<Code::kNib4, false, 8, false>();
+  static const Kernels q4_1 = kernels_for<Code::kNib4, true, 0, false>();
+  static const Kernels q4_k = kernels_for<Code::kNib4, true, 0, true>();
+  static const Kernels q8_0 = kernels_for<Code::kInt8, false, 0, false>();
+  static const Kernels q5_1 = kernels_for<Code::kInt8, true, 0, false>();
+  static const Kernels q5_k = kernels_for<Code::kInt8, true, 0, true>();
+  static const Kernels q6_k = kernels_for<Code::kInt8, false, 0, true>();
+  const bool min = s.add == Add::kMin;
+  switch (s.code) {
+    case Code::kF32: return f32_kernels();
+    case Code::kBF16: return bf16;
+    case Code::kF16: return f16;
+    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
+    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
+  }
+  fail("panels: unknown code");
+}
+
+// By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
+// would need more than the 32 vector registers for their int and float accumulators).
+RowsQ8Fn q8_kernel(const Segment& s, int n) {
+  static const auto q4_0 = q8_kernels_for<true, false, false>(), q4_1 = q8_kernels_for<true, true, false>();
+  static const auto q4_k = q8_kernels_for<true, true, true>(), q8_0 = q8_kernels_for<false, false, false>();
+  static const auto q5_1 = q8_kernels_for<false, true, false>(), q5_k = q8_kernels_for<false, true, true>();
+  static const auto q6_k = q8_kernels_for<false, false, true>();
+  const bool min = s.add == Add::kMin;
+  const auto& table = s.code == Code::kNib4 ? (s.sub ? q4_k : min ? q4_1 : q4_0)
+                                            : (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0);
+  return table[static_cast<size_t>(n)];
+}
+
+}  // namespace avx512
+
+}  // namespace specdec::model::panels_detail
+
+#endif  // SPECDEC_PANELS_AVX512

@@ -1,0 +1,104 @@
+#pragma once
+// The panel kernels' internal interface (not a public header): what panels.cpp (packing,
+// dispatch) shares with the two implementations of the kernels over the same packed layout:
+//   panels_avx512.cpp    AVX-512F intrinsics (and AVX512-VNNI for native_q8); x86-64 only,
+//                        and not compiled at all with -DSPECDEC_PORTABLE=ON
+//   panels_portable.cpp  plain C++ loops (the compiler vectorises them for the target), any CPU
+// panels.cpp picks one set once per process (panels_kernel() in panels.h says which).
+//
+// Both compute each output as one chain over k = 0 .. in-1 whatever the row count, and form
+// quantised weights as d * q, then + m, exactly as io::dequantize(); so within either kernel a
+// row's result never depends on the rows beside it and dtype native equals float32 bit for bit.
+// They differ in one rounding: the AVX-512 kernel accumulates with fused multiply-adds, the
+// portable one rounds the product and the sum separately (baseline x86-64 has no FMA), so
+// their outputs differ from each other in the last bits.
+#include <cstdint>
+#include <vector>
+
+#include "model/panels.h"
+
+// 1 when this build contains the AVX-512 kernels (panels_avx512.cpp).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECDEC_PORTABLE)
+#define SPECDEC_PANELS_AVX512 1
+#else
+#define SPECDEC_PANELS_AVX512 0
+#endif
+
+namespace specdec::model::panels_detail {
+
+constexpr int64_t kPanel = 32;  // output features per panel
+using Code = PanelWeight::Code;
+using Segment = PanelWeight::Segment;
+using Add = io::BlockCodes::Add;
+
+inline bool is_quantised(Code c) { return c == Code::kNib4 || c == Code::kInt8; }
+
+// Byte of the codes of a group that holds code (k, j) (k within the group, output j of the
+// panel); a nib4 byte holds outputs j and j + 16 (low / high nibble).
+//   exact kernel:   k-major, one k's 32 codes (or 16 bytes of nibbles) after the other
+//   int8_dot (q8):  quad-major, for vpdpbusd: per 4 k, output o's 4 codes in bytes 4o..4o+3,
+//                   outputs 0-15 in one 64-byte half and 16-31 in the next (int8; nib4 packs
+//                   both halves into the nibbles of one 64 bytes)
+inline int64_t code_byte(const Segment& s, int64_t k, int64_t j) {
+  const int64_t o = j % 16;
+  if (s.code == Code::kNib4)
+    return s.int8_dot ? (k / 4) * 64 + 4 * o + k % 4 : k * kPanel / 2 + o;
+  return s.int8_dot ? (k / 4) * 128 + (j / 16) * 64 + 4 * o + k % 4 : k * kPanel + j;
+}
+
+// Where a panel is and what it computes.
+struct PanelJob {
+  const uint8_t* panel;
+  int64_t in, group, groups_per_block, header_bytes, sub_bytes, group_bytes, block_bytes;
+  const float* bias;  // at the panel's first output, or null
+  int64_t valid;      // outputs of the panel that exist (32 but at a segment's end)
+};
+
+// y[n, 0..valid) = bias + sum_k x[n, k] w[., k] for N rows (the function of rows[N]); x row
+// stride `in`, y row stride y_stride, y at the panel's first output.
+using RowsFn = void (*)(const PanelJob&, const float*, float*, int64_t);
+// The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
+using DecodeFn = void (*)(const PanelJob&, float*);
+
+struct Kernels {
+  RowsFn rows[9];  // by row count 1..8
+  DecodeFn decode;
+};
+
+// ---- int8 activations (dtype native_q8) -------------------------------------------------------
+// Each row of x is quantised per 32 values: scale = max|x| / 127, xq = round(x * 127 / max|x|). Sums
+// per 16 values of xq (integers) and of x (fp32) serve the code offset and the "+ m" term:
+//   sum_k (d q_k + m) x_k  ~=  d * scale * sum_k q_k xq_k  +  m * sum_k x_k
+// where q = u - C for the unsigned byte u vpdpbusd reads (nib4: C = the offset; int8 codes are
+// made unsigned by flipping the top bit: C = 128), so sum q xq = sum u xq - C * sum xq.
+struct QuantizedRows {
+  int64_t in = 0;
+  std::vector<int8_t> xq;      // [N, in]
+  std::vector<float> scale;    // [N, in / 32]
+  std::vector<int32_t> qsum;   // [N, in / 16]  sum of xq
+  std::vector<float> xsum;     // [N, in / 16]  sum of x
+
+  QuantizedRows(const float* x, int64_t n, int64_t in_);  // panels.cpp
+};
+
+// Rows r0 .. r0+n-1 of xr against one panel, n <= kQ8Rows; offset: the nib4 code offset.
+using RowsQ8Fn = void (*)(const PanelJob&, int offset, const QuantizedRows&, int64_t r0, float*,
+                          int64_t y_stride);
+constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
+
+// Each implementation's entry points: the fp32-panel kernels, the kernels of a segment's code,
+// and the int8 kernel of a segment (int8_dot) for n rows (1 .. kQ8Rows).
+#if SPECDEC_PANELS_AVX512
+namespace avx512 {
+const Kernels& f32_kernels();      // needs AVX-512F at run time
+const Kernels& kernels(const Segment& s);
+RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX-512F, BW and VNNI
+}  // namespace avx512
+#endif
+namespace portable {
+const Kernels& f32_kernels();
+const Kernels& kernels(const Segment& s);
+RowsQ8Fn q8_kernel(const Segment& s, int n);
+}  // namespace portable
+
+}  // namespace specdec::model::panels_detail
