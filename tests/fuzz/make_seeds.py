@@ -309,7 +309,7 @@ models:
 prompts:
   file: prompts.jsonl
   inline:
-    - plain text prompt
+    - {text: plain text prompt, category: qa}
     - {turns: [first, second], chat: true, category: writing, id: own-id}
   chat: true
   groups: spec_bench
@@ -357,6 +357,16 @@ checks:
         "prompts: {inline: [&p {text: a}, *p], range: \"0:1\"}\n"
         "strategies: [{name: speculative, params: {drafter: model, gamma: '2'}}]\n"
         "sweep: {top_k: [0, 5], temperature: [0.0]}\n").encode())
+
+
+    # Regression (found by fuzz_experiment): a file name longer than NAME_MAX made
+    # std::filesystem::exists throw filesystem_error instead of "prompts.file: ... not found".
+    long_name = "p" * 300 + ".jsonl"
+    write("seeds_experiment", "regression_long_prompts_file.yaml.seed", (
+        "models: {target: tiny-llama}\nprompts: {file: " + long_name + "}\nstrategies: [greedy]\n").encode())
+    write("seeds_experiment", "regression_long_report_context.yaml.seed", (
+        "models: {target: tiny-llama}\nprompts: [hi]\nstrategies: [greedy]\nreport: {context: " + long_name +
+        "}\n").encode())
 
 
 def prompts_seeds() -> None:
