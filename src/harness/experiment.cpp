@@ -54,9 +54,16 @@ void check_yaml_shape(const YAML::Node& root, const std::string& what) {
 // YAML::Load with the depth limits: yaml-cpp's own guard (YAML::DeepRecursion) stops its
 // recursive parser before the stack runs out, and check_yaml_shape applies ours.
 YAML::Node load_yaml(const std::string& text, const std::string& what) {
+  // YAML reads a lone CR as a line break, but yaml-cpp keeps one that ends a flow scalar
+  // ("{name: x\r, seed: 1}" gives "x\r") and writes it back unquoted, where it does end the
+  // line: the resolved config.yaml would read back as another experiment (found by
+  // fuzz_experiment). Lone CRs become LFs first; CRLF stays as it is.
+  std::string lf = text;
+  for (size_t i = 0; i < lf.size(); ++i)
+    if (lf[i] == '\r' && (i + 1 == lf.size() || lf[i + 1] != '\n')) lf[i] = '\n';
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(lf);
   } catch (const YAML::DeepRecursion&) {
     fail(what, ": YAML nested deeper than ", k_max_yaml_depth, " levels");
   } catch (const YAML::Exception& e) {

@@ -367,6 +367,10 @@ checks:
     write("seeds_experiment", "regression_long_report_context.yaml.seed", (
         "models: {target: tiny-llama}\nprompts: [hi]\nstrategies: [greedy]\nreport: {context: " + long_name +
         "}\n").encode())
+    # Regression (found by fuzz_experiment): a lone CR ending a flow scalar was kept in the value
+    # by yaml-cpp and written back unquoted by to_yaml, so the resolved config read back differently.
+    write("seeds_experiment", "regression_lone_cr.yaml.seed",
+          b"models: {target: tiny-llama, draft: {name: tiny\r, seed: 4}}\nprompts: [hi]\nstrategies: [greedy]\n")
 
 
 def prompts_seeds() -> None:
