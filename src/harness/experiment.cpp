@@ -55,9 +55,16 @@ void check_yaml_shape(const YAML::Node& root, const std::string& what) {
 // YAML::Load with the depth limits: yaml-cpp's own guard (YAML::DeepRecursion) stops its
 // recursive parser before the stack runs out, and check_yaml_shape applies ours.
 YAML::Node load_yaml(const std::string& text, const std::string& what) {
+  // YAML reads a lone CR as a line break, but yaml-cpp keeps one that ends a flow scalar
+  // ("{name: x\r, seed: 1}" gives "x\r") and writes it back unquoted, where it does end the
+  // line: the resolved config.yaml would read back as another experiment (found by
+  // fuzz_experiment). Lone CRs become LFs first; CRLF stays as it is.
+  std::string lf = text;
+  for (size_t i = 0; i < lf.size(); ++i)
+    if (lf[i] == '\r' && (i + 1 == lf.size() || lf[i + 1] != '\n')) lf[i] = '\n';
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(lf);
   } catch (const YAML::DeepRecursion&) {
     fail(what, ": YAML nested deeper than ", k_max_yaml_depth, " levels");
   } catch (const YAML::Exception& e) {
@@ -351,7 +358,8 @@ void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
     if (n["file"]) {
       cfg.prompts_file = c.str(n["file"], "prompts.file");
       const std::string path = resolve_data_path(cfg.prompts_file, c.file);
-      if (!fs::exists(path)) c.bad("prompts.file", "file '" + cfg.prompts_file + "' not found");
+      std::error_code ec;  // exists() without ec throws on a name the OS refuses (too long)
+      if (!fs::exists(path, ec)) c.bad("prompts.file", "file '" + clip(cfg.prompts_file) + "' not found");
       for (auto& p : load_prompts_jsonl(path, chat)) cfg.prompts.push_back(std::move(p));
     }
   }
@@ -489,8 +497,9 @@ void parse_report(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
   const std::string as_written = c.str(n["context"], "report.context");
   if (as_written.empty()) c.bad("report.context", "empty path");
   const std::string path = resolve_data_path(as_written, c.file);
-  if (!fs::exists(path)) c.bad("report.context", "file '" + clip(as_written) + "' not found");
-  if (fs::is_directory(path))
+  std::error_code ec;  // exists() without ec throws on a name the OS refuses (too long)
+  if (!fs::exists(path, ec)) c.bad("report.context", "file '" + clip(as_written) + "' not found");
+  if (fs::is_directory(path, ec))
     c.bad("report.context", "'" + clip(as_written) + "' is a directory, expected a markdown file");
   cfg.report_context = as_written;
 }
@@ -546,7 +555,8 @@ ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& fil
 }  // namespace
 
 std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_default) {
-  SD_CHECK(!fs::is_directory(path), "prompts file '", path, "' is a directory, expected a JSONL file");
+  std::error_code ec;  // is_directory() without ec throws on a name the OS refuses (too long)
+  SD_CHECK(!fs::is_directory(path, ec), "prompts file '", path, "' is a directory, expected a JSONL file");
   std::ifstream in(path);
   SD_CHECK(in, "cannot open prompts file '", path, "'");
   std::vector<PromptItem> out;
@@ -676,7 +686,8 @@ void check_experiment_name(const std::string& name, const std::string& where) {
 }
 
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
-  SD_CHECK(!fs::is_directory(path), "experiment file '", path, "' is a directory, expected a YAML file");
+  std::error_code ec;  // is_directory() without ec throws on a name the OS refuses (too long)
+  SD_CHECK(!fs::is_directory(path, ec), "experiment file '", path, "' is a directory, expected a YAML file");
   std::ifstream in(path);
   SD_CHECK(in, "cannot open experiment file '", path, "'");
   std::stringstream ss;
