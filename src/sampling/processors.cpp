@@ -135,7 +135,8 @@ at::Tensor argmax_rows(const at::Tensor& rows) {
   return out.to(rows.device());
 }
 
-TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context) {
+TokenId greedy_token(const at::Tensor& logits_row_in, const ProcessorConfig& cfg, const Tokens& context) {
+  const at::Tensor logits_row = logits_row_in.cpu();  // the scan runs on the host
   SD_CHECK(logits_row.dim() == 1 && logits_row.scalar_type() == at::kFloat && logits_row.is_contiguous(),
            "greedy_token: expected a contiguous float [V] row");
   const int64_t n_vocab = logits_row.size(0);
@@ -154,6 +155,13 @@ TokenId sample_from(const float* probs, int64_t n_vocab, double u) {
   const int64_t id = kernels::math::inverse_cdf_row(probs, n_vocab, u);
   SD_CHECK(id >= 0, "sample_from: probability row has no positive entry");
   return static_cast<TokenId>(id);
+}
+
+TokenId sample_from(const at::Tensor& probs, double u) {
+  SD_CHECK(probs.dim() >= 1 && probs.numel() == probs.size(-1), "sample_from: expected one probability row, got ",
+           probs.sizes());
+  const at::Tensor row = probs.cpu().to(at::kFloat).contiguous();
+  return sample_from(row.data_ptr<float>(), row.numel(), u);
 }
 
 }  // namespace specdec::sampling

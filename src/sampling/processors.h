@@ -59,11 +59,14 @@ at::Tensor argmax_rows(const at::Tensor& rows);
 
 // Greedy choice for one position: argmax after the repetition penalty (HF greedy search
 // applies processors but no warpers). Avoids materialising a one-hot row.
-// logits_row: [V] float32 (contiguous)
+// logits_row: [V] float32 (contiguous), on any device
 TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context);
 
 // Inverse-CDF sample from one probability row with a uniform u in [0, 1).
 // probs: [n_vocab] (sums to 1 up to rounding; rounding slack goes to the last non-zero entry)
 TokenId sample_from(const float* probs, int64_t n_vocab, double u);
+// The same for a probability tensor holding one row ([V] or [1, V]) on any device (a device
+// row is read through a host copy).
+TokenId sample_from(const at::Tensor& probs, double u);
 
 }  // namespace specdec::sampling

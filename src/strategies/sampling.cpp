@@ -16,7 +16,7 @@ class Sampling : public Strategy {
     return autoregressive_decode(req, on_token, [&](const at::Tensor& row, const Tokens& context) {
       if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);
       at::Tensor probs = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
-      return sampling::sample_from(probs.data_ptr<float>(), probs.size(1), rng.uniform());
+      return sampling::sample_from(probs, rng.uniform());
     });
   }
 

@@ -65,7 +65,7 @@ DraftProposal ModelDrafter::propose(const Tokens& seq, int64_t max_depth) {
       x = sampling::greedy_token(row, cfg_, context);  // q is one-hot; the greedy verifier ignores it
     } else {
       at::Tensor q = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
-      x = sampling::sample_from(q.data_ptr<float>(), q.size(1), rng_.uniform());
+      x = sampling::sample_from(q, rng_.uniform());
       q_rows.push_back(q);
     }
     clock.charge(&PhaseTimes::sample);

@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/timer.h"
+#include "model/device.h"
 #include "strategies/common.h"
 #include "strategies/drafters.h"
 
@@ -169,16 +170,18 @@ void TreeDrafter::expand(const at::Tensor& row, const Tokens& context, int32_t p
     // Top-k of the processed distribution (greedy: argmax first; ties to the lower id).
     const at::Tensor logq = at::log_softmax(sampling::process_logits(row.unsqueeze(0), cfg_, context)[0], 0);
     const auto top = at::topk(logq, std::min<int64_t>(k, logq.size(0)));
-    const float* v = std::get<0>(top).data_ptr<float>();
-    const int64_t* ids = std::get<1>(top).data_ptr<int64_t>();
-    for (int64_t i = 0; i < std::get<1>(top).size(0); ++i)
+    const at::Tensor values = model::on_host(std::get<0>(top)), indices = model::on_host(std::get<1>(top));
+    const float* v = values.data_ptr<float>();
+    const int64_t* ids = indices.data_ptr<int64_t>();
+    for (int64_t i = 0; i < indices.size(0); ++i)
       if (std::isfinite(v[i])) nodes_.push_back({static_cast<TokenId>(ids[i]), parent, logp + v[i], {}, -1});
     return;
   }
-  const at::Tensor q = sampling::probabilities(row.unsqueeze(0), cfg_, context)[0];  // [V]
+  const at::Tensor q = sampling::probabilities(row.unsqueeze(0), cfg_, context)[0];  // [V], the model's device
+  const at::Tensor q_host = model::on_host(q);
   for (int64_t i = 0; i < k; ++i) {  // independent draws, duplicates kept (multi-draft verification)
-    const TokenId x = sampling::sample_from(q.data_ptr<float>(), q.size(0), rng_.uniform());
-    nodes_.push_back({x, parent, logp + std::log(std::max(1e-30f, q.data_ptr<float>()[x])), q, -1});
+    const TokenId x = sampling::sample_from(q_host.data_ptr<float>(), q_host.size(0), rng_.uniform());
+    nodes_.push_back({x, parent, logp + std::log(std::max(1e-30f, q_host.data_ptr<float>()[x])), q, -1});
   }
 }
 

@@ -31,7 +31,7 @@ class Annealed : public Strategy {
       sampling::ProcessorConfig step_cfg = cfg_;
       step_cfg.temperature = t_start_ + (t_end_ - t_start_) * double(context.size() - n_prompt) / n_max;
       at::Tensor probs = sampling::probabilities(row.unsqueeze(0), step_cfg, context);  // [1, V]
-      return sampling::sample_from(probs.data_ptr<float>(), probs.size(1), rng.uniform());
+      return sampling::sample_from(probs, rng.uniform());
     });
   }
 

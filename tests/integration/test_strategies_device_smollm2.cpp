@@ -1,0 +1,122 @@
+// The device path of the decoding loop on SmolLM2-135M: the model computed with LibTorch ops
+// (engine aten) on a device, its KV cache there, verification and tree compaction through that
+// device's kernels::Backend. On "cpu" this runs in CI and is the GPU path's CPU twin; on
+// "cuda" it runs only where a GPU and a CUDA LibTorch exist (scripts/test.sh --gpu), and
+// skips elsewhere.
+//  - greedy speculative decoding equals greedy on the same engine, token for token, for the
+//    chain drafters and for token trees (which compact the device KV cache);
+//  - greedy on the aten engine equals greedy on the packed CPU engine for the test prompts;
+//  - speculative sampling runs and is reproducible with a seed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "model/causal_lm.h"
+#include "model/layer_subset.h"
+#include "strategies/registry.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+
+namespace {
+
+const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+
+model::LoadedModel load(const std::string& device, const std::string& engine) {
+  model::ModelSpec spec;
+  spec.name = "smollm2-135m";
+  spec.path = kModel;
+  spec.threads = 2;
+  spec.device = device;
+  spec.engine = engine;
+  return model::load(spec);
+}
+
+Params params(std::map<std::string, std::string> p) {
+  if (!p.count("temperature")) p["temperature"] = "0";
+  return Params(p);
+}
+
+class OnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kModel)) << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+    if (GetParam() != "cpu" && !at::hasCUDA()) {
+      // scripts/test.sh --gpu sets SPECDEC_REQUIRE_CUDA: there a missing CUDA is a failure.
+      ASSERT_EQ(std::getenv("SPECDEC_REQUIRE_CUDA"), nullptr) << "no CUDA device or no CUDA LibTorch";
+      GTEST_SKIP() << "no CUDA device / no CUDA LibTorch here";
+    }
+  }
+  Request request(const model::LoadedModel& m, const std::string& text, int64_t max_new) const {
+    Request r;
+    r.target = m.model;
+    r.tokenizer = m.tokenizer;
+    r.prompt = m.tokenizer->encode(text, true);
+    r.stop.eos_ids = m.tokenizer->eos_ids();
+    r.stop.max_new_tokens = max_new;
+    return r;
+  }
+};
+
+const char* kPrompts[] = {
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Repeat this sentence exactly: \"The quick brown fox jumps over the lazy dog near the river bank.\"\n",
+};
+
+TEST_P(OnDevice, GreedySpeculativeEqualsGreedyForChainsAndTrees) {
+  const model::LoadedModel m = load(GetParam(), "aten");
+  ASSERT_EQ(m.model->device().is_cuda(), GetParam() != "cpu");
+  // A draft that disagrees with the target often enough: SmolLM2 without 5 of its 30 layers.
+  std::vector<int64_t> keep;
+  for (int64_t l = 0; l < 30; ++l)
+    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
+  const auto draft = model::make_layer_subset(m.model, keep);
+  const std::vector<std::pair<std::map<std::string, std::string>, bool>> cases = {
+      {{{"drafter", "model"}}, true},
+      {{{"drafter", "model"}, {"verify", "block"}}, true},
+      {{{"drafter", "tree"}, {"tree_branching", "3,2,2,1"}}, true},
+      {{{"drafter", "ngram"}}, false},
+  };
+  int64_t partial = 0;
+  for (const char* text : kPrompts) {
+    Request req = request(m, text, 32);
+    const Result base = create("greedy", params({}))->generate(req, {});
+    for (const auto& [p, needs_draft] : cases) {
+      req.draft = needs_draft ? draft : nullptr;
+      const Result spec = create("speculative", params(p))->generate(req, {});
+      EXPECT_EQ(spec.tokens, base.tokens) << p.at("drafter") << "\n-- greedy: " << base.text << "\n-- spec: " << spec.text;
+      EXPECT_GT(spec.stats.n_accepted, 0) << p.at("drafter");
+      partial += spec.stats.n_accepted < spec.stats.n_drafted;
+    }
+  }
+  EXPECT_GT(partial, 0) << "no round rejected a draft token: rollback and compaction went untested";
+}
+
+TEST_P(OnDevice, GreedyEqualsThePackedCpuEngine) {
+  const model::LoadedModel dev = load(GetParam(), "aten");
+  const model::LoadedModel cpu = load("cpu", "packed");
+  for (const char* text : kPrompts) {
+    const Result a = create("greedy", params({}))->generate(request(dev, text, 32), {});
+    const Result b = create("greedy", params({}))->generate(request(cpu, text, 32), {});
+    EXPECT_EQ(a.tokens, b.tokens) << "\n-- aten: " << a.text << "\n-- packed: " << b.text;
+  }
+}
+
+TEST_P(OnDevice, SeededSpeculativeSamplingIsReproducible) {
+  const model::LoadedModel m = load(GetParam(), "aten");
+  Request req = request(m, kPrompts[0], 24);
+  req.draft = m.model;
+  req.seed = 7;
+  const Params p({{"temperature", "0.8"}, {"drafter", "model"}});
+  const Result r1 = create("speculative", p)->generate(req, {});
+  const Result r2 = create("speculative", p)->generate(req, {});
+  EXPECT_EQ(r1.tokens, r2.tokens);
+  EXPECT_GT(r1.stats.n_accepted, 0) << "draft = target: nearly every token is accepted";
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
