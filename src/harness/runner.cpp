@@ -433,7 +433,9 @@ void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const s
       ids = tok->encode(tok->apply_chat_template(chat, true), true);
     } else {
       ids.insert(ids.end(), t.result.tokens.begin(), t.result.tokens.end());
-      const Tokens more = encode_prompt(PromptItem{"", next}, models_.target);
+      PromptItem turn;
+      turn.text = next;
+      const Tokens more = encode_prompt(turn, models_.target);
       ids.insert(ids.end(), more.begin(), more.end());
     }
   }
@@ -797,9 +799,8 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   for (const auto& p : cfg.prompts) prompts.push_back({&p, encode_prompt(p, models.target)});
   json env = torch_env(collect_env(cfg.target.threads, source_root()));
   env["load"] = {{"loadavg_start", loadavg_start}};  // completed at the end of the run
-  RunInfo info{cfg.name, cfg.description, fs::path(out.run_dir).filename().string(), cfg.target.name,
-               cfg.draft ? cfg.draft->name : "", env, out.n_cells};
-  info.context_markdown = read_context(cfg);
+  RunInfo info{cfg.name,  cfg.description, fs::path(out.run_dir).filename().string(), cfg.target.name,
+               cfg.draft ? cfg.draft->name : "", env, out.n_cells, read_context(cfg)};
   write_atomic(store.path("env.json"), env.dump(2) + "\n");
 
   const bool by_prompt = cfg.interleave == "prompt";

@@ -470,10 +470,6 @@ LoadedModel load(const ModelSpec& spec) {
            " runs on the packed CPU engine only; the ATen engine", on, " loads Llama-family GGUF files and HF dirs");
   SD_CHECK(!native || gguf, "model ", spec.name, ": dtype ", spec.dtype, " keeps a GGUF file's own blocks, but '",
            path, "' is not a GGUF file (use float32 or bfloat16)");
-  SD_CHECK(!int8_dot || panels_int8_dot_supported(), "model ", spec.name,
-           ": dtype native_q8 needs a CPU with AVX512-VNNI (this one has none; use native)");
-  SD_CHECK(!native || panels_supported(), "model ", spec.name,
-           ": dtype native needs a CPU with AVX-512F (this one has none; use float32 or bfloat16)");
   if (path == "tiny-llama") {
     SD_CHECK(dtype == at::kFloat, "model ", spec.name, ": tiny-llama is float32 only");
     out.model = make_tiny_llama(tiny_llama_config(), spec.seed);  // no tokenizer

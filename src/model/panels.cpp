@@ -151,8 +151,6 @@ const Dispatch& dispatch() {
 const char* panels_kernel() { return dispatch().name; }
 const char* panels_int8_kernel() { return dispatch().int8_name; }
 
-bool panels_supported() { return true; }
-bool panels_int8_dot_supported() { return true; }
 
 int64_t rope_hf_row(int64_t row, int64_t out, int64_t n_heads) {
   const int64_t hd = out / n_heads, half = hd / 2;

@@ -60,10 +60,6 @@ struct QuantBlocks {
 // ("avx512-vnni" or "portable"; an AVX-512F CPU without VNNI runs the portable int8 kernel).
 const char* panels_kernel();
 const char* panels_int8_kernel();
-// Whether this CPU can run the panel kernel, and with int8 activations: always true since the
-// portable kernel (kept for the callers that predate it).
-bool panels_supported();
-bool panels_int8_dot_supported();
 
 // The HF row that GGUF row `row` of an interleaved q/k weight with `n_heads` heads and `out`
 // rows holds (llama.cpp's converter: HF row h*hd + s*hd/2 + i -> GGUF row h*hd + 2i + s).
