@@ -56,6 +56,19 @@ double parse_loadavg(const std::string& text) {
   return one;
 }
 
+MemoryUsage read_memory_usage() {
+  MemoryUsage m;
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) m.rss_bytes = resident_pages * sysconf(_SC_PAGESIZE);
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) m.peak_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // KiB on Linux
+  // The kernel updates ru_maxrss lazily (it can trail statm by a few pages): the peak is at
+  // least the current resident set.
+  if (m.peak_rss_bytes >= 0) m.peak_rss_bytes = std::max(m.peak_rss_bytes, m.rss_bytes);
+  return m;
+}
+
 LoadSnapshot read_load_snapshot() {
   LoadSnapshot s;
   s.t_s = steady_seconds();

@@ -48,6 +48,14 @@ struct LoadSnapshot {
 };
 LoadSnapshot read_load_snapshot();
 
+// This process's memory: its resident set now (/proc/self/statm) and the peak so far
+// (getrusage ru_maxrss). -1 when unreadable.
+struct MemoryUsage {
+  int64_t rss_bytes = -1;
+  int64_t peak_rss_bytes = -1;
+};
+MemoryUsage read_memory_usage();
+
 // The machine's load over one interval. -1 = unknown.
 struct LoadSample {
   double wall_s = 0;

@@ -94,6 +94,19 @@ Models load_models(const ExperimentConfig& cfg, bool oversubscribe) {
   return m;
 }
 
+// What a model holds in memory and what it reads per decoded token (env.json "models").
+json model_env(const model::LoadedModel& m) {
+  return {{"name", m.spec.name},
+          {"dtype", m.spec.dtype},
+          {"resident_weight_bytes", m.model->resident_weight_bytes()},
+          {"streamed_weight_bytes_per_token", m.model->weight_bytes()}};
+}
+
+json memory_env() {
+  const MemoryUsage mem = read_memory_usage();
+  return {{"rss_bytes", mem.rss_bytes}, {"peak_rss_bytes", mem.peak_rss_bytes}};
+}
+
 struct EncodedPrompt {
   const PromptItem* item;  // its text and follow-up turns
   Tokens tokens;           // the first turn, encoded
@@ -799,6 +812,9 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   for (const auto& p : cfg.prompts) prompts.push_back({&p, encode_prompt(p, models.target)});
   json env = torch_env(collect_env(cfg.target.threads, source_root()));
   env["load"] = {{"loadavg_start", loadavg_start}};  // completed at the end of the run
+  env["models"] = {{"target", model_env(models.target)}};
+  if (models.draft) env["models"]["draft"] = model_env(*models.draft);
+  env["memory"] = {{"after_load", memory_env()}};  // "at_end" is added at the end of the run
   RunInfo info{cfg.name,  cfg.description, fs::path(out.run_dir).filename().string(), cfg.target.name,
                cfg.draft ? cfg.draft->name : "", env, out.n_cells, read_context(cfg)};
   write_atomic(store.path("env.json"), env.dump(2) + "\n");
@@ -815,6 +831,7 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   }
   env["end_time"] = utc_now_iso();
   env["interrupted"] = out.interrupted;
+  env["memory"]["at_end"] = memory_env();
   env["load"] = load_summary(loadavg_start, done);
   if (by_prompt) {
     int64_t n_contended = 0, n_units_done = 0;

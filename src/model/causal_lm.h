@@ -99,6 +99,10 @@ class CausalLM {
 
   // Bytes of weights read per decoded token (the memory-bound floor is this / bandwidth).
   virtual int64_t weight_bytes() const = 0;
+  // Bytes of weights held in memory: weight_bytes() plus the embedding tables, each tensor
+  // counted once (a tied head and embedding are one). With dtype native about the GGUF file's
+  // size; float32 holds every weight dequantised. A layer subset holds none of its own.
+  virtual int64_t resident_weight_bytes() const { return weight_bytes(); }
 };
 
 // How to load a model. `path` is a .gguf file, a Hugging Face directory (config.json +

@@ -109,6 +109,10 @@ class Gpt2Model final : public CausalLM {
     return n + 2 * cfg_.d_model * 4;  // one token and one position embedding row per token
   }
 
+  int64_t resident_weight_bytes() const override {  // the head keeps its own (packed) copy of wte
+    return weight_bytes() - 2 * cfg_.d_model * 4 + (wte_.numel() + wpe_.numel()) * 4;
+  }
+
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                         KVCache& cache, const ForwardOptions& options) override;

@@ -24,6 +24,7 @@ class LayerSubset final : public CausalLM {
   int64_t weight_bytes() const override {
     return base_->weight_bytes() * static_cast<int64_t>(keep_.size()) / base_->config().n_layers;
   }
+  int64_t resident_weight_bytes() const override { return 0; }  // the base's weights, shared
 
  private:
   std::shared_ptr<CausalLM> base_;

@@ -258,6 +258,11 @@ class LlamaModel final : public CausalLM {
     return n + cfg_.d_model * 4;  // plus one embedding row per token
   }
 
+  int64_t resident_weight_bytes() const override {
+    const int64_t table = tok_embd_.defined() ? tok_embd_.numel() * 4 : embd_rows_.defined() ? embd_rows_.bytes() : 0;
+    return weight_bytes() - cfg_.d_model * 4 + table;
+  }
+
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                         KVCache& cache, const ForwardOptions& options) override;

@@ -98,6 +98,12 @@ class LlamaAtenModel final : public CausalLM {
     return n + cfg_.d_model * 4;  // plus one embedding row per token
   }
 
+  int64_t resident_weight_bytes() const override {
+    const bool tied = output_.defined() && tok_embd_.defined() && output_.data_ptr() == tok_embd_.data_ptr();
+    const int64_t table = tied ? 0 : tok_embd_.numel() * static_cast<int64_t>(tok_embd_.element_size());
+    return weight_bytes() - cfg_.d_model * 4 + table;
+  }
+
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, KVCache& cache,
                         const ForwardOptions& options) override;

@@ -479,6 +479,7 @@ std::vector<Case> cases() {
       {"temperature_nan", val("ok.yaml", set("strategies[0].params.temperature=nan")), "'temperature' must be >= 0, got nan"},
       {"temperature_text", val("ok.yaml", set("strategies[0].params.temperature=hot")), "expected a number, got 'hot'"},
       {"catalog_deep", {"models", "--catalog", "{in}/catalog_deep.yaml"}, "catalog_deep.yaml: YAML nested too deep"},
+      {"models_dtype_without_load", {"models", "--dtype", "native"}, "--dtype and --threads apply to --load only"},
       // ---- generate on crafted GGUF files ----
       {"gguf_good_control", g(good, {"--max-new-tokens", "4"}), "[greedy] 4 tokens", 0},
       {"gguf_missing", g("{in}/nonexistent.gguf"), "unknown model '"},

@@ -81,6 +81,18 @@ TEST(HarnessE2E, TinyExperimentRunsAndPassesChecks) {
   for (const char* k : {"cpu_model", "cores", "threads", "libtorch_version", "blas", "git_revision", "start_time",
                         "end_time"})
     EXPECT_NE(env.find(k), std::string::npos) << k;
+  // What each model holds and streams, and this process's memory (issue 13, item 3).
+  const auto env_json = nlohmann::json::parse(env);
+  for (const char* role : {"target", "draft"}) {
+    const auto& m = env_json.at("models").at(role);
+    EXPECT_GT(m.at("resident_weight_bytes").get<int64_t>(), 0) << role;
+    EXPECT_GT(m.at("streamed_weight_bytes_per_token").get<int64_t>(), 0) << role;
+  }
+  for (const char* when : {"after_load", "at_end"}) {
+    const auto& mem = env_json.at("memory").at(when);
+    EXPECT_GT(mem.at("rss_bytes").get<int64_t>(), 0) << when;
+    EXPECT_GE(mem.at("peak_rss_bytes").get<int64_t>(), mem.at("rss_bytes").get<int64_t>()) << when;
+  }
   fs::remove_all(out);
 }
 
