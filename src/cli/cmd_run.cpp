@@ -24,7 +24,7 @@ namespace {
 
 // --executor slurm: plans the shards and writes the scripts (a new run), or on --resume finds
 // the shards that did not finish; then submits them and the merge job unless --no-submit.
-int run_on_slurm(const std::string& experiment, const harness::ExperimentConfig& cfg, const harness::Plan& plan,
+int run_on_slurm(const harness::ExperimentConfig& cfg, const harness::Plan& plan,
                  const harness::RunOptions& ro, harness::SlurmOptions so, bool submit) {
   char exe[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -75,8 +75,8 @@ int run_on_slurm(const std::string& experiment, const harness::ExperimentConfig&
   std::cout << "merge job " << sub.merge_job << (sub.array_job.empty() ? "" : " (after every task succeeded)")
             << "\nwatch: squeue -j " << (sub.array_job.empty() ? "" : sub.array_job + ",") << sub.merge_job
             << "; logs in " << sd << "/logs/\nresults: " << run.dir << "/report.md once the merge job ends\n"
-            << "a failed task: `specdec merge " << run.dir << "` lists it with its log; `specdec run " << experiment
-            << " --executor slurm --resume --out " << run.dir << "` resubmits what did not finish\n";
+            << "a failed task: `specdec merge " << run.dir << "` lists it with its log; `specdec run " << sd
+            << "/experiment.yaml --executor slurm --resume --out " << run.dir << "` resubmits what did not finish\n";
   return 0;
 }
 
@@ -130,7 +130,7 @@ int cmd_run(const Args& args) {
   ro.threads_oversubscribe = vm.count("threads-oversubscribe") != 0;
   if (on_slurm) {
     slurm.threads_oversubscribe = ro.threads_oversubscribe;
-    return run_on_slurm(experiment, cfg, plan, ro, slurm, vm.count("no-submit") == 0);
+    return run_on_slurm(cfg, plan, ro, slurm, vm.count("no-submit") == 0);
   }
   if (!cells.empty()) std::tie(ro.cells_begin, ro.cells_end) = harness::parse_index_range(cells, "--cells");
   harness::install_stop_handlers();

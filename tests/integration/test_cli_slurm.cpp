@@ -136,6 +136,7 @@ class CliSlurm : public ::testing::Test {
       skip_ = "Slurm is not installed and there is no apt-get to install it";
       return;
     }
+    started_ = sh("bash " + kScript + " status").code != 0;  // a cluster already up is left running
     const Output s = sh("bash " + kScript + " start");
     ASSERT_EQ(s.code, 0) << s.text;
     local_ = temp("local");
@@ -143,15 +144,17 @@ class CliSlurm : public ::testing::Test {
     ASSERT_EQ(l.code, 0) << l.text;
   }
   static void TearDownTestSuite() {
-    if (skip_.empty()) sh("bash " + kScript + " stop");
+    if (skip_.empty() && started_) sh("bash " + kScript + " stop");
   }
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
   }
   static std::string skip_;
+  static bool started_;
   static fs::path local_;
 };
 std::string CliSlurm::skip_;
+bool CliSlurm::started_ = false;
 fs::path CliSlurm::local_;
 
 }  // namespace
