@@ -24,7 +24,7 @@ int cmd_merge(const Args& args) {
       "specdec run --cells A:B) into DIR: every finished prompt's or cell's samples, then the\n"
       "figures and report recomputed from them (the models are loaded, nothing is generated\n"
       "unless some prompt or cell was finished by no shard; then it runs, as --resume would).\n"
-      "env.json's `shards` and the report's last section say which node ran which shard.\n"
+      "env.json's `shards` and the report's section \"Nodes\" say which node ran which shard.\n"
       "A slurm run folder merges into itself once every array task finished; otherwise each\n"
       "unfinished task is listed with its log (exit 1).\n\noptions");
   std::string out;
