@@ -287,6 +287,40 @@ void load_line(std::ostringstream& os, const RunInfo& info, const std::vector<Ce
        << " prompts contended";
   os << "\n";
 }
+
+// A merged run (specdec merge, specdec run --executor slurm): which node ran which shard.
+void shards_table(std::ostringstream& os, const RunInfo& info) {
+  if (!info.env.is_object() || !info.env.contains("shards")) return;
+  os << "## Nodes: which node ran what\n\n"
+     << "Merged from " << info.env["shards"].size() << " shards. Every speedup compares a candidate with the "
+     << "baseline run on the same node (interleaved right before it, or on the same prompt), never across "
+     << "nodes. The machine line above is the merging node's; each shard's env.json is kept in env.json's "
+     << "`shards`.\n\n"
+     << "| shard | node | Slurm job | CPU | threads | started | ended | contended | ran |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& sh : info.env["shards"]) {
+    const json env = sh.value("env", json::object());
+    const json load = env.value("load", json::object());
+    const bool by_prompt = sh.contains("prompts");
+    const json ran = by_prompt ? sh["prompts"] : sh.value("cells", json::array());
+    std::string list;
+    for (size_t i = 0; i < ran.size() && i < 4; ++i) list += (i ? ", " : "") + ran[i].get<std::string>();
+    for (size_t p = list.find('|'); p != std::string::npos; p = list.find('|', p + 2)) list.insert(p, "\\");  // cell keys hold '|'
+
+    if (ran.size() > 4) list += ", ...";
+    const std::string contended =
+        by_prompt ? std::to_string(load.value("n_prompts_contended", int64_t{0})) + " of " +
+                        std::to_string(load.value("n_prompts_done", int64_t{0})) + " prompts"
+                  : std::to_string(load.value("n_cells_contended", int64_t{0})) + " of " +
+                        std::to_string(load.value("n_cells", int64_t{0})) + " cells";
+    os << "| " << (sh.contains("task") ? "task " + sh["task"].dump() : sh.value("dir", "?")) << " | "
+       << sh.value("node", "?") << " | " << env.value("slurm_array_job", env.value("slurm_job_id", "-")) << " | "
+       << env.value("cpu_model", "?") << " | " << env.value("threads_in_use", env.value("threads", 0)) << " | "
+       << env.value("start_time", "?") << " | " << env.value("end_time", "?") << " | " << contended << " | "
+       << ran.size() << (by_prompt ? " prompts" : " cells") << ": " << list << " |\n";
+  }
+  os << "\n";
+}
 }  // namespace
 
 std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>& cells,
@@ -314,6 +348,7 @@ std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>&
   acceptance_table(os, cells);
   category_table(os, cells);
   checks_table(os, cells);
+  shards_table(os, info);
   if (!plots.empty()) {
     os << "## Plots\n\n";
     for (const auto& p : plots) os << "![" << p << "](" << p << ")\n\n";

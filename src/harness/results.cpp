@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -216,6 +217,16 @@ json collect_env(int threads, const std::string& repo_root) {
   env["git_revision"] = command_output("git -C '" + repo_root + "' rev-parse HEAD 2>/dev/null");
   env["git_dirty"] = !command_output("git -C '" + repo_root + "' status --porcelain 2>/dev/null | head -1").empty();
   env["start_time"] = utc_now_iso();
+  // Which node ran it: the figures of a run spread over a cluster (specdec run --executor
+  // slurm) are only comparable within one node, so each shard's env names its node and job.
+  char host[256] = {};
+  env["hostname"] = ::gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+  if (const char* job = std::getenv("SLURM_JOB_ID")) {
+    env["slurm_job_id"] = job;
+    const char* array = std::getenv("SLURM_ARRAY_JOB_ID");
+    const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+    if (array && task) env["slurm_array_job"] = std::string(array) + "_" + task;
+  }
   return env;
 }
 

@@ -65,7 +65,8 @@ std::string latest_run_dir(const std::string& results_root, const std::string& e
 // Current UTC time as 2026-01-31T12:00:00Z.
 std::string utc_now_iso();
 
-// CPU model, cores, threads, LibTorch version, BLAS, git revision, start time.
+// CPU model, cores, threads, LibTorch version, BLAS, git revision, start time, host name
+// (and the Slurm job when run by Slurm).
 nlohmann::json collect_env(int threads, const std::string& repo_root);
 
 }  // namespace specdec::harness

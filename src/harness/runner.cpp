@@ -790,9 +790,27 @@ void run_by_prompt(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& 
 
 }  // namespace
 
+// The cells [opt.cells_begin, opt.cells_end) of the plan (a shard: --cells A:B).
+Plan select_cells(Plan plan, const ExperimentConfig& cfg, const RunOptions& opt) {
+  if (opt.cells_begin == 0 && opt.cells_end < 0) return plan;
+  const auto n = static_cast<int64_t>(plan.cells.size());
+  const int64_t end = opt.cells_end < 0 ? n : opt.cells_end;
+  SD_CHECK(cfg.interleave == "cell", cfg.file, ": --cells selects cells of an interleave: cell experiment; this one is"
+           " interleave: ", cfg.interleave, " (shard it by prompts: prompts.range)");
+  SD_CHECK(opt.cells_begin >= 0 && opt.cells_begin < end && end <= n, cfg.file, ": --cells ", opt.cells_begin, ":",
+           end, " is not a non-empty range of the experiment's ", n, " cells (0-based, end exclusive)");
+  plan.cells = std::vector<PlannedCell>(plan.cells.begin() + opt.cells_begin, plan.cells.begin() + end);
+  plan.n_generations = plan.max_target_forwards = 0;
+  for (const auto& pc : plan.cells) {
+    plan.n_generations += pc.n_generations;
+    plan.max_target_forwards += pc.max_target_forwards;
+  }
+  return plan;
+}
+
 RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   const double loadavg_start = read_load_snapshot().loadavg_1m;
-  const Plan plan = make_plan(cfg);
+  const Plan plan = select_cells(make_plan(cfg), cfg, opt);
   RunOutcome out;
   out.run_dir = open_run_dir(cfg, opt);
   out.n_cells = static_cast<int64_t>(plan.cells.size());
@@ -815,6 +833,9 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   env["models"] = {{"target", model_env(models.target)}};
   if (models.draft) env["models"]["draft"] = model_env(*models.draft);
   env["memory"] = {{"after_load", memory_env()}};  // "at_end" is added at the end of the run
+  if (opt.cells_begin != 0 || opt.cells_end >= 0)  // a shard: which cells it ran
+    env["cells"] = std::to_string(opt.cells_begin) + ":" + std::to_string(opt.cells_begin + out.n_cells);
+  env.update(opt.env_extra);
   RunInfo info{cfg.name,  cfg.description, fs::path(out.run_dir).filename().string(), cfg.target.name,
                cfg.draft ? cfg.draft->name : "", env, out.n_cells, read_context(cfg)};
   write_atomic(store.path("env.json"), env.dump(2) + "\n");

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/experiment.h"
 
 namespace specdec::harness {
@@ -15,6 +17,11 @@ struct RunOptions {
   bool resume = false;       // continue out_dir (or the latest run of the experiment)
   bool progress = true;      // progress on stderr
   bool threads_oversubscribe = false;  // allow models.threads above the cores (--threads-oversubscribe)
+  // interleave: cell: run only the planned cells [cells_begin, cells_end) (cells_end -1: to the
+  // last), a shard of the experiment (`specdec run --cells A:B`, one Slurm array task each).
+  int64_t cells_begin = 0, cells_end = -1;
+  // Keys added to env.json (a merged run's "shards": each shard's env, i.e. its node).
+  nlohmann::json env_extra = nlohmann::json::object();
 };
 
 struct RunOutcome {
