@@ -14,6 +14,7 @@ PKGS=(
   libpcre2-dev                       # Unicode-aware regex for BPE pre-tokenisation
   python3-matplotlib python3-numpy python3-yaml python3-pip  # plots; fetch script
   clang libclang-rt-14-dev           # libFuzzer targets
+  chromium                           # headless browser test of the trace page (specdec trace)
 )
 
 missing=()

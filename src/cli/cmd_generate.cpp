@@ -13,9 +13,11 @@
 #include "core/error.h"
 #include "harness/metrics.h"
 #include "harness/model_catalog.h"
+#include "harness/trace.h"
 #include "model/causal_lm.h"
 #include "strategies/registry.h"
 #include "strategies/speculative.h"
+#include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
@@ -25,7 +27,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "float32",
-              device = "cpu", engine = "auto";
+              device = "cpu", engine = "auto", trace;
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
   int64_t seed = 0;  // read signed so that a negative value is an error, not a wrapped 2^64 - 1
@@ -126,13 +128,27 @@ void print_phase_table(const strategies::Stats& s) {
   std::cout << line;
 }
 
+// trace.json: what was run, the result and its stats (as --json), then the recorder's rounds.
+nlohmann::json trace_json(const GenerateOptions& o, const strategies::Params& params, const strategies::Params& resolved,
+                          const std::string& prompt,
+                          const strategies::Request& req, const strategies::Result& r) {
+  nlohmann::json j = {{"version", 1}, {"model", o.model}, {"draft", o.draft}, {"strategy", o.strategy},
+                      {"params", resolved.values()}, {"params_set", params.values()}, {"seed", o.seed}, {"prompt", prompt},
+                      {"n_prompt", req.prompt.size()}, {"finish", strategies::to_string(r.finish)}};
+  const nlohmann::json result = stats_json(r, o.strategy);
+  for (const char* key : {"tokens", "text", "stats"}) j[key] = result[key];
+  j.update(req.trace->to_json());
+  return j;
+}
+
 int run_generate(const GenerateOptions& o) {
   SD_CHECK(o.seed >= 0, "--seed must be >= 0, got ", o.seed);  // before loading any model
+  if (!o.trace.empty()) harness::trace_json_path(o.trace);      // a bad --trace path, too
   model::set_threads(o.threads, o.threads_oversubscribe);
   const strategies::Params params = parse_sets(o.sets);
   auto strategy = strategies::create(o.strategy, params);  // fails early on bad names/params
-  const strategies::StrategyNeeds needs =
-      strategies::strategy_needs(o.strategy, strategies::resolve(o.strategy, params), !o.draft.empty());
+  const strategies::Params resolved = strategies::resolve(o.strategy, params);
+  const strategies::StrategyNeeds needs = strategies::strategy_needs(o.strategy, resolved, !o.draft.empty());
   SD_CHECK(!needs.draft_model || !o.draft.empty(), "strategy '", o.strategy, "'",
            needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs --draft");
   const model::LoadedModel tgt = load_model(o.model, o);
@@ -154,6 +170,7 @@ int run_generate(const GenerateOptions& o) {
   req.stop.stop_strings = o.stops;
   req.stop.timeout_s = o.timeout_s;
   req.seed = static_cast<uint64_t>(o.seed);
+  if (!o.trace.empty()) req.trace = std::make_shared<strategies::TraceRecorder>(tgt.tokenizer, resolved);
   // Text streams as it becomes final; with --json it goes to stderr so stdout is one JSON line.
   std::ostream& stream = o.json ? std::cerr : std::cout;
   const strategies::Result r = strategy->generate(req, [&stream](const Tokens&, const std::string& chunk) {
@@ -164,6 +181,10 @@ int run_generate(const GenerateOptions& o) {
   if (o.json) std::cout << stats_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_stats_line(r, o.strategy);
   if (o.stats && !o.json) print_phase_table(r.stats);
+  if (!o.trace.empty()) {
+    const std::string json_path = harness::write_trace(o.trace, trace_json(o, params, resolved, text, req, r));
+    std::cerr << "trace: wrote " << o.trace << " and " << json_path << " (" << req.trace->n_rounds() << " rounds)\n";
+  }
   return 0;
 }
 
@@ -196,7 +217,9 @@ int cmd_generate(const Args& args) {
       ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line")
       ("stats", po::bool_switch(&o.stats),
        "after the stats line, print where the time went: ms, % of wall and ms per round for each phase "
-       "(with --json: always in stats.phases)");
+       "(with --json: always in stats.phases)")
+      ("trace", po::value(&o.trace), "also write an HTML view of this generation to this file (e.g. trace.html) and "
+       "its data beside it (trace.json); see `specdec trace`");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);

@@ -17,5 +17,6 @@ int cmd_run(const Args& args);         // cmd_run.cpp
 int cmd_validate(const Args& args);    // cmd_validate.cpp
 int cmd_compare(const Args& args);     // cmd_compare.cpp
 int cmd_merge(const Args& args);       // cmd_merge.cpp
+int cmd_trace(const Args& args);       // cmd_trace.cpp
 
 }  // namespace specdec::cli

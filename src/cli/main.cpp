@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"run", "run an experiment YAML and write results/<experiment>/<run-id>/", specdec::cli::cmd_run},
     {"validate", "check an experiment YAML without running it and print the plan", specdec::cli::cmd_validate},
     {"generate", "generate text from a model with a strategy, streaming tokens", specdec::cli::cmd_generate},
+    {"trace", "write an interactive HTML view of one generation (drafts, p and q, phases)", specdec::cli::cmd_trace},
     {"tokenize", "print the token ids of a text", specdec::cli::cmd_tokenize},
     {"strategies", "list the registered decoding strategies and their parameters", specdec::cli::cmd_strategies},
     {"models", "list the models of configs/models.yaml and whether their files are present", specdec::cli::cmd_models},

@@ -155,6 +155,8 @@ Result Beam::generate(const Request& req, const TokenCallback& on_token) {
   Stopwatch clock;
   check_request(req);
   SD_CHECK(req.stop.stop_strings.empty(), "beam: stop strings are not supported by beam search");
+  SD_CHECK(!req.trace, "beam: --trace is not supported by beam search (it keeps several sequences; trace "
+           "greedy, sampling or speculative instead)");
   Stats st;
   st.n_prompt = static_cast<int64_t>(req.prompt.size());
   const int64_t n_beams = cfg_.num_beams, max_new = req.stop.max_new_tokens;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/device.h"
+#include "strategies/trace.h"
 
 namespace specdec::strategies {
 
@@ -174,6 +175,7 @@ Result autoregressive_decode(const Request& req, const TokenCallback& on_token, 
     const bool stop = tracker.push(token);
     tracker.flush();
     phase.charge(&PhaseTimes::accept);
+    if (req.trace) req.trace->step(row, context, st.phase_ms);
     if (stop || tracker.timed_out()) break;
     // The target's decode forwards count as "verify": the phase a speculative round spends
     // in the target, so baseline and candidate breakdowns line up.

@@ -13,6 +13,7 @@
 #include "strategies/common.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
+#include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specdec::strategies {
@@ -273,6 +274,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     drafter->commit(static_cast<int64_t>(seq.size()) - 1, v.path);
     phase.charge(&PhaseTimes::rollback);
     count_round(st, d, v);
+    if (req.trace) req.trace->round(d, p, v.path, Tokens(seq.begin() + n, seq.end()), st.phase_ms);
     ctl.update(max_depth(d), v.n_accepted(), ms_draft, ms_verify);
     if (tracker.done()) break;
   }

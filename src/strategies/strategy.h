@@ -18,6 +18,8 @@ namespace specdec::tokenizer { class Tokenizer; }
 
 namespace specdec::strategies {
 
+class TraceRecorder;  // strategies/trace.h
+
 struct StopCriteria {
   std::vector<TokenId> eos_ids;            // any of these ends generation (kept in output)
   int64_t max_new_tokens = 128;
@@ -42,6 +44,9 @@ struct Request {
   // The backend that verifies drafts (kernels/backend.h); null: the one of the target model's
   // device. The harness's self-check (checks.inject_residual_bug) passes a wrapping one.
   std::shared_ptr<kernels::Backend> backend;
+  // Addition (owner: trace): when set, the strategy hands it every round (speculative) or
+  // step (autoregressive) for `specdec trace` / `generate --trace`; beam search refuses it.
+  std::shared_ptr<TraceRecorder> trace;
 };
 
 enum class FinishReason { eos, length, stop_string, timeout };
