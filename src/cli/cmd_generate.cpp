@@ -68,36 +68,6 @@ model::LoadedModel load_model(const std::string& name, const GenerateOptions& o)
   return model::load(spec);
 }
 
-// The generation's phases in the harness's format (one generation; a round is a verification
-// round, or one decode step for autoregressive strategies).
-harness::PhaseBreakdown phase_breakdown(const strategies::Stats& s) {
-  harness::PhaseBreakdown p;
-  p.ms = s.phase_ms;
-  p.wall_ms = s.ms_total;
-  p.n_rounds = s.n_rounds > 0 ? s.n_rounds : std::max<int64_t>(0, s.n_target_forwards - 1);
-  p.n_generations = 1;
-  return p;
-}
-
-nlohmann::json stats_json(const strategies::Result& r, const std::string& strategy) {
-  const auto& s = r.stats;
-  const double ms_decode = s.ms_total - s.phase_ms.prefill;
-  nlohmann::json j = {
-      {"strategy", strategy}, {"finish", strategies::to_string(r.finish)}, {"n_prompt", s.n_prompt},
-      {"n_generated", s.n_generated}, {"n_target_forwards", s.n_target_forwards},
-      {"n_draft_forwards", s.n_draft_forwards}, {"n_drafted", s.n_drafted}, {"n_accepted", s.n_accepted},
-      {"n_rounds", s.n_rounds}, {"n_tree_rounds", s.n_tree_rounds}, {"alpha", s.alpha()}, {"tau", s.tau()},
-      {"accepted_per_position", s.accepted_per_position}, {"drafted_per_position", s.drafted_per_position},
-      // ms_<phase> for the phases older readers know; "phases" has them all.
-      {"ms_prefill", s.phase_ms.prefill}, {"ms_draft", s.phase_ms.draft}, {"ms_verify", s.phase_ms.verify},
-      {"ms_sample", s.phase_ms.sample}, {"ms_rollback", s.phase_ms.rollback}, {"ms_total", s.ms_total},
-      {"ms_first_token", s.ms_first_token}, {"phases", harness::to_json(phase_breakdown(s))},
-      {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
-      {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
-  if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
-  return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
-}
-
 void print_stats_line(const strategies::Result& r, const std::string& strategy) {
   const auto& s = r.stats;
   const double ms_decode = s.ms_total - s.phase_ms.prefill;
@@ -111,7 +81,7 @@ void print_stats_line(const strategies::Result& r, const std::string& strategy) 
 
 // --stats: one line per phase with ms, % of wall and ms per round, then their sum.
 void print_phase_table(const strategies::Stats& s) {
-  const harness::PhaseBreakdown p = phase_breakdown(s);
+  const harness::PhaseBreakdown p = harness::phase_breakdown(s);
   char line[160];
   std::snprintf(line, sizeof line, "%-16s %10s %8s %10s\n", "phase", "ms", "% wall", "ms/round");
   std::cout << line;
@@ -128,17 +98,14 @@ void print_phase_table(const strategies::Stats& s) {
   std::cout << line;
 }
 
-// trace.json: what was run, the result and its stats (as --json), then the recorder's rounds.
+// trace.json: what was run, then (harness/trace.h) the result, its stats and the rounds.
 nlohmann::json trace_json(const GenerateOptions& o, const strategies::Params& params, const strategies::Params& resolved,
                           const std::string& prompt,
                           const strategies::Request& req, const strategies::Result& r) {
-  nlohmann::json j = {{"version", 1}, {"model", o.model}, {"draft", o.draft}, {"strategy", o.strategy},
-                      {"params", resolved.values()}, {"params_set", params.values()}, {"seed", o.seed}, {"prompt", prompt},
-                      {"n_prompt", req.prompt.size()}, {"finish", strategies::to_string(r.finish)}};
-  const nlohmann::json result = stats_json(r, o.strategy);
-  for (const char* key : {"tokens", "text", "stats"}) j[key] = result[key];
-  j.update(req.trace->to_json());
-  return j;
+  const nlohmann::json what = {{"model", o.model}, {"draft", o.draft}, {"strategy", o.strategy},
+                               {"params", resolved.values()}, {"params_set", params.values()}, {"seed", o.seed},
+                               {"prompt", prompt}, {"n_prompt", req.prompt.size()}};
+  return harness::trace_document(what, r, o.strategy, *req.trace);
 }
 
 int run_generate(const GenerateOptions& o) {
@@ -178,7 +145,7 @@ int run_generate(const GenerateOptions& o) {
   });
   stream << "\n";
   // Invalid UTF-8 (a generation cut inside a multi-byte character) becomes U+FFFD.
-  if (o.json) std::cout << stats_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (o.json) std::cout << harness::generation_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_stats_line(r, o.strategy);
   if (o.stats && !o.json) print_phase_table(r.stats);
   if (!o.trace.empty()) {

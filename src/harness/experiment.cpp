@@ -418,10 +418,11 @@ void parse_strategies(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) 
     if (n[i].IsScalar()) {
       s.name = n[i].Scalar();
     } else {
-      c.check_keys(n[i], path, {"name", "label", "params"});
+      c.check_keys(n[i], path, {"name", "label", "params", "trace"});
       if (!n[i]["name"]) c.bad(path + ".name", "missing");
       s.name = c.str(n[i]["name"], path + ".name");
       if (n[i]["label"]) s.label = c.str(n[i]["label"], path + ".label");
+      if (n[i]["trace"]) s.trace = c.boolean(n[i]["trace"], path + ".trace");
       if (const auto p = n[i]["params"]) {
         if (!p.IsMap()) c.bad(path + ".params", "expected a mapping, got " + Ctx::show(p));
         for (const auto& kv : p) {
@@ -739,7 +740,9 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name << YAML::Key << "label" << YAML::Value
       << s.label << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
     for (const auto& [k, v] : s.params) e << YAML::Key << k << YAML::Value << v;
-    e << YAML::EndMap << YAML::EndMap;
+    e << YAML::EndMap;
+    if (s.trace) e << YAML::Key << "trace" << YAML::Value << true;  // absent when off: older runs resume
+    e << YAML::EndMap;
   }
   e << YAML::EndSeq;
   e << YAML::Key << "sweep" << YAML::Value << YAML::BeginMap;

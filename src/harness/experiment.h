@@ -37,6 +37,9 @@ struct StrategyEntry {
   std::string name;                           // registry name
   std::string label;                          // unique display name (default: name)
   std::map<std::string, std::string> params;  // pinned params; sweep values do not override
+  // Also write a trace of each of its cells (`specdec trace`'s page and JSON) to the run
+  // folder's traces/: one more, untimed generation on the first prompt (its first turn).
+  bool trace = false;
 };
 
 struct SweepAxis {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <csignal>
 #include <cstdlib>
@@ -32,9 +33,11 @@
 #include "harness/report.h"
 #include "harness/results.h"
 #include "harness/stats.h"
+#include "harness/trace.h"
 #include "model/causal_lm.h"
 #include "model/device.h"
 #include "strategies/registry.h"
+#include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specdec::harness {
@@ -337,6 +340,9 @@ class CellRunner {
   void converse(reg::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
                 int64_t repeat, std::vector<json>& samples);
   void warmup(reg::Strategy& s);  // one unrecorded generation on the first prompt
+  // strategies[i].trace: one untimed, recorded generation of the cell on the first prompt's
+  // first turn (the seed of its first measured repeat), written as a trace page + JSON.
+  void trace(const PlannedCell& pc, const std::string& html_path);
 
  private:
   struct Timed {
@@ -419,6 +425,19 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
 
 uint64_t measure_seed(uint64_t base, int64_t repeat, size_t prompt) {
   return base + 1000 * static_cast<uint64_t>(repeat) + prompt;
+}
+
+void CellRunner::trace(const PlannedCell& pc, const std::string& html_path) {
+  auto s = reg::create(pc.cell.strategy, pc.resolved);
+  const uint64_t seed = measure_seed(cfg_.seed, 0, 0);
+  reg::Request req = request(prompts_[0].tokens, seed, cfg_.max_new_tokens);
+  req.trace = std::make_shared<reg::TraceRecorder>(models_.target.tokenizer, pc.resolved);
+  const reg::Result r = s->generate(req, {});
+  const json what = {{"model", cfg_.target.name}, {"draft", cfg_.draft ? cfg_.draft->name : ""},
+                     {"strategy", pc.cell.strategy}, {"cell", pc.cell.key}, {"params", pc.resolved.values()},
+                     {"params_set", pc.cell.params}, {"seed", seed}, {"prompt", prompts_[0].item->text},
+                     {"prompt_id", prompts_[0].item->id}, {"n_prompt", req.prompt.size()}};
+  write_trace(html_path, trace_document(what, r, pc.cell.strategy, *req.trace));
 }
 
 void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
@@ -677,6 +696,22 @@ struct RunContext {
   bool has_draft;
 };
 
+// strategies[i].trace: traces/<cell>.html (+ .json) for each traced cell, after the
+// measurements (a trace already there, from a resumed run, is kept).
+void write_traces(RunContext& ctx) {
+  for (const auto& pc : ctx.plan.cells) {
+    if (!pc.cell.trace) continue;
+    std::string name = pc.cell.key;
+    for (char& ch : name)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '_';
+    const fs::path html = fs::path(ctx.store.path("traces")) / (name.substr(0, 200) + ".html");
+    if (fs::exists(html)) continue;
+    fs::create_directories(html.parent_path());
+    ctx.runner.trace(pc, html.string());
+    log::info("trace: wrote ", html.string());
+  }
+}
+
 // interleave: cell: cells one after another, each committed when finished.
 void run_by_cell(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& out) {
   std::set<std::string> finished;
@@ -850,6 +885,7 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   } else {
     run_by_cell(ctx, done, out);
   }
+  if (!out.interrupted) write_traces(ctx);
   env["end_time"] = utc_now_iso();
   env["interrupted"] = out.interrupted;
   env["memory"]["at_end"] = memory_env();

@@ -42,6 +42,7 @@ std::vector<Cell> expand_cells(const ExperimentConfig& cfg, const AcceptsParam& 
       c.label = s.label;
       c.strategy = s.name;
       c.params = s.params;
+      c.trace = s.trace;
       for (const auto& [k, v] : point) {
         if (s.params.count(k) || !accepts(s.name, k)) continue;  // pinned params win
         c.params[k] = v;

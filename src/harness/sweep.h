@@ -17,6 +17,7 @@ struct Cell {
   std::string strategy;                       // registry name
   std::map<std::string, std::string> params;  // pinned params + this sweep point's values
   std::map<std::string, std::string> point;   // only the swept values applied to this cell
+  bool trace = false;                         // StrategyEntry::trace
 };
 
 // Does strategy `name` accept parameter `key` (its own schema or a processor param)?

@@ -1,10 +1,12 @@
 // The trace page and its JSON (harness/trace.h).
 #include "harness/trace.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
 #include "harness/results.h"
+#include "strategies/trace.h"
 
 namespace specdec::harness {
 
@@ -16,6 +18,45 @@ std::string dump(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 }  // namespace
+
+PhaseBreakdown phase_breakdown(const strategies::Stats& s) {
+  PhaseBreakdown p;
+  p.ms = s.phase_ms;
+  p.wall_ms = s.ms_total;
+  p.n_rounds = s.n_rounds > 0 ? s.n_rounds : std::max<int64_t>(0, s.n_target_forwards - 1);
+  p.n_generations = 1;
+  return p;
+}
+
+nlohmann::json generation_json(const strategies::Result& r, const std::string& strategy) {
+  const auto& s = r.stats;
+  const double ms_decode = s.ms_total - s.phase_ms.prefill;
+  nlohmann::json j = {
+      {"strategy", strategy}, {"finish", strategies::to_string(r.finish)}, {"n_prompt", s.n_prompt},
+      {"n_generated", s.n_generated}, {"n_target_forwards", s.n_target_forwards},
+      {"n_draft_forwards", s.n_draft_forwards}, {"n_drafted", s.n_drafted}, {"n_accepted", s.n_accepted},
+      {"n_rounds", s.n_rounds}, {"n_tree_rounds", s.n_tree_rounds}, {"alpha", s.alpha()}, {"tau", s.tau()},
+      {"accepted_per_position", s.accepted_per_position}, {"drafted_per_position", s.drafted_per_position},
+      // ms_<phase> for the phases older readers know; "phases" has them all.
+      {"ms_prefill", s.phase_ms.prefill}, {"ms_draft", s.phase_ms.draft}, {"ms_verify", s.phase_ms.verify},
+      {"ms_sample", s.phase_ms.sample}, {"ms_rollback", s.phase_ms.rollback}, {"ms_total", s.ms_total},
+      {"ms_first_token", s.ms_first_token}, {"phases", to_json(phase_breakdown(s))},
+      {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
+      {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
+  if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
+  return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
+}
+
+nlohmann::json trace_document(const nlohmann::json& what, const strategies::Result& r, const std::string& strategy,
+                              const strategies::TraceRecorder& recorder) {
+  nlohmann::json j = {{"version", 1}};
+  j.update(what);
+  j["finish"] = strategies::to_string(r.finish);
+  const nlohmann::json result = generation_json(r, strategy);
+  for (const char* key : {"tokens", "text", "stats"}) j[key] = result[key];
+  j.update(recorder.to_json());
+  return j;
+}
 
 std::string trace_json_path(const std::string& html_path) {
   namespace fs = std::filesystem;

@@ -5,7 +5,24 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "harness/metrics.h"
+#include "strategies/strategy.h"
+
+namespace specdec::strategies { class TraceRecorder; }
+
 namespace specdec::harness {
+
+// One generation's phases in the harness's format (a round is a verification round, or one
+// decode step for autoregressive strategies).
+PhaseBreakdown phase_breakdown(const strategies::Stats& s);
+
+// {"tokens", "text", "stats"}: a generation as `specdec generate --json` prints it.
+nlohmann::json generation_json(const strategies::Result& r, const std::string& strategy);
+
+// trace.json: `what` was run (model, draft, strategy, params, seed, prompt, ...), then the
+// result, its stats (generation_json) and the recorder's rounds.
+nlohmann::json trace_document(const nlohmann::json& what, const strategies::Result& r, const std::string& strategy,
+                              const strategies::TraceRecorder& recorder);
 
 // Where the JSON goes for a page path: the same name with .json for .html ("t.html" ->
 // "t.json"; "t" -> "t.json"). Throws specdec::Error for a path ending in .json (the page

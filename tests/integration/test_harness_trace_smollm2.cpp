@@ -9,10 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "harness/experiment.h"
+#include "harness/runner.h"
 #include "harness/trace.h"
 #include "model/causal_lm.h"
 #include "model/layer_subset.h"
@@ -277,3 +281,71 @@ TEST(TracePage, EmbeddedJsonCannotEndItsScriptBlock) {
 }
 
 }  // namespace
+
+// strategies[i].trace in an experiment: traces/<cell>.html and .json in the run folder, a
+// generation of the first prompt with the seed of the first measured repeat, so at T > 0 its
+// tokens equal that measured sample's; only the traced entry's cells get one.
+TEST(TraceExperiment, TracedCellWritesItsPageAndData) {
+  namespace fs = std::filesystem;
+  using namespace specdec::harness;
+  const std::string yaml = R"(
+name: trace_cell
+models: {target: smollm2-135m, draft: smollm2-135m, threads: 2}
+prompts:
+  - {text: "The capital of France is", category: prose}
+strategies:
+  - {name: speculative, label: pld, params: {drafter: ngram, gamma: 3}, trace: true}
+  - {name: sampling, label: plain}
+sweep: {temperature: [0.8]}
+repeats: 2
+warmup: 0
+seed: 3
+max_new_tokens: 12
+plots: false
+checks: {greedy_equality: false, first_token: false, sequence: false}
+)";
+  const ExperimentConfig cfg = parse_experiment(yaml, SPECDEC_SOURCE_DIR "/experiments/trace_cell.yaml");
+  ASSERT_TRUE(cfg.strategies[0].trace);
+  ASSERT_FALSE(cfg.strategies[1].trace);
+  EXPECT_NE(to_yaml(cfg).find("trace: true"), std::string::npos);
+  const fs::path out = fs::temp_directory_path() / "specdec_trace_cell";
+  fs::remove_all(out);
+  RunOptions opt;
+  opt.out_dir = out.string();
+  opt.progress = false;
+  const RunOutcome r = run_experiment(cfg, opt);
+  ASSERT_EQ(r.n_finished, 2);
+  std::vector<fs::path> pages, datas;
+  for (const auto& e : fs::directory_iterator(out / "traces"))
+    (e.path().extension() == ".html" ? pages : datas).push_back(e.path());
+  ASSERT_EQ(pages.size(), 1u);
+  ASSERT_EQ(datas.size(), 1u);
+  std::ifstream jf(datas[0]);
+  const json trace = json::parse(jf);
+  const std::string cell = trace.at("cell").get<std::string>();
+  EXPECT_EQ(cell.rfind("pld|", 0), 0u) << cell;
+  EXPECT_EQ(trace.at("rounds").size(), trace.at("stats").at("n_rounds").get<size_t>());
+  // The measured candidate sample of repeat 0 on the prompt: the same seed, the same tokens.
+  std::ifstream sf(out / "samples.jsonl");
+  bool found = false;
+  for (std::string line; std::getline(sf, line);) {
+    const json s = json::parse(line);
+    if (s.at("cell") != cell || s.at("role") != "candidate" || s.at("repeat") != 0) continue;
+    EXPECT_EQ(s.at("tokens"), trace.at("tokens"));
+    EXPECT_EQ(s.at("seed"), trace.at("seed"));
+    found = true;
+  }
+  EXPECT_TRUE(found) << "no candidate sample of repeat 0 for " << cell;
+  std::ifstream hf(pages[0]);
+  const std::string page((std::istreambuf_iterator<char>(hf)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("application/json"), std::string::npos);
+  // A value that is not a boolean is refused, naming the key.
+  try {
+    parse_experiment(yaml.substr(0, yaml.find("trace: true")) + "trace: maybe}\n  - {name: sampling}\nsweep: {}\n",
+                     "bad.yaml");
+    ADD_FAILURE() << "trace: maybe was accepted";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("strategies[0].trace"), std::string::npos) << e.what();
+  }
+  fs::remove_all(out);
+}
