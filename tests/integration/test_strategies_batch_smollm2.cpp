@@ -139,4 +139,55 @@ TEST_F(SmolLM2Batch, SeededSamplingBatchEqualsEachRequestAloneWhateverTheComposi
   EXPECT_NE(create("sampling", p)->generate(other, {}).tokens, alone[1].tokens);
 }
 
+// The draft for the model drafter: SmolLM2 without 5 of its 30 layers (as
+// test_strategies_smollm2.cpp), which disagrees with the target often enough that drafts are
+// partly rejected.
+std::shared_ptr<model::CausalLM> layer_subset_draft() {
+  std::vector<int64_t> keep;
+  for (int64_t l = 0; l < 30; ++l)
+    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
+  return model::make_layer_subset(smollm2().model, keep);
+}
+
+// Batched greedy speculative decoding (model drafter, and the n-gram drafter with its ragged
+// draft lengths) equals batch-1 greedy decoding for every sequence, and drafts were both
+// accepted and rejected.
+TEST_F(SmolLM2Batch, GreedySpeculativeBatchEqualsGreedyAlone) {
+  const auto draft = layer_subset_draft();
+  const std::vector<Request> reqs = requests("greedy", {}, draft);
+  const std::vector<Result> alone = run_alone("greedy", {}, reqs);
+  for (const char* drafter : {"model", "ngram"}) {
+    const Params p({{"temperature", "0"}, {"drafter", drafter}, {"gamma", "4"}});
+    for (int64_t b : {3, 8}) expect_batch_equals_alone("speculative", p, reqs, alone, b);
+    BatchOptions opt;
+    opt.batch_size = 4;
+    int64_t drafted = 0, accepted = 0, rounds = 0;
+    for (const Result& r : create("speculative", p)->generate_batch(reqs, opt, {})) {
+      drafted += r.stats.n_drafted;
+      accepted += r.stats.n_accepted;
+      rounds += r.stats.n_rounds;
+    }
+    std::printf("  %s: %lld of %lld draft tokens accepted in %lld rounds\n", drafter, (long long)accepted,
+                (long long)drafted, (long long)rounds);
+    EXPECT_GT(accepted, 0) << drafter;
+    EXPECT_LT(accepted, drafted) << drafter;
+  }
+}
+
+// At temperature > 0 with fixed seeds, batched speculative sampling equals batch-1 speculative
+// sampling with the same seeds, sequence by sequence (model drafter: q and block
+// verification; n-gram drafter: tokens_only).
+TEST_F(SmolLM2Batch, SeededSpeculativeSamplingBatchEqualsEachRequestAlone) {
+  const auto draft = layer_subset_draft();
+  for (const auto& extra : std::vector<std::map<std::string, std::string>>{
+           {{"drafter", "model"}}, {{"drafter", "model"}, {"verify", "block"}}, {{"drafter", "ngram"}}}) {
+    std::map<std::string, std::string> values = {{"temperature", "0.8"}, {"top_k", "50"}, {"gamma", "3"}};
+    values.insert(extra.begin(), extra.end());
+    const Params p(values);
+    const std::vector<Request> reqs = requests("speculative", p, draft);
+    const std::vector<Result> alone = run_alone("speculative", p, reqs);
+    for (int64_t b : {3, 8}) expect_batch_equals_alone("speculative", p, reqs, alone, b);
+  }
+}
+
 }  // namespace

@@ -66,6 +66,34 @@ TEST(Batch, SeededSamplingEqualsEachRequestAlone) {
   expect_equal_to_alone("sampling", P({{"temperature", "1.0"}, {"top_k", "20"}}));
 }
 
+// Speculative: draft model tiny(12) (many rejections), and the n-gram drafter (ragged lengths);
+// greedy and seeded sampling, token-wise and block verification.
+TEST(Batch, SpeculativeEqualsEachRequestAlone) {
+  for (const char* t : {"0", "1.0"}) {
+    SCOPED_TRACE(std::string("temperature ") + t);
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "model"}, {"gamma", "3"}}), tiny(12));
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "model"}, {"verify", "block"}}), tiny(12));
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "ngram"}, {"ngram_min", "1"}}));
+  }
+  // Greedy speculative is greedy decoding.
+  std::vector<Request> reqs = tiny_requests();
+  for (Request& r : reqs) r.draft = tiny(12);
+  BatchOptions opt;
+  opt.batch_size = 3;
+  const auto got = create("speculative", P({{"temperature", "0"}, {"drafter", "model"}}))->generate_batch(reqs, opt, {});
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, create("greedy", P({}))->generate(reqs[i], {}).tokens);
+}
+
+TEST(Batch, SpeculativeRefusesTreesByName) {
+  std::vector<Request> reqs = tiny_requests();
+  for (Request& r : reqs) r.draft = tiny(12);
+  BatchOptions opt;
+  opt.batch_size = 2;
+  EXPECT_NE(error_of([&] { create("speculative", P({{"drafter", "tree"}}))->generate_batch(reqs, opt, {}); })
+                .find("speculative batch: the drafter proposed a token tree"),
+            std::string::npos);
+}
+
 TEST(Batch, DefaultRunsRequestsOneByOne) {  // beam search has no batched loop of its own
   const std::vector<Request> reqs = tiny_requests();
   BatchOptions opt;
