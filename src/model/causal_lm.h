@@ -60,6 +60,13 @@ struct ForwardOptions {
   // others pass the residual stream through unchanged and keep their cache entries as they
   // were. Empty: all layers.
   std::vector<int64_t> layers;
+  // Ragged batches: sequence b feeds only its first n_fed[b] <= T tokens ([B]; 0 allowed, e.g.
+  // a finished sequence that keeps its batch slot). Rows t >= n_fed[b] are neither computed
+  // nor cached: their logits/hidden rows are zero and their token ids are not read, and
+  // cache.length(b) becomes start_pos[b] + n_fed[b]. Each fed row equals the same row fed in a
+  // batch of one, bit for bit (packed CPU engine, llama.h; the other engines refuse it).
+  // Empty: every sequence feeds all T tokens.
+  std::vector<int64_t> n_fed;
   bool logits = true;             // false: skip the output head (hidden states only)
   bool final_hidden = false;      // also return the output head's input (after the final norm)
   int64_t hidden_layer = -1;      // >= 0: also return the residual stream after this layer
@@ -86,7 +93,7 @@ class CausalLM {
   // start_pos: [B]    cache slot of tokens[b][0]; must be <= cache.length(b) (slots
   //                   >= start_pos[b] are overwritten, so a rollback is just a smaller start)
   // Writes K/V of the T fed tokens into slots start_pos[b] .. start_pos[b] + T - 1 and sets
-  // cache.length(b) = start_pos[b] + T. Every row of the result depends only on its own token,
+  // cache.length(b) = start_pos[b] + T (with options.n_fed: n_fed[b] instead of T). Every row of the result depends only on its own token,
   // position and attended keys, never on the other rows: a tree row equals the same path fed
   // as a chain, bit for bit (tests/integration/test_model_tree_smollm2.cpp).
   virtual ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,

@@ -17,18 +17,25 @@ std::string shape_str(at::IntArrayRef shape) {
 
 void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_t cache_heads,
                           int64_t max_positions, const at::Tensor& tokens,
-                          const std::vector<int64_t>& start_pos, const KVCache& cache) {
+                          const std::vector<int64_t>& start_pos, const KVCache& cache,
+                          const std::vector<int64_t>& n_fed) {
   SD_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) > 0, who,
            ": tokens must be [B, T] with T >= 1, got ",
            tokens.defined() ? shape_str(tokens.sizes()) : std::string("undefined"));
-  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t B = tokens.size(0), T_all = tokens.size(1);
   SD_CHECK(static_cast<int64_t>(start_pos.size()) == B, who, ": ", start_pos.size(),
            " start positions for a batch of ", B);
+  SD_CHECK(n_fed.empty() || static_cast<int64_t>(n_fed.size()) == B, who, ": n_fed has ", n_fed.size(),
+           " entries for a batch of ", B);
+  for (size_t b = 0; b < n_fed.size(); ++b)
+    SD_CHECK(n_fed[b] >= 0 && n_fed[b] <= T_all, who, ": n_fed[", b, "] = ", n_fed[b], " must be in [0, ", T_all,
+             "] (T of the tokens tensor)");
   SD_CHECK(cache.batch() == B && cache.n_layers() == cfg.n_layers && cache.n_kv_heads() == cache_heads &&
                cache.head_dim() == cfg.head_dim,
            who, ": cache [layers ", cache.n_layers(), ", batch ", cache.batch(), ", kv heads ",
            cache.n_kv_heads(), ", head_dim ", cache.head_dim(), "] does not fit this model/batch (batch ", B, ")");
   for (int64_t b = 0; b < B; ++b) {
+    const int64_t T = n_fed.empty() ? T_all : n_fed[b];
     SD_CHECK(start_pos[b] >= 0 && start_pos[b] <= cache.length(b), who, ": start_pos[", b, "] = ", start_pos[b],
              " but the cache holds ", cache.length(b), " positions");
     SD_CHECK(start_pos[b] + T <= cache.max_seq(), who, ": sequence ", b, " would reach ", start_pos[b] + T,
@@ -38,9 +45,15 @@ void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_
   }
   const at::Tensor ids = tokens.to(at::kLong).contiguous();
   const int64_t* p = ids.data_ptr<int64_t>();
-  for (int64_t i = 0; i < B * T; ++i)
-    SD_CHECK(p[i] >= 0 && p[i] < cfg.n_vocab, who, ": token id ", p[i], " at [", i / T, ", ", i % T,
-             "] out of range [0, ", cfg.n_vocab, ")");
+  for (int64_t i = 0; i < B * T_all; ++i)
+    SD_CHECK((!n_fed.empty() && i % T_all >= n_fed[i / T_all]) || (p[i] >= 0 && p[i] < cfg.n_vocab), who,
+             ": token id ", p[i], " at [", i / T_all, ", ", i % T_all, "] out of range [0, ", cfg.n_vocab, ")");
+}
+
+void refuse_ragged(const std::string& who, const at::Tensor& tokens, const ForwardOptions& o) {
+  for (size_t b = 0; b < o.n_fed.size(); ++b)
+    SD_CHECK(o.n_fed[b] == tokens.size(1), who, ": ragged batches (ForwardOptions::n_fed[", b, "] = ", o.n_fed[b],
+             " < T = ", tokens.size(1), ") are not supported by this engine; use the packed llama engine");
 }
 
 void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,

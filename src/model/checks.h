@@ -15,9 +15,16 @@ std::string shape_str(at::IntArrayRef shape);
 
 // tokens: [B, T] integer ids; start_pos: [B]. `cache_heads` is the number of K/V heads the
 // model stores; `max_positions` (> 0) bounds start + T, e.g. a learned position table.
+// n_fed (ForwardOptions::n_fed, [B] in [0, T], or empty = T each): only the fed tokens are
+// checked, and only start + n_fed[b] must fit the cache.
 void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_t cache_heads,
                           int64_t max_positions, const at::Tensor& tokens,
-                          const std::vector<int64_t>& start_pos, const KVCache& cache);
+                          const std::vector<int64_t>& start_pos, const KVCache& cache,
+                          const std::vector<int64_t>& n_fed = {});
+
+// Engines that compute every row of [B, T] refuse a ragged batch (ForwardOptions::n_fed with
+// some n_fed[b] < T), naming the engine.
+void refuse_ragged(const std::string& who, const at::Tensor& tokens, const ForwardOptions& options);
 
 // ForwardOptions against the model and the fed tokens [B, T]: a tree of T parents each in
 // [-1, t), B*T non-negative positions, ascending layer indices in [0, n_layers), hidden_layer

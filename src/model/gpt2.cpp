@@ -187,7 +187,8 @@ at::Tensor Gpt2Model::attention(const Block& blk, int64_t layer, const at::Tenso
 
 ForwardResult Gpt2Model::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                  KVCache& cache, const ForwardOptions& opt) {
-  check_forward_inputs("gpt2 forward", cfg_, cfg_.n_heads, cfg_.n_ctx, tokens, start_pos, cache);
+  check_forward_inputs("gpt2 forward", cfg_, cfg_.n_heads, cfg_.n_ctx, tokens, start_pos, cache, opt.n_fed);
+  refuse_ragged("gpt2 forward", tokens, opt);
   check_forward_options("gpt2 forward", cfg_, tokens, start_pos, opt);
   const int64_t B = tokens.size(0), T = tokens.size(1), d = cfg_.d_model;
   at::Tensor ids = tokens.to(at::kLong).reshape({B * T});

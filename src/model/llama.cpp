@@ -284,6 +284,9 @@ class LlamaModel final : public CausalLM {
   struct Step {
     int64_t B = 0, T = 0;
     std::vector<int64_t> start;
+    // Ragged batches: sequence b feeds n_fed[b] <= T tokens, and fed token (b, t) is row
+    // row0[b] + t of the packed activations [N, d], N = row0[B] (B*T when nothing is ragged).
+    std::vector<int64_t> n_fed, row0;
     std::vector<int64_t> pos;  // [B*T] position of each fed token (RoPE angle)
     // Trees only: tree node t (fed token t - tree_cached) attends to the prefix
     // [0, start - tree_cached) and to the nodes anc[anc_begin[t] .. anc_begin[t+1]) (its
@@ -307,15 +310,16 @@ void LlamaModel::ensure_rope_table(int64_t n_pos) {
 
 namespace {
 
-// xn: [B*T, d] -> [B*T, d]. Row (b, t) sits at position start[b] + t and attends to the
-// cached positions [0, start[b] + t] of sequence b (causal, ragged batches included).
+// xn: [N, d] -> [N, d], the fed rows only (Step::row0). Row (b, t) sits at position
+// pos[b*T + t], is cached at slot start[b] + t and attends to the cached slots [0, start[b] + t]
+// of sequence b (causal; start positions and fed counts may differ between sequences).
 at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor& xn,
                                  KVCache& cache) {
   const Step& s = step_;
   const int64_t B = s.B, T = s.T, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   const int64_t hd = cfg_.head_dim, half = hd / 2, G = H / Hkv;
   const int64_t q_dim = H * hd, kv_dim = Hkv * hd, row = q_dim + 2 * kv_dim;
-  at::Tensor qkv = w.wqkv(xn);  // [B*T, q_dim + 2 kv_dim]
+  at::Tensor qkv = w.wqkv(xn);  // [N, q_dim + 2 kv_dim]
   float* qkvp = qkv.data_ptr<float>();
   float* kc = cache.k(layer).data_ptr<float>();  // [B, Hkv, S, hd]
   float* vc = cache.v(layer).data_ptr<float>();
@@ -323,9 +327,9 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
   const float* cosp = cos_.data_ptr<float>();
   const float* sinp = sin_.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = 0; t < s.n_fed[b]; ++t) {
       const int64_t pos = s.pos[b * T + t], slot = s.start[b] + t;
-      float* r = qkvp + (b * T + t) * row;
+      float* r = qkvp + (s.row0[b] + t) * row;
       rope_row(r, H + Hkv, hd, cosp + pos * half, sinp + pos * half);  // q and k heads
       for (int64_t h = 0; h < Hkv; ++h) {
         const int64_t at_slot = ((b * Hkv + h) * S + slot) * hd;
@@ -334,7 +338,7 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
       }
     }
   }
-  at::Tensor out = at::empty({B * T, q_dim}, xn.options());
+  at::Tensor out = at::empty({s.row0[B], q_dim}, xn.options());
   float* outp = out.data_ptr<float>();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const bool tree = !s.anc_begin.empty();
@@ -351,9 +355,9 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
       // attends to the slots before the tree and then to its ancestors.
       const int64_t tree_base = s.start[b] - s.tree_cached;
       if (tree) slots.assign(s.all_slots.begin(), s.all_slots.begin() + tree_base);
-      for (int64_t t = 0; t < T; ++t) {
-        const float* q = qkvp + (b * T + t) * row + h * hd;
-        float* o = outp + (b * T + t) * q_dim + h * hd;
+      for (int64_t t = 0; t < s.n_fed[b]; ++t) {
+        const float* q = qkvp + (s.row0[b] + t) * row + h * hd;
+        float* o = outp + (s.row0[b] + t) * q_dim + h * hd;
         const int64_t* row_slots = s.all_slots.data();
         int64_t n_keys = s.start[b] + t + 1;
         if (tree) {
@@ -368,12 +372,12 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
       }
     }
   });
-  return w.wo(out);  // [B*T, d]
+  return w.wo(out);  // [N, d]
 }
 
 ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                   KVCache& cache, const ForwardOptions& opt) {
-  check_forward_inputs("llama forward", cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache);
+  check_forward_inputs("llama forward", cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache, opt.n_fed);
   check_forward_options("llama forward", cfg_, tokens, start_pos, opt);
   SD_CHECK(cache.k(0).scalar_type() == at::kFloat && cache.k(0).is_contiguous(),
            "llama forward: the KV cache must be contiguous float32");
@@ -381,6 +385,10 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   s.B = tokens.size(0);
   s.T = tokens.size(1);
   s.start = start_pos;
+  s.n_fed = opt.n_fed.empty() ? std::vector<int64_t>(s.B, s.T) : opt.n_fed;
+  s.row0.assign(s.B + 1, 0);
+  for (int64_t b = 0; b < s.B; ++b) s.row0[b + 1] = s.row0[b] + s.n_fed[b];
+  const int64_t N = s.row0[s.B];
   s.pos = fed_positions(start_pos, s.T, opt);
   tree_ancestors(opt.parents, s.anc, s.anc_begin);
   s.tree_cached = opt.tree_cached;
@@ -388,13 +396,34 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   std::iota(s.all_slots.begin(), s.all_slots.end(), int64_t{0});
   ensure_rope_table(*std::max_element(s.pos.begin(), s.pos.end()) + 1);
   const int64_t ff = cfg_.d_ff;
-  const at::Tensor ids = tokens.to(at::kLong).reshape({-1});
-  at::Tensor x =  // [B*T, d]
+  at::Tensor ids = tokens.to(at::kLong).reshape({-1});  // [B*T]
+  // Ragged: the packed row of (b, t) is its index among the fed rows; padding is never read.
+  at::Tensor fed_rows;  // [N] index b*T + t of each packed row, or undefined when N = B*T
+  if (N < s.B * s.T) {
+    fed_rows = at::empty({N}, at::kLong);
+    int64_t* fr = fed_rows.data_ptr<int64_t>();
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = 0; t < s.n_fed[b]; ++t) fr[s.row0[b] + t] = b * s.T + t;
+    ids = ids.index_select(0, fed_rows);
+  }
+  ForwardResult res;
+  // [N, c] -> [B, T, c]: the rows of unfed tokens are zero.
+  const auto shape = [&](const at::Tensor& t) {
+    if (!fed_rows.defined()) return t.view({s.B, s.T, t.size(1)});
+    return at::zeros({s.B * s.T, t.size(1)}, t.options()).index_copy_(0, fed_rows, t).view({s.B, s.T, t.size(1)});
+  };
+  if (N == 0) {  // nothing fed: nothing to compute or cache
+    const auto zeros = [&](int64_t c) { return at::zeros({s.B, s.T, c}, at::kFloat); };
+    if (opt.hidden_layer >= 0) res.layer_hidden = zeros(cfg_.d_model);
+    if (opt.final_hidden) res.hidden = zeros(cfg_.d_model);
+    if (opt.logits) res.logits = zeros(cfg_.n_vocab);
+    for (int64_t b = 0; b < s.B; ++b) cache.set_length(b, start_pos[b]);
+    return res;
+  }
+  at::Tensor x =  // [N, d]
       tok_embd_.defined()    ? at::embedding(tok_embd_, ids)
       : embd_rows_.defined() ? embd_rows_.rows(ids)
                              : output_.rows(ids);
-  ForwardResult res;
-  const auto shape = [&](const at::Tensor& t) { return t.view({s.B, s.T, t.size(1)}); };
   size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);
@@ -402,16 +431,16 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
       if (!opt.layers.empty()) ++next_listed;
       const Layer& w = layers_[l];
       x.add_(attention(w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
-      at::Tensor gu = w.w_gate_up(rms_norm(x, w.ffn_norm, cfg_.norm_eps));  // [B*T, 2 d_ff]
+      at::Tensor gu = w.w_gate_up(rms_norm(x, w.ffn_norm, cfg_.norm_eps));  // [N, 2 d_ff]
       at::Tensor g = at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff));
       x.add_(w.w_down(g));
     }
     if (l == opt.hidden_layer) res.layer_hidden = shape(x.clone());
   }
-  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
+  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [N, d]
   if (opt.final_hidden) res.hidden = shape(xn);
   if (opt.logits) res.logits = shape(output_(xn));  // [B, T, V]
-  for (int64_t b = 0; b < s.B; ++b) cache.set_length(b, start_pos[b] + s.T);
+  for (int64_t b = 0; b < s.B; ++b) cache.set_length(b, start_pos[b] + s.n_fed[b]);
   return res;
 }
 

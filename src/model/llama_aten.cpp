@@ -223,7 +223,8 @@ ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vecto
   const std::string who = "llama aten forward";
   // The checks read token ids on the host: a copy when the caller's tokens are on the device.
   const at::Tensor host_tokens = tokens.defined() ? tokens.cpu() : tokens;
-  check_forward_inputs(who, cfg_, cfg_.n_kv_heads, 0, host_tokens, start_pos, cache);
+  check_forward_inputs(who, cfg_, cfg_.n_kv_heads, 0, host_tokens, start_pos, cache, opt.n_fed);
+  refuse_ragged(who, host_tokens, opt);
   check_forward_options(who, cfg_, host_tokens, start_pos, opt);
   for (int64_t l = 0; l < cache.n_layers(); ++l)
     for (const at::Tensor* t : {&cache.k(l), &cache.v(l)})

@@ -1,5 +1,6 @@
 // greedy: argmax of the (repetition-penalised) target logits at every step.
 #include "sampling/processors.h"
+#include "strategies/batch.h"
 #include "strategies/common.h"
 #include "strategies/registry.h"
 
@@ -10,12 +11,19 @@ class Greedy : public Strategy {
  public:
   explicit Greedy(const Params& p) : cfg_(processor_config(p)) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
-    return autoregressive_decode(req, on_token, [&](const at::Tensor& row, const Tokens& context) {
-      return sampling::greedy_token(row, cfg_, context);  // [V] -> arg-max id
-    });
+    return autoregressive_decode(req, on_token, pick());
+  }
+  std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                     const BatchTokenCallback& on_token) override {
+    return autoregressive_decode_batch(requests, options, on_token, [&](const Request&) { return pick(); });
   }
 
  private:
+  PickToken pick() const {
+    return [this](const at::Tensor& row, const Tokens& context) {
+      return sampling::greedy_token(row, cfg_, context);  // [V] -> arg-max id
+    };
+  }
   sampling::ProcessorConfig cfg_;
 };
 

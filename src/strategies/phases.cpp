@@ -33,6 +33,11 @@ PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
   return *this;
 }
 
+PhaseTimes& PhaseTimes::operator-=(const PhaseTimes& o) {
+  for (const auto& f : fields()) this->*f.ms -= o.*f.ms;
+  return *this;
+}
+
 double PhaseClock::lap_ms() {
   const Clock::time_point now = Clock::now();
   const double ms = std::chrono::duration<double, std::milli>(now - last_).count();

@@ -35,6 +35,7 @@ struct PhaseTimes {
 
   double sum() const;  // the disjoint phases (everything but draft_catchup)
   PhaseTimes& operator+=(const PhaseTimes& o);
+  PhaseTimes& operator-=(const PhaseTimes& o);  // a span's share: totals now minus totals then
 };
 
 // Splits a span of wall time into consecutive phases: charge(&PhaseTimes::x) adds the time

@@ -2,6 +2,7 @@
 // Request::seed so a run is reproducible.
 #include "core/rng.h"
 #include "sampling/processors.h"
+#include "strategies/batch.h"
 #include "strategies/common.h"
 #include "strategies/registry.h"
 
@@ -12,15 +13,23 @@ class Sampling : public Strategy {
  public:
   explicit Sampling(const Params& p) : cfg_(processor_config(p)) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
-    Rng rng(req.seed);
-    return autoregressive_decode(req, on_token, [&](const at::Tensor& row, const Tokens& context) {
-      if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);
-      at::Tensor probs = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
-      return sampling::sample_from(probs, rng.uniform());
-    });
+    return autoregressive_decode(req, on_token, pick(req));
+  }
+  std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                     const BatchTokenCallback& on_token) override {
+    return autoregressive_decode_batch(requests, options, on_token, [&](const Request& req) { return pick(req); });
   }
 
  private:
+  // The request's sampler: its own RNG stream from Request::seed, whatever else runs beside it.
+  PickToken pick(const Request& req) const {
+    auto rng = std::make_shared<Rng>(req.seed);
+    return [this, rng](const at::Tensor& row, const Tokens& context) {
+      if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);
+      at::Tensor probs = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
+      return sampling::sample_from(probs, rng->uniform());
+    };
+  }
   sampling::ProcessorConfig cfg_;
 };
 

@@ -26,13 +26,6 @@ struct SpecConfig {
   sampling::ProcessorConfig proc;
 };
 
-// The verifier's view of one round: plain arrays (DESIGN principle 2).
-struct Verdict {
-  std::vector<int32_t> path;  // accepted draft nodes, root first (a chain: 0..a-1)
-  Tokens emitted;             // their tokens, then the corrected / bonus token
-  int64_t n_accepted() const { return static_cast<int64_t>(path.size()); }
-};
-
 class Speculative : public Strategy {
  public:
   explicit Speculative(const Params& p) : params_(p) {
@@ -59,6 +52,15 @@ class Speculative : public Strategy {
   static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
 
   Result generate(const Request& req, const TokenCallback& on_token) override;
+  // Chains only, through speculative_decode_batch (speculative_batch.cpp).
+  std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                     const BatchTokenCallback& on_token) override {
+    const SpecBatchSetup setup{cfg_.proc, cfg_.block_verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive,
+                               [this](const Request& req, Rng& rng, int64_t capacity) {
+                                 return make_drafter(req, rng, capacity);
+                               }};
+    return speculative_decode_batch(setup, requests, options, on_token);
+  }
 
  private:
   std::unique_ptr<Drafter> make_drafter(const Request& req, Rng& rng, int64_t capacity) const;
@@ -94,10 +96,7 @@ Verdict Speculative::verify(kernels::Backend& backend, const DraftProposal& d, c
   kernels::VerifyArgs args;
   args.gamma = k;
   args.vocab = n_vocab;
-  args.mode = cfg_.proc.greedy()        ? kernels::VerifyMode::greedy
-              : !d.q.defined()          ? kernels::VerifyMode::tokens_only
-              : cfg_.block_verify       ? kernels::VerifyMode::block
-                                        : kernels::VerifyMode::sampling;
+  args.mode = chain_verify_mode(cfg_.proc, cfg_.block_verify, d.q.defined());
   const bool with_q = args.mode == kernels::VerifyMode::sampling || args.mode == kernels::VerifyMode::block;
   const int32_t n_draft = static_cast<int32_t>(k);
   int32_t n_accepted = 0;
@@ -170,6 +169,15 @@ at::Tensor tree_probabilities(const at::Tensor& logits /* [N+1, V] */, const sam
   return at::cat(rows, 0).contiguous();
 }
 
+}  // namespace
+
+kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q) {
+  return proc.greedy() ? kernels::VerifyMode::greedy
+         : !has_q      ? kernels::VerifyMode::tokens_only
+         : block_verify ? kernels::VerifyMode::block
+                        : kernels::VerifyMode::sampling;
+}
+
 // The k likeliest tokens of each row, best first. logits: [n, V]
 std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k) {
   // k = 1 is the argmax: take the project's one (ties -> lowest id), which at::topk does not
@@ -202,6 +210,8 @@ void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
   for (int64_t i = 0; i < depth; ++i) ++st.drafted_per_position[i];
   for (int64_t i = 0; i < v.n_accepted() && i < depth; ++i) ++st.accepted_per_position[i];
 }
+
+namespace {
 
 Result Speculative::generate(const Request& req, const TokenCallback& on_token) {
   Stopwatch clock;

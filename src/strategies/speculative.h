@@ -1,12 +1,53 @@
 #pragma once
 // Pieces of the speculative strategy that are useful (and tested) on their own.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kernels/kernels.h"
+#include "strategies/drafters.h"
 
 namespace specdec::tokenizer { class Tokenizer; }
 
 namespace specdec::strategies {
+
+// The verifier's view of one round: plain arrays (DESIGN principle 2).
+struct Verdict {
+  std::vector<int32_t> path;  // accepted draft nodes, root first (a chain: 0..a-1)
+  Tokens emitted;             // their tokens, then the corrected / bonus token
+  int64_t n_accepted() const { return static_cast<int64_t>(path.size()); }
+};
+
+// The kernel mode verifying a chain: greedy at temperature 0, else tokens_only for a draft
+// without q, block or token-wise sampling with one.
+kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q);
+// The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id).
+// logits: [n, V]
+std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k);
+// Longest root-to-leaf path of a proposal (a chain: its length).
+int64_t max_depth(const DraftProposal& d);
+// Counts one verification round into the statistics (per position = per depth for trees).
+void count_round(Stats& st, const DraftProposal& d, const Verdict& v);
+
+// What the batched loop needs from the speculative strategy: its resolved configuration and
+// its drafter factory (the registry's, as generate() builds it).
+struct SpecBatchSetup {
+  sampling::ProcessorConfig proc;
+  bool block_verify = false;
+  int64_t gamma = 4, gamma_max = 8;
+  std::string adaptive = "off";
+  std::function<std::unique_ptr<Drafter>(const Request& req, Rng& rng, int64_t capacity)> make_drafter;
+};
+
+// Speculative decoding of a batch (strategies/batch.h for slots, refill and exactness): each
+// round drafts per sequence (own drafter, RNG, draft length and gamma control), scores every
+// active sequence's [last committed, draft...] in one ragged target forward (a newcomer's
+// prompt rides along), verifies all chains in one kernel call (VerifyArgs.batch, ragged
+// n_draft) and rolls each sequence back on its own. Token trees are refused by name.
+std::vector<Result> speculative_decode_batch(const SpecBatchSetup& setup, const std::vector<Request>& requests,
+                                             const BatchOptions& options, const BatchTokenCallback& on_token);
 
 // Throws specdec::Error when a draft tokenizer cannot stand in for the target's: different
 // vocabulary size, BOS/EOS/special ids, or any of a spread sample of token strings.

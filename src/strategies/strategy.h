@@ -117,10 +117,26 @@ class Params {
   std::map<std::string, std::string> values_;
 };
 
+// Batched generation (strategies/batch.h): several requests decoded together.
+struct BatchOptions {
+  int64_t batch_size = 8;       // sequences decoded together (one target forward per step), >= 1
+  int64_t cache_positions = 0;  // KV-cache positions per sequence; 0: the most any request needs
+};
+
+// Called with the index of the request whose tokens these are, and as TokenCallback.
+using BatchTokenCallback = std::function<void(size_t request, const Tokens& tokens, const std::string& text)>;
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual Result generate(const Request& req, const TokenCallback& on_token) = 0;
+  // Results in the order of `requests`; each equals generate() of its request alone (the same
+  // tokens, for a strategy seeded by Request::seed at any temperature). Up to batch_size
+  // requests run at once, all on the same target model; a finished one leaves the batch and
+  // the next request takes its place. The default runs the requests one after another
+  // (batch.cpp); strategies that share the target's forwards override it.
+  virtual std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                             const BatchTokenCallback& on_token);
 };
 
 }  // namespace specdec::strategies

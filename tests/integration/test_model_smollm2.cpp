@@ -16,6 +16,7 @@
 #include "model/linear.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
+#include "../ragged_forward.h"
 
 using namespace specdec;
 using namespace specdec::model;
@@ -154,6 +155,13 @@ TEST_F(SmolLM2, KvCacheDecodeEqualsFullForward) {
   if (linear_has_skinny()) EXPECT_EQ(worst, 0.0f);
   std::printf("max |incremental - full| over %lld positions: %.3g\n",
               static_cast<long long>(n), worst);
+}
+
+// A ragged batch (ForwardOptions::n_fed: prefill-, verify- and decode-sized rows, different
+// start positions, sequences feeding nothing, a layer subset, a tree) equals each sequence fed
+// alone, bit for bit, on the real weights (the batched strategies' exactness rests on it).
+TEST_F(SmolLM2, RaggedFedCountsEqualEachSequenceAloneBitForBit) {
+  testing_ragged::expect_ragged_equals_alone(*model_);
 }
 
 // bf16 linear weights: logits move (8-bit mantissa) but the greedy choice mostly holds.

@@ -134,6 +134,21 @@ TEST(LlamaAten, RefusesGgufBlocksAndBadDtypes) {
   expect_error([&] { make_llama_aten(cfg, t, at::kFloat, at::kCPU); }, "tensor layers[1].wk");
 }
 
+// Ragged fed counts (ForwardOptions::n_fed) are the packed engine's; this one refuses them by
+// name, and accepts n_fed equal to T everywhere.
+TEST(LlamaAten, RefusesRaggedFedCounts) {
+  const ModelConfig cfg = tiny_llama_config();
+  auto m = make_llama_aten(cfg, make_tiny_llama_tensors(cfg, 3), at::kFloat, at::kCPU);
+  KVCache cache = m->make_cache(2, 8);
+  ForwardOptions opt;
+  opt.n_fed = {2, 1};
+  expect_error([&] { m->forward(at::zeros({2, 2}, at::kLong), {0, 0}, cache, opt); },
+               "llama aten forward: ragged batches (ForwardOptions::n_fed[1] = 1 < T = 2) are not supported");
+  opt.n_fed = {2, 2};
+  m->forward(at::zeros({2, 2}, at::kLong), {0, 0}, cache, opt);
+  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{2, 2}));
+}
+
 TEST(ModelDevice, ParsesDevicesAndEngines) {
   EXPECT_EQ(parse_device("cpu"), at::Device(at::kCPU));
   EXPECT_EQ(parse_device("cuda"), at::Device(at::kCUDA));

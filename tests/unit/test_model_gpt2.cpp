@@ -247,6 +247,20 @@ TEST(TinyGpt2, DeterministicPerSeedAndShaped) {
 // A token tree in one forward (causal_lm.h ForwardOptions::parents): every node's logits equal
 // its root-to-node path fed as a chain. GPT-2 masks with matmul + softmax over all keys, so
 // the rows agree to rounding, not bit for bit as in the Llama kernels.
+TEST(TinyGpt2, RefusesRaggedFedCounts) {  // ForwardOptions::n_fed is the packed llama engine's
+  auto m = sm::make_tiny_gpt2(sm::tiny_gpt2_config(), 3);
+  sm::KVCache cache = m->make_cache(2, 8);
+  sm::ForwardOptions opt;
+  opt.n_fed = {0, 2};
+  try {
+    m->forward(at::zeros({2, 2}, at::kLong), {0, 0}, cache, opt);
+    FAIL() << "expected an error";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpt2 forward: ragged batches (ForwardOptions::n_fed[0] = 0 < T = 2)"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(TinyGpt2, TreeForwardEqualsEachPathAsAChain) {
   auto m = sm::make_tiny_gpt2(sm::tiny_gpt2_config(), 3);
   const std::vector<int64_t> prompt = {1, 5, 9, 2};

@@ -11,6 +11,7 @@
 #include "model/llama.h"
 #include "model/loader.h"
 #include "model/tiny.h"
+#include "../ragged_forward.h"
 
 using namespace specdec;
 using namespace specdec::model;
@@ -189,6 +190,40 @@ TEST(LlamaTiny, RaggedBatchEqualsEachSequenceAlone) {
   at::Tensor s1 = alone(at::cat({p1, n1}, 1), n0.narrow(1, 0, 1));
   EXPECT_LT(max_diff(step[0], s0), kTol);
   EXPECT_LT(max_diff(step[1], s1), kTol);
+}
+
+// ForwardOptions::n_fed: each sequence feeds its own number of tokens (0 included) with no
+// padding computed or cached; every fed row equals the sequence fed alone, bit for bit.
+TEST(LlamaTiny, RaggedFedCountsEqualEachSequenceAloneBitForBit) {
+  auto model = make_tiny_llama(tiny_llama_config(), 6);
+  testing_ragged::expect_ragged_equals_alone(*model);
+}
+
+TEST(LlamaTiny, RaggedFedCountsBadInputsThrowNamedErrors) {
+  auto model = make_tiny_llama(tiny_llama_config(), 0);
+  KVCache cache = model->make_cache(2, 8);
+  ForwardOptions opt;
+  const auto message = [&](std::vector<int64_t> n_fed, const at::Tensor& tokens) {
+    opt.n_fed = std::move(n_fed);
+    try {
+      model->forward(tokens, {0, 0}, cache, opt);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({3, 1}, at::zeros({2, 2}, at::kLong)).find("n_fed[0] = 3 must be in [0, 2]"), std::string::npos);
+  EXPECT_NE(message({-1, 1}, at::zeros({2, 2}, at::kLong)).find("n_fed[0] = -1"), std::string::npos);
+  EXPECT_NE(message({1}, at::zeros({2, 2}, at::kLong)).find("n_fed has 1 entries for a batch of 2"), std::string::npos);
+  // A fed token out of the vocabulary is still an error; an unfed one is never read.
+  at::Tensor tokens = at::full({2, 2}, 99, at::kLong);
+  tokens[0][0] = 1;
+  tokens[1][0] = 2;
+  EXPECT_EQ(message({1, 1}, tokens), "no error");
+  EXPECT_NE(message({2, 1}, tokens).find("token id 99 at [0, 1]"), std::string::npos);
+  // Only start + n_fed must fit the cache (max_seq 8).
+  EXPECT_EQ(message({1, 0}, at::zeros({2, 9}, at::kLong)), "no error");
+  EXPECT_NE(message({9, 0}, at::zeros({2, 9}, at::kLong)).find("would reach 9 positions"), std::string::npos);
 }
 
 TEST(LlamaTiny, SeedsAreDeterministicAndDistinct) {

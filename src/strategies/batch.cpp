@@ -1,0 +1,152 @@
+#include "strategies/batch.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace specdec::strategies {
+
+int64_t check_batch(const std::vector<Request>& requests, const BatchOptions& options, int64_t slack) {
+  SD_CHECK(options.batch_size >= 1, "batch: batch_size must be >= 1, got ", options.batch_size);
+  SD_CHECK(options.cache_positions >= 0, "batch: cache_positions must be >= 0 (0: sized from the requests), got ",
+           options.cache_positions);
+  int64_t need_max = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& req = requests[i];
+    try {
+      check_request(req);
+    } catch (const Error& e) {
+      fail("batch: request ", i, ": ", e.what());
+    }
+    SD_CHECK(req.target == requests[0].target, "batch: request ", i,
+             " has another target model than request 0 (a batch shares the target's forwards)");
+    const int64_t need = cache_capacity(req, slack);
+    SD_CHECK(options.cache_positions == 0 || need <= options.cache_positions, "batch: request ", i, " (prompt ",
+             req.prompt.size(), " tokens + max_new_tokens ", req.stop.max_new_tokens, " + ", slack + 1,
+             " spare) needs ", need, " KV-cache positions, cache_positions is ", options.cache_positions);
+    need_max = std::max(need_max, need);
+  }
+  return options.cache_positions > 0 ? options.cache_positions : need_max;
+}
+
+// The default: one request after another, each through generate().
+std::vector<Result> Strategy::generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                             const BatchTokenCallback& on_token) {
+  check_batch(requests, options, 0);
+  std::vector<Result> results;
+  for (size_t i = 0; i < requests.size(); ++i)
+    results.push_back(generate(requests[i], on_token ? TokenCallback([&](const Tokens& t, const std::string& s) {
+      on_token(i, t, s);
+    }) : TokenCallback()));
+  return results;
+}
+
+BatchSlots::BatchSlots(const std::vector<Request>& requests, int64_t batch_size, const BatchTokenCallback& on_token,
+                       const PhaseTimes& batch_phases)
+    : requests_(requests), on_token_(on_token), phases_(batch_phases), slots_(batch_size),
+      results_(requests.size()) {}
+
+std::vector<int64_t> BatchSlots::refill() {
+  std::vector<int64_t> filled;
+  for (int64_t b = 0; b < size() && next_ < requests_.size(); ++b) {
+    while (!slots_[b] && next_ < requests_.size()) {
+      auto s = std::make_unique<BatchSequence>();
+      s->request = next_++;
+      const Request& req = requests_[s->request];
+      if (on_token_)
+        s->on_token = [this, i = s->request](const Tokens& t, const std::string& text) { on_token_(i, t, text); };
+      s->tracker = std::make_unique<StopTracker>(req.stop, req.tokenizer.get(), &s->on_token);
+      s->st.n_prompt = static_cast<int64_t>(req.prompt.size());
+      s->joined = phases_;
+      slots_[b] = std::move(s);
+      if (slots_[b]->tracker->done()) finish(b);  // max_new_tokens = 0: nothing to compute
+      else filled.push_back(b);
+    }
+  }
+  return filled;
+}
+
+bool BatchSlots::empty() const {
+  return next_ == requests_.size() && std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; });
+}
+
+void BatchSlots::finish(int64_t slot) {
+  BatchSequence& s = *slots_[slot];
+  s.tracker->flush();
+  s.st.phase_ms = phases_;
+  s.st.phase_ms -= s.joined;
+  results_[s.request] = make_result(*s.tracker, s.st, s.clock);
+  slots_[slot].reset();
+}
+
+at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
+                         const std::vector<int64_t>& start) {
+  const int64_t B = static_cast<int64_t>(fed.size());
+  int64_t T = 1;
+  for (const Tokens& f : fed) T = std::max(T, static_cast<int64_t>(f.size()));
+  at::Tensor tokens = at::zeros({B, T}, at::kLong);  // [B, T]; rows past n_fed are never read
+  model::ForwardOptions opt;
+  std::vector<int64_t> from(B);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(fed[b].begin(), fed[b].end(), tokens.data_ptr<int64_t>() + b * T);
+    opt.n_fed.push_back(static_cast<int64_t>(fed[b].size()));
+    from[b] = fed[b].empty() ? cache.length(b) : start[b];  // a slot feeding nothing keeps its cache
+  }
+  at::Tensor logits = model.forward(tokens, from, cache, opt).logits;  // [B, T, V]
+  for (int64_t b = 0; b < B; ++b)
+    if (!fed[b].empty())
+      check_finite_logits(logits[b].narrow(0, 0, opt.n_fed[b]), model, fed[b].data(), from[b]);
+  return logits;
+}
+
+std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                                const BatchTokenCallback& on_token, const MakePick& make_pick) {
+  PhaseTimes phases;  // the batch's; each sequence's share is what accrues while it is in the batch
+  PhaseClock phase(phases);
+  const int64_t capacity = check_batch(requests, options, 0);
+  if (requests.empty()) return {};
+  model::CausalLM& target = *requests[0].target;
+  const int64_t B = std::min<int64_t>(options.batch_size, static_cast<int64_t>(requests.size()));
+  model::KVCache cache = target.make_cache(B, capacity);
+  BatchSlots slots(requests, B, on_token, phases);
+  std::vector<PickToken> pick(B);
+  std::vector<Tokens> context(B), fed(B);  // prompt + generated; what the next forward feeds
+  phase.charge(&PhaseTimes::setup);
+  while (true) {
+    for (int64_t b : slots.refill()) {  // a newcomer's prompt is prefilled in the next forward
+      const Request& req = requests[slots[b]->request];
+      pick[b] = make_pick(req);
+      context[b] = fed[b] = req.prompt;
+    }
+    if (slots.empty()) break;
+    const bool prefill = std::any_of(fed.begin(), fed.end(), [](const Tokens& f) { return f.size() > 1; });
+    phase.charge(&PhaseTimes::setup);
+    std::vector<int64_t> start(B);
+    for (int64_t b = 0; b < B; ++b) start[b] = static_cast<int64_t>(context[b].size() - fed[b].size());
+    const at::Tensor logits = forward_batch(target, cache, fed, start);  // [B, T, V]
+    // A step that prefills a newcomer counts as prefill, a pure decode step as verify (as in
+    // autoregressive_decode: the phase a speculative round spends in the target).
+    phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
+    for (int64_t b = 0; b < B; ++b) {
+      BatchSequence* s = slots[b];
+      if (!s) continue;
+      const TokenId token = pick[b](logits[b][static_cast<int64_t>(fed[b].size()) - 1], context[b]);  // [V] row
+      phase.charge(&PhaseTimes::sample);
+      context[b].push_back(token);
+      fed[b] = {token};
+      ++s->st.n_target_forwards;
+      if (s->st.ms_first_token == 0) s->st.ms_first_token = s->clock.ms();
+      const bool stop = s->tracker->push(token);
+      s->tracker->flush();
+      phase.charge(&PhaseTimes::accept);
+      if (stop || s->tracker->timed_out()) {
+        slots.finish(b);
+        fed[b].clear();
+        pick[b] = nullptr;
+      }
+    }
+  }
+  return slots.take_results();
+}
+
+}  // namespace specdec::strategies
