@@ -105,6 +105,14 @@ ExperimentConfig merge_shards(const std::vector<std::string>& shards, const std:
   } else {
     write_atomic(store.path("units.jsonl"), jsonl_text(units));
   }
+  // Traced cells' pages (strategies[i].trace) travel with their shard.
+  for (const auto& shard : shards) {
+    const fs::path traces = fs::path(shard) / "traces";
+    if (!fs::is_directory(traces)) continue;
+    fs::create_directories(store.path("traces"));
+    for (const auto& f : fs::directory_iterator(traces))
+      fs::copy_file(f.path(), fs::path(store.path("traces")) / f.path().filename(), fs::copy_options::skip_existing);
+  }
   merged.file = store.path("config.yaml");
   return merged;
 }
