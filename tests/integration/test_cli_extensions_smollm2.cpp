@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "strategies/drafters.h"
+#include "tests/support/command.h"
 
 namespace {
 
@@ -24,28 +25,14 @@ const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.ggu
 // prompt, and repeat_last, have something to find.
 const std::string kPrompt = "Repeat exactly: \"a b c == a b c == a b c == 1111111111\"";
 
-struct Output {
-  int code = -1;
-  std::string text;  // stdout + stderr
-};
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using specdec::testing_support::Output;
+using specdec::testing_support::quote;
+using specdec::testing_support::shell;
 
 Output run(const std::vector<std::string>& args) {
   std::string cmd = quote(kBin);
   for (const auto& a : args) cmd += " " + quote(a);
-  Output o;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int st = ::pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
+  return shell(cmd);
 }
 
 // `specdec generate ... --json` on SmolLM2: the JSON object of the last output line.

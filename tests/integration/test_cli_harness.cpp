@@ -20,6 +20,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/command.h"
+
 namespace fs = std::filesystem;
 extern char** environ;
 
@@ -28,21 +30,9 @@ namespace {
 const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
 const std::string kTiny = std::string(SPECDEC_SOURCE_DIR) + "/experiments/tiny_ci.yaml";
 
-struct Output {
-  int code = -1;
-  std::string text;  // stdout + stderr
-};
+using specdec::testing_support::Output;
 
-Output run(const std::string& args) {
-  Output o;
-  FILE* p = ::popen((kBin + " " + args + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int st = ::pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+Output run(const std::string& args) { return specdec::testing_support::shell(kBin + " " + args); }
 
 std::vector<std::string> lines_of(const fs::path& p) {
   std::ifstream in(p);

@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/command.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -32,23 +34,11 @@ const std::string kScript = std::string(SPECDEC_SOURCE_DIR) + "/scripts/slurm_lo
 const std::string kSets =
     " --set repeats=1 --set warmup=0 --set checks.first_token.samples=300 --set checks.sequence.samples=100";
 
-struct Output {
-  int code = -1;
-  std::string text;  // stdout + stderr
-};
+using specdec::testing_support::Output;
 
-Output sh(const std::string& cmd) {
-  Output o;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int st = ::pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+Output sh(const std::string& cmd) { return specdec::testing_support::shell(cmd); }
 
-Output specdec(const std::string& args) { return sh(kBin + " " + args); }
+Output run_specdec(const std::string& args) { return sh(kBin + " " + args); }
 
 std::string text_of(const fs::path& p) {
   std::ifstream in(p);
@@ -140,7 +130,7 @@ class CliSlurm : public ::testing::Test {
     const Output s = sh("bash " + kScript + " start");
     ASSERT_EQ(s.code, 0) << s.text;
     local_ = temp("local");
-    const Output l = specdec("run " + kTiny + " --quiet --out " + local_.string() + kSets);
+    const Output l = run_specdec("run " + kTiny + " --quiet --out " + local_.string() + kSets);
     ASSERT_EQ(l.code, 0) << l.text;
   }
   static void TearDownTestSuite() {
@@ -161,7 +151,7 @@ fs::path CliSlurm::local_;
 
 TEST_F(CliSlurm, ArrayOfFourThenMergeEqualsLocalRun) {
   const fs::path out = temp("array");
-  const Output o = specdec("run " + kTiny + " --executor slurm --slurm-shards 4 --slurm-opt time=00:10:00 --out " +
+  const Output o = run_specdec("run " + kTiny + " --executor slurm --slurm-shards 4 --slurm-opt time=00:10:00 --out " +
                            out.string() + kSets);
   ASSERT_EQ(o.code, 0) << o.text;
   EXPECT_NE(o.text.find("4 array tasks"), std::string::npos) << o.text;
@@ -194,7 +184,7 @@ TEST_F(CliSlurm, ArrayOfFourThenMergeEqualsLocalRun) {
     EXPECT_TRUE(fs::exists(out / "speedup_vs_gamma.png"));
   }
   // --resume on a finished, merged run submits nothing.
-  const Output again = specdec("run " + kTiny + " --executor slurm --resume --out " + out.string() + kSets);
+  const Output again = run_specdec("run " + kTiny + " --executor slurm --resume --out " + out.string() + kSets);
   EXPECT_EQ(again.code, 0) << again.text;
   EXPECT_NE(again.text.find("every shard finished and the run is merged"), std::string::npos) << again.text;
   EXPECT_EQ(records(out / "slurm" / "submissions.jsonl").size(), 1u);
@@ -202,7 +192,7 @@ TEST_F(CliSlurm, ArrayOfFourThenMergeEqualsLocalRun) {
 
 TEST_F(CliSlurm, FailedTaskIsListedAndResumeResubmitsOnlyIt) {
   const fs::path out = temp("fail");
-  const Output o = specdec("run " + kTiny + " --executor slurm --slurm-shards 4 --no-submit --out " + out.string() +
+  const Output o = run_specdec("run " + kTiny + " --executor slurm --slurm-shards 4 --no-submit --out " + out.string() +
                            kSets);
   ASSERT_EQ(o.code, 0) << o.text;
   // Task 2 cannot create its shard folder: a file stands in its place.
@@ -223,7 +213,7 @@ TEST_F(CliSlurm, FailedTaskIsListedAndResumeResubmitsOnlyIt) {
   EXPECT_FALSE(fs::exists(out / "report.md")) << "the merge ran although task 2 failed";
 
   // The merge lists task 2 (only) with its log, whose last line says why.
-  const Output mg = specdec("merge " + out.string());
+  const Output mg = run_specdec("merge " + out.string());
   EXPECT_EQ(mg.code, 1) << mg.text;
   EXPECT_NE(mg.text.find("task 2 (cells"), std::string::npos) << mg.text;
   EXPECT_NE(mg.text.find((out / "slurm" / "logs" / ("task-2_" + array + ".log")).string()), std::string::npos)
@@ -234,7 +224,7 @@ TEST_F(CliSlurm, FailedTaskIsListedAndResumeResubmitsOnlyIt) {
 
   // --resume resubmits task 2 only, and the merge.
   fs::remove(out / "shards" / "2");
-  const Output r = specdec("run " + kTiny + " --executor slurm --resume --out " + out.string() + kSets);
+  const Output r = run_specdec("run " + kTiny + " --executor slurm --resume --out " + out.string() + kSets);
   ASSERT_EQ(r.code, 0) << r.text;
   EXPECT_NE(r.text.find("(1 tasks)"), std::string::npos) << r.text;
   const auto subs = records(out / "slurm" / "submissions.jsonl");
@@ -261,11 +251,11 @@ TEST_F(CliSlurm, BadSlurmInputExitsOne) {
   for (const auto& [args, msg] : cases) {
     const bool slurm = args.find("--executor slurm") != std::string::npos;
     const bool resume = args.find("--resume") != std::string::npos;  // without --out
-    const Output o = specdec("run " + kTiny + (slurm ? " --no-submit" : "") + (resume ? "" : " --out " + out.string()) +
+    const Output o = run_specdec("run " + kTiny + (slurm ? " --no-submit" : "") + (resume ? "" : " --out " + out.string()) +
                              " " + args);
     EXPECT_EQ(o.code, 1) << args << ": " << o.text;
     EXPECT_NE(o.text.find(msg), std::string::npos) << msg << " not in " << o.text;
   }
-  const Output m = specdec("merge " + std::string(SPECDEC_SOURCE_DIR));
+  const Output m = run_specdec("merge " + std::string(SPECDEC_SOURCE_DIR));
   EXPECT_EQ(m.code, 1) << m.text;
 }

@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <vector>
 
+#include "tests/support/command.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -28,27 +30,9 @@ const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
 const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
 const std::string kPrompt = "Write two sentences about a lighthouse keeper.";
 
-struct Output {
-  int code = -1;
-  std::string text;  // stdout + stderr
-};
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-Output shell(const std::string& cmd) {
-  Output o;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int st = ::pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+using specdec::testing_support::Output;
+using specdec::testing_support::quote;
+using specdec::testing_support::shell;
 
 Output run(const std::vector<std::string>& args) {
   std::string cmd = quote(kBin);

@@ -23,6 +23,7 @@
 #include "strategies/registry.h"
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/smollm2.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -30,19 +31,8 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-
-const model::LoadedModel& smollm2() {
-  static const model::LoadedModel m = [] {
-    model::set_threads(2);
-    model::ModelSpec spec;
-    spec.name = "smollm2-135m";
-    spec.path = kModel;
-    spec.threads = 2;
-    return model::load(spec);
-  }();
-  return m;
-}
+const std::string& kModel = specdec::testing_support::kSmolLM2;
+using specdec::testing_support::smollm2;
 
 // SmolLM2 without 5 of its 30 layers: a draft that disagrees with the target now and then.
 std::shared_ptr<model::CausalLM> layer_subset_draft() {

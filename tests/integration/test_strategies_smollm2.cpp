@@ -14,25 +14,15 @@
 #include "strategies/registry.h"
 #include "strategies/speculative.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/smollm2.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
 
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-
-const model::LoadedModel& smollm2() {
-  static const model::LoadedModel m = [] {
-    model::set_threads(2);
-    model::ModelSpec spec;
-    spec.name = "smollm2-135m";
-    spec.path = kModel;
-    spec.threads = 2;
-    return model::load(spec);
-  }();
-  return m;
-}
+const std::string& kModel = specdec::testing_support::kSmolLM2;
+using specdec::testing_support::smollm2;
 
 class SmolLM2 : public ::testing::Test {
  protected:
