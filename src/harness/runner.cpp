@@ -36,6 +36,7 @@
 #include "harness/trace.h"
 #include "model/causal_lm.h"
 #include "model/device.h"
+#include "model/prefix_reuse.h"
 #include "strategies/registry.h"
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
@@ -356,8 +357,9 @@ class CellRunner {
                    uint64_t seed, const Timed& t) const;
   void measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
   void sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
-  std::vector<double> first_token_probs(const Tokens& prompt, const sampling::ProcessorConfig& proc) const;
-  double loglik(const Tokens& prompt, const Tokens& gen, int64_t length) const;
+  static std::vector<double> first_token_probs(model::CausalLM& target, const Tokens& prompt,
+                                               const sampling::ProcessorConfig& proc);
+  static double loglik(model::CausalLM& target, const Tokens& prompt, const Tokens& gen, int64_t length);
 
   const ExperimentConfig& cfg_;
   const Models& models_;
@@ -495,8 +497,8 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
                    models_.draft.has_value());
 }
 
-std::vector<double> CellRunner::first_token_probs(const Tokens& prompt, const sampling::ProcessorConfig& proc) const {
-  auto& target = *models_.target.model;
+std::vector<double> CellRunner::first_token_probs(model::CausalLM& target, const Tokens& prompt,
+                                                  const sampling::ProcessorConfig& proc) {
   model::KVCache cache = target.make_cache(1, static_cast<int64_t>(prompt.size()) + 1);
   const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), at::kLong).view({1, -1});
   const at::Tensor logits = target.forward(ids, {0}, cache);  // [1, T, V]
@@ -507,10 +509,9 @@ std::vector<double> CellRunner::first_token_probs(const Tokens& prompt, const sa
 }
 
 // Raw (unprocessed) target log-likelihood of the first `length` generated tokens.
-double CellRunner::loglik(const Tokens& prompt, const Tokens& gen, int64_t length) const {
+double CellRunner::loglik(model::CausalLM& target, const Tokens& prompt, const Tokens& gen, int64_t length) {
   const int64_t n = std::min<int64_t>(length, static_cast<int64_t>(gen.size()));
   if (n == 0) return 0;
-  auto& target = *models_.target.model;
   std::vector<int64_t> all(prompt.begin(), prompt.end());
   all.insert(all.end(), gen.begin(), gen.begin() + n);
   model::KVCache cache = target.make_cache(1, static_cast<int64_t>(all.size()));
@@ -529,12 +530,28 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   const int64_t len = std::max<int64_t>(2, k.sequence_length);  // >= 2 so the first token is drafted
   auto cand = reg::create(pc.cell.strategy, pc.resolved);
   auto base = reg::create("sampling", pc.baseline_params);
+  // Every check run starts from this prompt, so its prefill is computed once per model and
+  // copied (model/prefix_reuse.h): the same logits, a fraction of the time. (Only the checks:
+  // the measured generations pay their prefill.)
+  const std::vector<int64_t> prefix(p.tokens.begin(), p.tokens.end());
+  auto target = std::make_shared<model::PrefixReuse>(models_.target.model, prefix);
+  std::shared_ptr<model::CausalLM> draft;
+  if (models_.draft)
+    draft = models_.draft->model == models_.target.model
+                ? target
+                : std::make_shared<model::PrefixReuse>(models_.draft->model, prefix);
+  auto check_req = [&](uint64_t seed, bool candidate) {
+    reg::Request r = request(p.tokens, seed, len, candidate);
+    r.target = target;
+    if (draft) r.draft = draft;
+    return r;
+  };
   const int64_t n_cand = std::max(k.first_token ? k.first_token_samples : 0, k.sequence ? k.sequence_samples : 0);
   std::vector<Tokens> cand_seqs, base_seqs;
   std::vector<TokenId> first;
   for (int64_t j = 0; j < n_cand; ++j) {
     const uint64_t seed = cfg_.seed + 1000003 + static_cast<uint64_t>(j);
-    const Timed t = generate(*cand, request(p.tokens, seed, len, true),
+    const Timed t = generate(*cand, check_req(seed, true),
                              "check sample " + std::to_string(j + 1) + "/" + std::to_string(n_cand));
     SD_CHECK(!t.result.tokens.empty(), "check run of ", pc.cell.key, " generated no token");
     first.push_back(t.result.tokens[0]);
@@ -542,7 +559,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     samples.push_back(sample_line(pc.cell.key, "check_candidate", p, 0, seed, t));
   }
   if (k.first_token) {
-    const auto probs = first_token_probs(p.tokens, reg::processor_config(pc.resolved));
+    const auto probs = first_token_probs(*target, p.tokens, reg::processor_config(pc.resolved));
     std::vector<TokenId> ft(first.begin(), first.begin() + k.first_token_samples);
     auto out = first_token_check(probs, ft, k.first_token_top_k, k.significance);
     out.detail = "prompt " + p.item->id + "; " + out.detail;
@@ -552,13 +569,13 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   std::vector<double> ll_cand, ll_base;
   for (int64_t j = 0; j < k.sequence_samples; ++j) {
     const uint64_t seed = cfg_.seed + 2000003 + static_cast<uint64_t>(j);  // independent of the candidate's
-    const Timed t = generate(*base, request(p.tokens, seed, len),
+    const Timed t = generate(*base, check_req(seed, false),
                              "check baseline " + std::to_string(j + 1) + "/" + std::to_string(k.sequence_samples));
     base_seqs.push_back(t.result.tokens);
     samples.push_back(sample_line(pc.cell.key, "check_baseline", p, 0, seed, t));
     check_interrupt();
-    ll_base.push_back(loglik(p.tokens, base_seqs.back(), len));
-    ll_cand.push_back(loglik(p.tokens, cand_seqs[static_cast<size_t>(j)], len));
+    ll_base.push_back(loglik(*target, p.tokens, base_seqs.back(), len));
+    ll_cand.push_back(loglik(*target, p.tokens, cand_seqs[static_cast<size_t>(j)], len));
   }
   cand_seqs.resize(static_cast<size_t>(k.sequence_samples));
   auto out = sequence_check(base_seqs, cand_seqs, ll_base, ll_cand, len, k.significance);

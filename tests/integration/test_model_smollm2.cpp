@@ -15,6 +15,7 @@
 #include "io/gguf.h"
 #include "model/linear.h"
 #include "model/loader.h"
+#include "model/prefix_reuse.h"
 #include "tokenizer/tokenizer.h"
 #include "../ragged_forward.h"
 
@@ -155,6 +156,27 @@ TEST_F(SmolLM2, KvCacheDecodeEqualsFullForward) {
   if (linear_has_skinny()) EXPECT_EQ(worst, 0.0f);
   std::printf("max |incremental - full| over %lld positions: %.3g\n",
               static_cast<long long>(n), worst);
+}
+
+// PrefixReuse (the harness's checks): a forward of the stored prompt plus 6 more tokens gives
+// the model's own logits bit for bit on the packed engine, from the copied prefix.
+TEST_F(SmolLM2, PrefixReuseEqualsTheModelBitForBit) {
+  const auto& cs = fixture_["cases"][0];
+  std::vector<int64_t> ids = cs["prompt_ids"].get<std::vector<int64_t>>();
+  const std::vector<int64_t> prompt = ids;
+  for (int64_t t : cs["greedy"].get<std::vector<int64_t>>()) ids.push_back(t);
+  ids.resize(std::min<size_t>(ids.size(), prompt.size() + 6));
+  ASSERT_GT(ids.size(), prompt.size());
+  const int64_t n = static_cast<int64_t>(ids.size());
+  PrefixReuse reuse(model_, prompt);
+  KVCache a = reuse.make_cache(1, n), b = model_->make_cache(1, n);
+  const at::Tensor x = reuse.forward(ids_tensor(ids), {0}, a), y = model_->forward(ids_tensor(ids), {0}, b);
+  EXPECT_EQ(reuse.reused_tokens(), static_cast<int64_t>(prompt.size()));
+  if (linear_has_skinny()) {
+    EXPECT_TRUE(at::equal(x, y));
+  } else {
+    EXPECT_LT((x - y).abs().max().item<float>(), kLogitTol);
+  }
 }
 
 // A ragged batch (ForwardOptions::n_fed: prefill-, verify- and decode-sized rows, different

@@ -1,0 +1,139 @@
+// PrefixReuse on the tiny Llama and GPT-2 models: a forward that starts with the stored prefix
+// gives the inner model's logits and cache, however much of the prefix it covers (part, all,
+// all plus more tokens): bit for bit on the packed Llama engine, whose rows never depend on how
+// many are fed; within float rounding on GPT-2's (its GEMMs block by the row count: ~1e-7 seen).
+// Anything it does not handle goes to the inner model.
+#include <gtest/gtest.h>
+
+#include "core/rng.h"
+#include "model/prefix_reuse.h"
+#include "model/gpt2.h"
+#include "model/tiny.h"
+
+using namespace specdec;
+using namespace specdec::model;
+
+namespace {
+
+std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(vocab));
+  return v;
+}
+
+at::Tensor row(const std::vector<int64_t>& ids) { return at::tensor(ids, at::kLong).view({1, -1}); }
+
+bool same(const at::Tensor& a, const at::Tensor& b) { return a.sizes() == b.sizes() && at::equal(a, b); }
+
+// Bit for bit on llama; |a - b| <= 1e-5 on gpt2 (a wrong row or position is off by ~1e-1).
+double g_tolerance = 0;
+bool close(const at::Tensor& a, const at::Tensor& b) {
+  if (g_tolerance == 0) return same(a, b);
+  return a.sizes() == b.sizes() && (a - b).abs().max().item<double>() <= g_tolerance;
+}
+
+// Runs `fed` from position 0, then one more token, through `m`; returns both logits and the
+// cache's K/V of every layer up to its length.
+struct Run {
+  at::Tensor logits, next;
+  std::vector<at::Tensor> kv;
+  int64_t length = 0;
+};
+Run run(CausalLM& m, const std::vector<int64_t>& fed, int64_t next_token) {
+  Run r;
+  KVCache cache = m.make_cache(1, static_cast<int64_t>(fed.size()) + 1);
+  r.logits = m.forward(row(fed), {0}, cache);
+  r.next = m.forward(row({next_token}), {static_cast<int64_t>(fed.size())}, cache);
+  r.length = cache.length(0);
+  for (int64_t l = 0; l < cache.n_layers(); ++l) {
+    r.kv.push_back(cache.k(l)[0].narrow(1, 0, r.length).clone());
+    r.kv.push_back(cache.v(l)[0].narrow(1, 0, r.length).clone());
+  }
+  return r;
+}
+
+void expect_same_runs(const Run& a, const Run& b) {
+  EXPECT_TRUE(close(a.logits, b.logits));
+  EXPECT_TRUE(close(a.next, b.next));
+  EXPECT_EQ(a.length, b.length);
+  ASSERT_EQ(a.kv.size(), b.kv.size());
+  for (size_t i = 0; i < a.kv.size(); ++i) EXPECT_TRUE(close(a.kv[i], b.kv[i])) << "tensor " << i;
+}
+
+class PrefixReuseTiny : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::shared_ptr<CausalLM> inner() const {
+    const bool llama = std::string(GetParam()) == "llama";
+    g_tolerance = llama ? 0 : 1e-5;
+    return llama ? make_tiny_llama(tiny_llama_config(), 3) : make_tiny_gpt2(tiny_gpt2_config(), 3);
+  }
+};
+
+TEST_P(PrefixReuseTiny, EqualsTheInnerModelBitForBit) {
+  auto base = inner();
+  const int64_t V = base->config().n_vocab;
+  const auto prompt = random_ids(13, V, 1);
+  PrefixReuse reuse(base, prompt);
+  auto extended = prompt;
+  for (int64_t x : random_ids(4, V, 2)) extended.push_back(x);
+  auto diverging = prompt;
+  diverging[7] = (diverging[7] + 1) % V;  // shares 7 tokens
+  const std::vector<std::vector<int64_t>> cases = {
+      prompt,                                        // the whole prefix
+      {prompt.begin(), prompt.begin() + 5},          // part of it
+      extended,                                      // all of it, then 4 more tokens
+      diverging,                                     // 7 shared, then different
+      random_ids(9, V, 5)};                          // (almost surely) nothing shared
+  int64_t expected_reused = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t before = reuse.reused_tokens();
+    expect_same_runs(run(reuse, cases[c], 2), run(*base, cases[c], 2));
+    int64_t shared = 0;
+    while (shared < static_cast<int64_t>(std::min(prompt.size(), cases[c].size())) &&
+           cases[c][static_cast<size_t>(shared)] == prompt[static_cast<size_t>(shared)])
+      ++shared;
+    EXPECT_EQ(reuse.reused_tokens() - before, shared);
+    expected_reused += shared;
+  }
+  EXPECT_EQ(reuse.reused_tokens(), expected_reused);
+  EXPECT_GE(expected_reused, 13 + 5 + 13 + 7);
+}
+
+// Not a plain prefill from position 0 of one sequence: the inner model's result, nothing reused.
+TEST_P(PrefixReuseTiny, PassesEverythingElseThrough) {
+  auto base = inner();
+  const auto prompt = random_ids(6, base->config().n_vocab, 7);
+  PrefixReuse reuse(base, prompt);
+  {  // a batch of two
+    KVCache a = reuse.make_cache(2, 8), b = base->make_cache(2, 8);
+    const at::Tensor ids = at::cat({row(prompt), row(prompt)}, 0);
+    EXPECT_TRUE(same(reuse.forward(ids, {0, 0}, a), base->forward(ids, {0, 0}, b)));  // same path: equal
+  }
+  {  // hidden states asked for
+    KVCache a = reuse.make_cache(1, 8), b = base->make_cache(1, 8);
+    ForwardOptions o;
+    o.final_hidden = true;
+    const auto x = reuse.forward(row(prompt), {0}, a, o), y = base->forward(row(prompt), {0}, b, o);
+    EXPECT_TRUE(same(x.logits, y.logits));
+    EXPECT_TRUE(same(x.hidden, y.hidden));
+  }
+  {  // a forward that starts later than position 0
+    KVCache a = reuse.make_cache(1, 8), b = base->make_cache(1, 8);
+    reuse.forward(row({prompt[0]}), {0}, a);
+    base->forward(row({prompt[0]}), {0}, b);
+    const std::vector<int64_t> rest(prompt.begin() + 1, prompt.end());
+    EXPECT_TRUE(same(reuse.forward(row(rest), {1}, a), base->forward(row(rest), {1}, b)));
+  }
+  EXPECT_EQ(reuse.reused_tokens(), 1);  // only the one-token prefill above
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, PrefixReuseTiny, ::testing::Values("llama", "gpt2"));
+
+TEST(PrefixReuse, RefusesAnEmptyPrefixOrNoModel) {
+  EXPECT_THROW(PrefixReuse(make_tiny_llama(), {}), std::exception);
+  EXPECT_THROW(PrefixReuse(nullptr, {1, 2}), std::exception);
+}
+
+}  // namespace
