@@ -16,7 +16,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   # Any report (overflow, use after free, leak, undefined behaviour) fails the test.
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-  exec ctest --test-dir build-asan --output-on-failure -L unit
+  # Two at a time: most of the stage is test_bad_inputs starting the instrumented CLI ~160 times.
+  exec ctest --test-dir build-asan --output-on-failure -L unit -j "${SPECDEC_JOBS:-$(nproc)}"
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build build -j "${SPECDEC_JOBS:-$(nproc)}"

@@ -43,4 +43,6 @@ if [ $slow = 1 ]; then
   bash scripts/fetch_models.sh qwen2.5-coder-0.5b qwen2.5-coder-1.5b
   exec ctest --test-dir build --output-on-failure
 fi
-exec ctest --test-dir build --output-on-failure -LE slow
+ctest --test-dir build --output-on-failure -LE 'slow|fuzz'
+# The fuzzers run for a fixed wall time each, one process apiece: two at a time.
+exec ctest --test-dir build --output-on-failure -L fuzz -j "${SPECDEC_JOBS:-$(nproc)}"
