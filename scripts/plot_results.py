@@ -11,6 +11,9 @@ Reads metrics.json and writes next to it:
   speedup_per_category.png    Spec-Bench's speedup (mean question tok/s / the baseline's) per
                               prompt category and overall, one bar per cell (runs with several
                               categories only)
+  batch_scaling.png           runs with several batch sizes (batch_size swept): tok/s of each
+                              strategy and of its autoregressive baseline, the speedup, and the
+                              share of wall time in the target's verification forward, vs batch size
 Uses Debian's python3-matplotlib (run with /usr/bin/python3, not a venv python).
 """
 import json
@@ -34,7 +37,8 @@ def plot_speedup_vs_gamma(cells, out):
         if c["gamma"] <= 0:
             continue
         temp = c["params"].get("temperature", "?")
-        series.setdefault((c["label"], temp), []).append(c)
+        batch = c["params"].get("batch_size")
+        series.setdefault((c["label"] + (f" B={batch}" if batch else ""), temp), []).append(c)
     if not series:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -129,6 +133,51 @@ def plot_speedup_per_category(cells, out):
     return True
 
 
+def batch_of(c):
+    return int(c["params"].get("batch_size", 1))
+
+
+def plot_batch_scaling(cells, out):
+    cells = [c for c in cells if "batch_size" in c["params"]]
+    if len({batch_of(c) for c in cells}) < 2:
+        return False
+    series = {}
+    for c in cells:
+        point = " ".join(f"{k}={v}" for k, v in sorted(c["point"].items()) if k != "batch_size")
+        series.setdefault(c["label"] + (f" [{point}]" if point else ""), []).append(c)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for name, cs in sorted(series.items()):
+        cs.sort(key=batch_of)
+        b = [batch_of(c) for c in cs]
+        line = axes[0].plot(b, [c["tok_s"]["median"] for c in cs], marker="o", label=name)[0]
+        if any(c.get("baseline") for c in cs):
+            axes[0].plot(b, [c["baseline_tok_s"]["median"] for c in cs], marker="x", linestyle="--",
+                         color=line.get_color(), label=f"{name}: its autoregressive baseline")
+            axes[1].plot(b, [c["speedup"]["median"] for c in cs], marker="o", color=line.get_color(), label=name)
+
+        def verify_share(ph):
+            return ph["ms"].get("verify", 0) / ph["wall_ms"] if ph.get("wall_ms", 0) > 0 else 0
+
+        axes[2].plot(b, [verify_share(c["phases"]) for c in cs], marker="o", color=line.get_color(), label=name)
+        if any(c.get("baseline") for c in cs):
+            axes[2].plot(b, [verify_share(c["baseline_phases"]) for c in cs], marker="x", linestyle="--",
+                         color=line.get_color(), label=f"{name}: baseline")
+    axes[1].axhline(1.0, color="grey", linewidth=0.8)
+    titles = ["Throughput (all sequences)", "Speedup over autoregressive", "Share of time in the target forward"]
+    ylabels = ["tokens / s", "speedup (tok/s ratio, same batch size)", "verify phase / wall"]
+    for ax, t, y in zip(axes, titles, ylabels):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(y)
+        ax.set_title(t)
+        ax.legend(fontsize=7)
+    axes[2].set_ylim(0, 1.05)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -140,7 +189,8 @@ def main():
     for name, fn in [("speedup_vs_gamma.png", plot_speedup_vs_gamma),
                      ("acceptance_by_position.png", plot_acceptance),
                      ("tok_s_per_strategy.png", plot_tok_s),
-                     ("speedup_per_category.png", plot_speedup_per_category)]:
+                     ("speedup_per_category.png", plot_speedup_per_category),
+                     ("batch_scaling.png", plot_batch_scaling)]:
         if fn(cells, os.path.join(run, name)):
             made.append(name)
     print(" ".join(made))

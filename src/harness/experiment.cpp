@@ -329,6 +329,7 @@ PromptRange parse_range(const Ctx& c, const YAML::Node& n) {
 void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
   bool chat = false;
   int64_t limit = 0;
+  int64_t turns = 0;  // keep at most this many turns of each prompt (0: all)
   YAML::Node inline_list;
   std::string groups;
   int64_t per_category = 0;
@@ -339,9 +340,10 @@ void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
     inline_list.reset(n);
   } else {
     c.check_keys(n, "prompts",
-                 {"file", "inline", "chat", "groups", "per_category", "seed", "categories", "range", "limit"});
+                 {"file", "inline", "chat", "groups", "per_category", "seed", "categories", "range", "limit", "turns"});
     if (n["chat"]) chat = c.boolean(n["chat"], "prompts.chat");
     if (n["limit"]) limit = c.integer(n["limit"], "prompts.limit", 0, 1000000);
+    if (n["turns"]) turns = c.integer(n["turns"], "prompts.turns", 1, 1000000);
     if (n["groups"]) {
       groups = c.str(n["groups"], "prompts.groups");
       if (groups != "spec_bench")
@@ -406,6 +408,8 @@ void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
                                           std::make_move_iterator(cfg.prompts.begin() + end));
   }
   if (limit > 0 && static_cast<int64_t>(cfg.prompts.size()) > limit) cfg.prompts.resize(static_cast<size_t>(limit));
+  for (auto& p : cfg.prompts)
+    if (turns > 0 && static_cast<int64_t>(p.follow_ups.size()) >= turns) p.follow_ups.resize(static_cast<size_t>(turns - 1));
   if (cfg.prompts.empty()) c.bad("prompts", "no prompts (give a list, prompts.inline or prompts.file)");
 }
 
@@ -456,7 +460,7 @@ void parse_sweep(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
 
 void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   c.check_keys(n, "checks", {"greedy_equality", "first_token", "sequence", "significance", "strategies",
-                             "sampling_where", "inject_residual_bug"});
+                             "sampling_where", "inject_residual_bug", "batch_size"});
   if (n["greedy_equality"]) k.greedy_equality = c.boolean(n["greedy_equality"], "checks.greedy_equality");
   if (const auto f = n["first_token"]) {
     if (f.IsScalar()) {
@@ -488,6 +492,7 @@ void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
     }
   }
   if (n["inject_residual_bug"]) k.inject_residual_bug = c.boolean(n["inject_residual_bug"], "checks.inject_residual_bug");
+  if (n["batch_size"]) k.batch_size = c.integer(n["batch_size"], "checks.batch_size", 1, k_max_batch_size);
 }
 
 // report: {context: path}: resolved like prompts.file; kept as written (like prompts.file), so
@@ -640,7 +645,8 @@ ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& fil
   for (const auto& o : overrides) apply_override(c, root, o);
   check_yaml_shape(root, file + " (after --set)");
   c.check_keys(root, "", {"name", "description", "models", "prompts", "interleave", "strategies", "sweep", "repeats",
-                          "warmup", "seed", "max_new_tokens", "stop", "eos", "timeout_s", "plots", "report", "checks"});
+                          "warmup", "seed", "max_new_tokens", "stop", "eos", "timeout_s", "plots", "report", "checks",
+                          "batch_size"});
   ExperimentConfig cfg;
   cfg.file = file;
   if (root["name"]) {
@@ -667,6 +673,7 @@ ExperimentConfig parse_tree(const std::string& yaml_text, const std::string& fil
   if (root["warmup"]) cfg.warmup = c.integer(root["warmup"], "warmup", 0, 1000);
   if (root["seed"]) cfg.seed = static_cast<uint64_t>(c.integer(root["seed"], "seed", 0, INT64_MAX));
   if (root["max_new_tokens"]) cfg.max_new_tokens = c.integer(root["max_new_tokens"], "max_new_tokens", 1, 1 << 20);
+  if (root["batch_size"]) cfg.batch_size = c.integer(root["batch_size"], "batch_size", 1, k_max_batch_size);
   if (root["stop"]) cfg.stop = c.strings(root["stop"], "stop");
   if (root["eos"]) cfg.eos = c.boolean(root["eos"], "eos");
   if (root["timeout_s"]) cfg.timeout_s = c.real(root["timeout_s"], "timeout_s", 0, 1e9);
@@ -753,6 +760,7 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     << cfg.max_new_tokens << YAML::Key << "stop" << YAML::Value << YAML::Flow << cfg.stop << YAML::Key << "eos"
     << YAML::Value << cfg.eos << YAML::Key << "timeout_s" << YAML::Value << cfg.timeout_s << YAML::Key << "plots"
     << YAML::Value << cfg.plots;
+  if (cfg.batch_size != 1) e << YAML::Key << "batch_size" << YAML::Value << cfg.batch_size;  // absent: older runs resume
   if (!cfg.report_context.empty())
     e << YAML::Key << "report" << YAML::Value << YAML::BeginMap << YAML::Key << "context" << YAML::Value
       << cfg.report_context << YAML::EndMap;
@@ -765,7 +773,9 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     << k.sequence_samples << YAML::Key << "length" << YAML::Value << k.sequence_length << YAML::EndMap << YAML::Key
     << "significance" << YAML::Value << k.significance << YAML::Key << "strategies" << YAML::Value << YAML::Flow
     << k.strategies << YAML::Key << "sampling_where" << YAML::Value << YAML::Flow << k.sampling_where
-    << YAML::Key << "inject_residual_bug" << YAML::Value << k.inject_residual_bug << YAML::EndMap;
+    << YAML::Key << "inject_residual_bug" << YAML::Value << k.inject_residual_bug;
+  if (k.batch_size != ChecksConfig{}.batch_size) e << YAML::Key << "batch_size" << YAML::Value << k.batch_size;
+  e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

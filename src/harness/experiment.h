@@ -61,6 +61,10 @@ struct ChecksConfig {
   // values for every listed key, e.g. {gamma: [4]}; empty: every sampled checked cell.
   std::map<std::string, std::vector<std::string>> sampling_where;
   bool inject_residual_bug = false;   // testing only: plants a residual bug; checks must fail
+  // Check samples generated together (Strategy::generate_batch, one target forward per step for
+  // all of them). Each sample's tokens equal its batch-1 generation's, so this changes only the
+  // time the checks take. 1, or a strategy or model that cannot batch: one after another.
+  int64_t batch_size = 8;
 };
 
 struct ExperimentConfig {
@@ -85,6 +89,12 @@ struct ExperimentConfig {
   int64_t warmup = 1;
   uint64_t seed = 1234;
   int64_t max_new_tokens = 64;
+  // Sequences generated together in the measured runs (Strategy::generate_batch): all prompts of
+  // a repeat go through one batched call, baseline and candidate alike, and throughput is
+  // tokens / the batch's wall time. Sweepable (sweep: {batch_size: [1, 4, 16]}) and settable per
+  // strategy (params.batch_size). > 1 needs single-turn prompts, interleave: cell, chain drafters
+  // and the packed Llama engine.
+  int64_t batch_size = 1;
   std::vector<std::string> stop;  // stop strings
   bool eos = true;                // stop at the tokenizer's EOS/end-of-turn ids
   double timeout_s = 0;           // per generation, 0 = none
@@ -100,6 +110,8 @@ void check_experiment_name(const std::string& name, const std::string& where);
 // Deepest nesting accepted in an experiment YAML (and in --set values), and the most nodes
 // (aliases counted at every use, so a "billion laughs" file is refused).
 constexpr int k_max_yaml_depth = 256;
+// The largest batch_size (experiment, per strategy, sweep, checks) accepted.
+constexpr int64_t k_max_batch_size = 1024;
 constexpr int64_t k_max_yaml_nodes = 1000000;
 
 // Reads and parses `path`; `overrides` are "key.path=value" strings (value is YAML, so

@@ -1,6 +1,7 @@
 #include "harness/plan.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@ namespace specdec::harness {
 namespace reg = specdec::strategies;
 
 bool strategy_accepts(const std::string& name, const std::string& key) {
+  if (key == k_batch_size_param) return true;
   for (const auto& s : reg::find(name).params)
     if (s.name == key) return true;
   for (const auto& s : reg::processor_params())
@@ -23,6 +25,21 @@ bool strategy_accepts(const std::string& name, const std::string& key) {
 }
 
 namespace {
+
+// A cell's or strategy entry's params as the strategy takes them: without the harness's batch_size.
+reg::Params strategy_params(std::map<std::string, std::string> params) {
+  params.erase(k_batch_size_param);
+  return reg::Params(std::move(params));
+}
+
+int64_t parse_batch_size(const std::string& text, const std::string& where) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || v < 1 || v > k_max_batch_size)
+    fail(where, ": batch_size must be an integer in [1, ", k_max_batch_size, "], got '", text, "'");
+  return v;
+}
 
 size_t strategy_index(const ExperimentConfig& cfg, const std::string& label) {
   for (size_t i = 0; i < cfg.strategies.size(); ++i)
@@ -40,11 +57,16 @@ void check_strategy_entries(const ExperimentConfig& cfg) {
       fail(cfg.file, ": ", path, ".name: ", e.what());
     }
     try {
-      reg::resolve(s.name, reg::Params(s.params));
+      reg::resolve(s.name, strategy_params(s.params));
     } catch (const Error& e) {
       fail(cfg.file, ": ", path, ".params: ", e.what());
     }
+    if (s.params.count(k_batch_size_param))
+      parse_batch_size(s.params.at(k_batch_size_param), cfg.file + ": " + path + ".params");
   }
+  for (const auto& a : cfg.sweep)
+    if (a.key == k_batch_size_param)
+      for (const auto& v : a.values) parse_batch_size(v, cfg.file + ": sweep.batch_size");
   for (size_t a = 0; a < cfg.sweep.size(); ++a) {
     bool used = false;
     for (const auto& s : cfg.strategies) used = used || strategy_accepts(s.name, cfg.sweep[a].key);
@@ -91,19 +113,33 @@ bool sampling_selected(const ExperimentConfig& cfg, const Cell& cell) {
 // Resolves a cell; a failure is pinned on the sweep value that caused it.
 reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c) {
   try {
-    return reg::resolve(c.strategy, reg::Params(c.params));
+    return reg::resolve(c.strategy, strategy_params(c.params));
   } catch (const Error& e) {
     for (const auto& [k, v] : c.point) {
       std::map<std::string, std::string> only = cfg.strategies[strategy_index(cfg, c.label)].params;
       only[k] = v;
       try {
-        reg::resolve(c.strategy, reg::Params(only));
+        reg::resolve(c.strategy, strategy_params(only));
       } catch (const Error& e2) {
         fail(cfg.file, ": sweep.", k, ": value '", v, "' for strategy '", c.label, "': ", e2.what());
       }
     }
     fail(cfg.file, ": strategies[", strategy_index(cfg, c.label), "] (", c.key, "): ", e.what());
   }
+}
+
+// What a cell measured with batch_size > 1 needs (the engine is checked when the model is loaded).
+void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc, const reg::StrategyNeeds& needs, size_t entry) {
+  const std::string where = cfg.file + ": strategies[" + std::to_string(entry) + "] (" + pc.cell.key +
+                            "): batch_size " + std::to_string(pc.batch_size);
+  if (cfg.interleave == "prompt")
+    fail(where, ": interleave: prompt runs one prompt at a time; batched runs need interleave: cell");
+  for (const auto& p : cfg.prompts)
+    if (!p.follow_ups.empty())
+      fail(where, ": prompt ", p.id, " has follow-up turns; batched runs take single-turn prompts");
+  if (needs.tree_drafts)
+    fail(where, ": drafter '", needs.drafter,
+         "' proposes token trees, and batched verification takes chains (use batch_size 1)");
 }
 
 void fill_baseline(PlannedCell& pc) {
@@ -203,6 +239,9 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
     if (needs.draft_model && !cfg.draft)
       fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "]: strategy '", cell.label, "'",
            needs.drafter.empty() ? "" : " (drafter '" + needs.drafter + "')", " needs a draft model: set models.draft");
+    const auto batch = cell.params.find(k_batch_size_param);
+    pc.batch_size = batch == cell.params.end() ? cfg.batch_size : parse_batch_size(batch->second, cfg.file);
+    if (pc.batch_size > 1) check_batched(cfg, pc, needs, strategy_index(cfg, cell.label));
     fill_baseline(pc);
     pc.checked = std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cell.strategy) !=
                  cfg.checks.strategies.end();
@@ -230,7 +269,9 @@ std::string format_plan(const ExperimentConfig& cfg, const Plan& plan) {
     first = false;
   }
   os << "), repeats " << cfg.repeats << ", warmup " << cfg.warmup << ", max_new_tokens " << cfg.max_new_tokens
-     << ", seed " << cfg.seed << "\n";
+     << ", seed " << cfg.seed;
+  if (cfg.batch_size != 1) os << ", batch_size " << cfg.batch_size;
+  os << "\n";
   if (cfg.interleave == "prompt")
     os << "  interleave prompt: on each prompt the baseline " << plan.baseline << " runs once, then every cell\n";
   os << "  cells " << plan.cells.size() << ":\n";

@@ -18,6 +18,7 @@ struct PlannedCell {
   strategies::Params baseline_params;
   bool greedy = false;               // temperature 0
   bool checked = false;              // distribution checks apply
+  int64_t batch_size = 1;            // measured sequences generated together (ExperimentConfig::batch_size)
   int64_t n_generations = 0;         // planned generate() calls (measurement + checks)
   int64_t max_target_forwards = 0;   // upper bound (autoregressive: prefill + 1 per token)
 };
@@ -38,6 +39,8 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models = true);
 std::string format_plan(const ExperimentConfig& cfg, const Plan& plan);
 
 // Does the registry strategy `name` take parameter `key` (own schema or processor param)?
+// Every strategy takes the harness's `batch_size` (k_batch_size_param), which never reaches it.
 bool strategy_accepts(const std::string& name, const std::string& key);
+constexpr const char* k_batch_size_param = "batch_size";
 
 }  // namespace specdec::harness

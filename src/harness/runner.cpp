@@ -205,8 +205,12 @@ struct SideFigures {
       const double tok = double(l->at("n_generated").get<int64_t>()), ms = l->at("wall_ms").get<double>();
       all.add(*l);
       per_category[cat].add(*l);
-      for (auto* v : {&per_repeat[r], &per_repeat_category[{r, cat}], &per_question[{r, prompt}]})
-        (*v)[0] += tok, (*v)[1] += ms;
+      for (auto* v : {&per_repeat_category[{r, cat}], &per_question[{r, prompt}]}) (*v)[0] += tok, (*v)[1] += ms;
+      // A batched repeat (batch_size > 1) took its batch's wall time, not the sum of its
+      // sequences' overlapping ones: throughput = its tokens / that time.
+      per_repeat[r][0] += tok;
+      if (l->contains("batch_wall_ms")) per_repeat[r][1] = l->at("batch_wall_ms").get<double>();
+      else per_repeat[r][1] += ms;
       category_of[prompt] = cat;
     }
   }
@@ -340,7 +344,8 @@ class CellRunner {
   // interleave: prompt: one prompt (all its turns) of one side; appends one line per turn.
   void converse(reg::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
                 int64_t repeat, std::vector<json>& samples);
-  void warmup(reg::Strategy& s);  // one unrecorded generation on the first prompt
+  // One unrecorded generation on the first prompt; batch_size > 1: one batch of the first prompts.
+  void warmup(reg::Strategy& s, int64_t batch_size = 1);
   // strategies[i].trace: one untimed, recorded generation of the cell on the first prompt's
   // first turn (the seed of its first measured repeat), written as a trace page + JSON.
   void trace(const PlannedCell& pc, const std::string& html_path);
@@ -353,9 +358,16 @@ class CellRunner {
   // candidate: a request of the checked strategy (it verifies through planted_ when set).
   reg::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new, bool candidate = false) const;
   Timed generate(reg::Strategy& s, const reg::Request& req, const std::string& what);
+  // One Timed per request, batch_size at a time through Strategy::generate_batch (1: generate()
+  // one after another). A Timed's wall and TTFT are its sequence's, from when it joined the batch.
+  std::vector<Timed> generate_many(reg::Strategy& s, const std::vector<reg::Request>& reqs, int64_t batch_size,
+                                   const std::string& what);
   json sample_line(const std::string& cell_key, const std::string& role, const EncodedPrompt& p, int64_t repeat,
                    uint64_t seed, const Timed& t) const;
   void measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
+  // batch_size > 1: every prompt of a repeat in one batched call per side.
+  void measure_batch(reg::Strategy& s, const PlannedCell& pc, const std::string& role, int64_t repeat,
+                     std::vector<json>& samples);
   void sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
   static std::vector<double> first_token_probs(model::CausalLM& target, const Tokens& prompt,
                                                const sampling::ProcessorConfig& proc);
@@ -401,6 +413,31 @@ CellRunner::Timed CellRunner::generate(reg::Strategy& s, const reg::Request& req
   if (first) t.ttft_ms = t.result.stats.ms_first_token > 0 ? t.result.stats.ms_first_token : t.wall_ms;
   progress_.step(what);
   return t;
+}
+
+std::vector<CellRunner::Timed> CellRunner::generate_many(reg::Strategy& s, const std::vector<reg::Request>& reqs,
+                                                         int64_t batch_size, const std::string& what) {
+  std::vector<Timed> out;
+  const auto label = [&](size_t i) { return what + " " + std::to_string(i + 1) + "/" + std::to_string(reqs.size()); };
+  if (batch_size <= 1) {
+    for (size_t i = 0; i < reqs.size(); ++i) out.push_back(generate(s, reqs[i], label(i)));
+    return out;
+  }
+  // A few batches' worth per call: refill keeps the batch full, and an interrupt is seen soon.
+  const size_t chunk = static_cast<size_t>(4 * batch_size);
+  for (size_t i0 = 0; i0 < reqs.size(); i0 += chunk) {
+    check_interrupt();
+    const std::vector<reg::Request> part(reqs.begin() + i0, reqs.begin() + std::min(reqs.size(), i0 + chunk));
+    for (reg::Result& r : s.generate_batch(part, {batch_size, 0}, {})) {
+      Timed t;
+      t.wall_ms = r.stats.ms_total;
+      t.ttft_ms = r.stats.ms_first_token > 0 ? r.stats.ms_first_token : t.wall_ms;
+      t.result = std::move(r);
+      out.push_back(std::move(t));
+      progress_.step(label(out.size() - 1));
+    }
+  }
+  return out;
 }
 
 json CellRunner::sample_line(const std::string& cell_key, const std::string& role, const EncodedPrompt& p,
@@ -475,24 +512,61 @@ void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const s
   }
 }
 
-void CellRunner::warmup(reg::Strategy& s) {  // warms caches and allocators; not recorded
-  generate(s, request(prompts_[0].tokens, cfg_.seed, cfg_.max_new_tokens), "warmup");
+void CellRunner::warmup(reg::Strategy& s, int64_t batch_size) {  // warms caches and allocators; not recorded
+  if (batch_size <= 1) {
+    generate(s, request(prompts_[0].tokens, cfg_.seed, cfg_.max_new_tokens), "warmup");
+    return;
+  }
+  std::vector<reg::Request> reqs;
+  for (size_t i = 0; i < std::min(prompts_.size(), static_cast<size_t>(batch_size)); ++i)
+    reqs.push_back(request(prompts_[i].tokens, cfg_.seed, cfg_.max_new_tokens));
+  check_interrupt();
+  s.generate_batch(reqs, {batch_size, 0}, {});
+  progress_.step("warmup");
+}
+
+void CellRunner::measure_batch(reg::Strategy& s, const PlannedCell& pc, const std::string& role, int64_t repeat,
+                               std::vector<json>& samples) {
+  std::vector<reg::Request> reqs;
+  for (size_t i = 0; i < prompts_.size(); ++i)
+    reqs.push_back(request(prompts_[i].tokens, measure_seed(cfg_.seed, repeat, i), cfg_.max_new_tokens,
+                           role == "candidate"));
+  Stopwatch clock;
+  const std::vector<Timed> runs = generate_many(s, reqs, pc.batch_size,
+                                                role + " repeat " + std::to_string(repeat + 1) + "/" +
+                                                    std::to_string(cfg_.repeats) + " prompt");
+  const double batch_wall_ms = clock.ms();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    samples.push_back(sample_line(pc.cell.key, role, prompts_[i], repeat, reqs[i].seed, runs[i]));
+    samples.back()["batch_size"] = pc.batch_size;
+    samples.back()["batch_wall_ms"] = batch_wall_ms;  // the repeat's throughput is over this (SideFigures)
+  }
 }
 
 void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples) {
   auto cand = reg::create(pc.cell.strategy, pc.resolved);
   std::unique_ptr<reg::Strategy> base;
   if (!pc.baseline.empty()) base = reg::create(pc.baseline, pc.baseline_params);
+  if (pc.batch_size > 1)
+    SD_CHECK(models_.target.model->ragged_batches(), cfg_.file, ": cell ", pc.cell.key, ": batch_size ",
+             pc.batch_size, " needs a target that takes ragged batches (the packed Llama engine: a Llama-architecture "
+             "model on the cpu with models.target.engine auto or packed); this one does not (use batch_size 1)");
   for (int64_t w = 0; w < cfg_.warmup; ++w) {
-    if (base) warmup(*base);
-    warmup(*cand);
+    if (base) warmup(*base, pc.batch_size);
+    warmup(*cand, pc.batch_size);
   }
-  for (int64_t r = 0; r < cfg_.repeats; ++r)
+  for (int64_t r = 0; r < cfg_.repeats; ++r) {
+    if (pc.batch_size > 1) {  // interleaved per repeat: the baseline's batch, then the candidate's
+      if (base) measure_batch(*base, pc, "baseline", r, samples);
+      measure_batch(*cand, pc, "candidate", r, samples);
+      continue;
+    }
     for (size_t i = 0; i < prompts_.size(); ++i) {
       // Interleaved: the baseline runs right before the candidate on the same prompt and seed.
       if (base) converse(*base, pc.cell.key, "baseline", i, r, samples);
       converse(*cand, pc.cell.key, "candidate", i, r, samples);
     }
+  }
   m = cell_metrics(pc, lines_of(samples, pc.cell.key, "candidate"), lines_of(samples, pc.cell.key, "baseline"),
                    models_.draft.has_value());
 }
@@ -546,17 +620,22 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     if (draft) r.draft = draft;
     return r;
   };
+  // The samples are drawn in batches (checks.batch_size) where the model and the drafter allow;
+  // each sample's tokens are its batch-1 generation's either way (strategy.h: generate_batch).
+  const bool trees = reg::strategy_needs(pc.cell.strategy, pc.resolved, models_.draft.has_value()).tree_drafts;
+  const int64_t batch = target->ragged_batches() ? k.batch_size : 1;
   const int64_t n_cand = std::max(k.first_token ? k.first_token_samples : 0, k.sequence ? k.sequence_samples : 0);
   std::vector<Tokens> cand_seqs, base_seqs;
   std::vector<TokenId> first;
-  for (int64_t j = 0; j < n_cand; ++j) {
-    const uint64_t seed = cfg_.seed + 1000003 + static_cast<uint64_t>(j);
-    const Timed t = generate(*cand, check_req(seed, true),
-                             "check sample " + std::to_string(j + 1) + "/" + std::to_string(n_cand));
+  std::vector<reg::Request> reqs;
+  for (int64_t j = 0; j < n_cand; ++j) reqs.push_back(check_req(cfg_.seed + 1000003 + static_cast<uint64_t>(j), true));
+  const std::vector<Timed> cand_runs = generate_many(*cand, reqs, trees ? 1 : batch, "check sample");
+  for (size_t j = 0; j < cand_runs.size(); ++j) {
+    const Timed& t = cand_runs[j];
     SD_CHECK(!t.result.tokens.empty(), "check run of ", pc.cell.key, " generated no token");
     first.push_back(t.result.tokens[0]);
     cand_seqs.push_back(t.result.tokens);
-    samples.push_back(sample_line(pc.cell.key, "check_candidate", p, 0, seed, t));
+    samples.push_back(sample_line(pc.cell.key, "check_candidate", p, 0, reqs[j].seed, t));
   }
   if (k.first_token) {
     const auto probs = first_token_probs(*target, p.tokens, reg::processor_config(pc.resolved));
@@ -567,12 +646,14 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   }
   if (!k.sequence) return;
   std::vector<double> ll_cand, ll_base;
+  reqs.clear();
+  for (int64_t j = 0; j < k.sequence_samples; ++j)  // seeds independent of the candidate's
+    reqs.push_back(check_req(cfg_.seed + 2000003 + static_cast<uint64_t>(j), false));
+  const std::vector<Timed> base_runs = generate_many(*base, reqs, batch, "check baseline");
   for (int64_t j = 0; j < k.sequence_samples; ++j) {
-    const uint64_t seed = cfg_.seed + 2000003 + static_cast<uint64_t>(j);  // independent of the candidate's
-    const Timed t = generate(*base, check_req(seed, false),
-                             "check baseline " + std::to_string(j + 1) + "/" + std::to_string(k.sequence_samples));
+    const Timed& t = base_runs[static_cast<size_t>(j)];
     base_seqs.push_back(t.result.tokens);
-    samples.push_back(sample_line(pc.cell.key, "check_baseline", p, 0, seed, t));
+    samples.push_back(sample_line(pc.cell.key, "check_baseline", p, 0, reqs[static_cast<size_t>(j)].seed, t));
     check_interrupt();
     ll_base.push_back(loglik(*target, p.tokens, base_seqs.back(), len));
     ll_cand.push_back(loglik(*target, p.tokens, cand_seqs[static_cast<size_t>(j)], len));

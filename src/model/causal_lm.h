@@ -93,9 +93,11 @@ class CausalLM {
   // start_pos: [B]    cache slot of tokens[b][0]; must be <= cache.length(b) (slots
   //                   >= start_pos[b] are overwritten, so a rollback is just a smaller start)
   // Writes K/V of the T fed tokens into slots start_pos[b] .. start_pos[b] + T - 1 and sets
-  // cache.length(b) = start_pos[b] + T (with options.n_fed: n_fed[b] instead of T). Every row of the result depends only on its own token,
-  // position and attended keys, never on the other rows: a tree row equals the same path fed
-  // as a chain, bit for bit (tests/integration/test_model_tree_smollm2.cpp).
+  // cache.length(b) = start_pos[b] + T (with options.n_fed: n_fed[b] instead of T). Every row
+  // of the result depends only on its own token, position and attended keys. On the packed
+  // Llama engine that holds bit for bit: a tree row equals the same path fed as a chain, and a
+  // batch row its batch-1 forward (tests/integration/test_model_tree_smollm2.cpp). GPT-2's and
+  // the ATen engine's GEMMs block by the number of rows, so there it holds to ~1e-6.
   virtual ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                 KVCache& cache, const ForwardOptions& options) = 0;
 
@@ -110,6 +112,9 @@ class CausalLM {
   // counted once (a tied head and embedding are one). With dtype native about the GGUF file's
   // size; float32 holds every weight dequantised. A layer subset holds none of its own.
   virtual int64_t resident_weight_bytes() const { return weight_bytes(); }
+  // Takes ragged batches (ForwardOptions::n_fed), which batched generation needs
+  // (strategies/batch.h). Only the packed Llama engine does; the others refuse n_fed.
+  virtual bool ragged_batches() const { return false; }
 };
 
 // How to load a model. `path` is a .gguf file, a Hugging Face directory (config.json +

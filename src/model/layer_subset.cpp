@@ -25,6 +25,7 @@ class LayerSubset final : public CausalLM {
     return base_->weight_bytes() * static_cast<int64_t>(keep_.size()) / base_->config().n_layers;
   }
   int64_t resident_weight_bytes() const override { return 0; }  // the base's weights, shared
+  bool ragged_batches() const override { return base_->ragged_batches(); }
 
  private:
   std::shared_ptr<CausalLM> base_;

@@ -262,6 +262,7 @@ class LlamaModel final : public CausalLM {
     const int64_t table = tok_embd_.defined() ? tok_embd_.numel() * 4 : embd_rows_.defined() ? embd_rows_.bytes() : 0;
     return weight_bytes() - cfg_.d_model * 4 + table;
   }
+  bool ragged_batches() const override { return true; }
 
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,

@@ -1,15 +1,16 @@
 #pragma once
-// A CausalLM that computes one prompt's prefill once and then hands it out: a plain forward of
-// one sequence from position 0 whose first tokens are that prompt copies their K/V entries and
-// logits rows instead of recomputing them, and runs the model on the rest only.
+// A CausalLM that computes one prompt's prefill once and then hands it out: in a plain forward
+// of one sequence, or of a ragged batch (ForwardOptions::n_fed), each sequence fed from position
+// 0 whose first tokens are that prompt gets their K/V entries and logits rows copied instead of
+// recomputed, and the model runs on the rest of the rows only.
 //
 // The harness's distribution checks run hundreds of two- or three-token generations (and as
 // many log-likelihood passes) from one prompt; without this each paid the whole prefill, ~95%
 // of a check's time. Every row of a forward depends only on its own token, position and
 // attended keys (causal_lm.h), so on the packed Llama engine the result is bit for bit the
 // inner model's; GPT-2's GEMMs block by the number of rows, which moves the last bit (~1e-7;
-// tests/unit/test_model_prefix_reuse.cpp). Anything else (a batch, a tree, positions, a layer
-// subset, hidden states, a later start) goes to the inner model unchanged.
+// tests/unit/test_model_prefix_reuse.cpp). Anything else (a dense batch, a tree, positions, a
+// layer subset, hidden states) goes to the inner model unchanged, as do rows with a later start.
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,7 @@ class PrefixReuse : public CausalLM {
   using CausalLM::forward;
   int64_t weight_bytes() const override { return inner_->weight_bytes(); }
   int64_t resident_weight_bytes() const override { return inner_->resident_weight_bytes(); }
+  bool ragged_batches() const override { return inner_->ragged_batches(); }
 
   // Fed tokens served from the stored prefill so far (the forwards it saved, in tokens).
   int64_t reused_tokens() const { return reused_tokens_; }

@@ -93,6 +93,9 @@ struct DrafterInfo {
   std::string description;               // one line
   std::vector<ParamSpec> params;         // the drafter's own parameters, with defaults
   bool needs_draft_model = false;        // true: Request::draft must be set
+  // true: may propose token trees, which batched generation (batch_size > 1) cannot verify
+  // (speculative_batch.cpp takes chains).
+  bool trees = false;
   std::function<std::unique_ptr<Drafter>(const DrafterContext&)> factory;
   // Addition (owner: drafter registry): range checks of the drafter's parameters (resolved
   // speculative params). Run when the speculative strategy is created, before any model is

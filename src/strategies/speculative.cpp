@@ -306,6 +306,7 @@ StrategyNeeds speculative_needs(const Params& resolved, bool have_draft_model) {
   StrategyNeeds needs;
   needs.drafter = resolve_drafter_name(resolved, have_draft_model);
   needs.draft_model = find_drafter(needs.drafter).needs_draft_model;
+  needs.tree_drafts = find_drafter(needs.drafter).trees;
   needs.draft_length = resolved.get_int("gamma");
   return needs;
 }

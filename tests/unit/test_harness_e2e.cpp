@@ -123,3 +123,90 @@ TEST(HarnessE2E, PlantedBugNeedsAStrategyThatVerifiesDrafts) {
   }
   fs::remove_all(out);
 }
+
+namespace {
+
+std::vector<nlohmann::json> sample_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::ifstream in(fs::path(out) / "samples.jsonl");
+  for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+}  // namespace
+
+// checks.batch_size only changes how the check samples are computed: batched (8 at a time, from
+// the shared prompt prefill) they are the same samples, token for token, as one at a time, so
+// the checks' statistics are the same too.
+TEST(HarnessE2E, BatchedChecksDrawTheSameSamplesAsOneAtATime) {
+  std::map<int64_t, std::vector<nlohmann::json>> checks, lines;
+  for (int64_t b : {1, 8}) {
+    const std::string out = (fs::temp_directory_path() / ("specdec_e2e_checks_b" + std::to_string(b))).string();
+    const auto r = run_tiny(out, {"plots=false", "sweep.temperature=[1.0]", "checks.first_token.samples=120",
+                                  "checks.sequence.samples=60", "checks.batch_size=" + std::to_string(b),
+                                  "strategies=[{name: speculative, params: {drafter: model}}]"});
+    EXPECT_TRUE(r.checks_passed);
+    const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
+    ASSERT_EQ(metrics["cells"].size(), 1u);
+    for (const auto& k : metrics["cells"][0]["checks"]) checks[b].push_back(k);
+    for (const auto& l : sample_lines(out))
+      if (l["role"].get<std::string>().rfind("check_", 0) == 0) lines[b].push_back(l);
+    fs::remove_all(out);
+  }
+  ASSERT_EQ(lines[1].size(), 120u + 60u);
+  ASSERT_EQ(lines[8].size(), lines[1].size());
+  for (size_t i = 0; i < lines[1].size(); ++i) {
+    EXPECT_EQ(lines[8][i]["role"], lines[1][i]["role"]) << i;
+    EXPECT_EQ(lines[8][i]["seed"], lines[1][i]["seed"]) << i;
+    EXPECT_EQ(lines[8][i]["tokens"], lines[1][i]["tokens"]) << i;
+  }
+  ASSERT_EQ(checks[1].size(), 2u);
+  ASSERT_EQ(checks[8].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(checks[8][i]["name"], checks[1][i]["name"]);
+    EXPECT_EQ(checks[8][i]["p_value"], checks[1][i]["p_value"]);
+  }
+}
+
+// sweep: {batch_size: [1, 2]}: every measured sequence's tokens are the same at batch size 1 and
+// 2 (greedy, sampling at T = 1, speculative decoding at T = 0 and 1), and a batched repeat's
+// throughput is its tokens over the batch's wall time, not over its sequences' summed times.
+TEST(HarnessE2E, BatchSizeSweepKeepsEveryTokenAndTimesTheBatch) {
+  const std::string out = (fs::temp_directory_path() / "specdec_e2e_batch").string();
+  const auto r = run_tiny(out, {"plots=false", "sweep={batch_size: [1, 2], temperature: [0, 1.0]}",
+                                "checks.first_token=false", "checks.sequence=false",
+                                "strategies=[{name: greedy, params: {temperature: 0}}, {name: sampling, params: {temperature: 1.0}}, "
+                                "{name: speculative, params: {drafter: model, gamma: 3}}]"});
+  EXPECT_TRUE(r.checks_passed);
+  EXPECT_EQ(r.n_finished, 2 + 2 + 2 * 2);  // greedy and sampling pin their temperature
+  std::map<std::string, nlohmann::json> by_key;  // cell without batch_size | role | prompt -> tokens
+  int64_t n_batched = 0;
+  for (const auto& l : sample_lines(out)) {
+    std::string cell = l["cell"].get<std::string>();
+    const bool batched = cell.find("batch_size=2") != std::string::npos;
+    for (const char* b : {"batch_size=1", "batch_size=2"})
+      if (const auto at = cell.find(b); at != std::string::npos) cell.erase(at, std::string(b).size());
+    const std::string key = cell + "|" + l["role"].get<std::string>() + "|" + l["prompt"].get<std::string>();
+    if (!batched) {
+      EXPECT_FALSE(l.contains("batch_wall_ms"));
+      by_key[key] = l["tokens"];
+      continue;
+    }
+    ++n_batched;
+    EXPECT_EQ(l["batch_size"].get<int64_t>(), 2);
+    EXPECT_GE(l["batch_wall_ms"].get<double>(), l["wall_ms"].get<double>());
+    ASSERT_TRUE(by_key.count(key)) << key;  // batch_size 1's cell ran first (sweep order)
+    EXPECT_EQ(l["tokens"], by_key.at(key)) << key;
+  }
+  EXPECT_GT(n_batched, 0);
+  const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
+  for (const auto& c : metrics["cells"]) {
+    if (c["key"].get<std::string>().find("batch_size=2") == std::string::npos) continue;
+    double tokens = 0, wall = 0;
+    for (const auto& l : sample_lines(out))
+      if (l["cell"] == c["key"] && l["role"] == "candidate")
+        tokens += l["n_generated"].get<double>(), wall = l["batch_wall_ms"].get<double>();
+    EXPECT_NEAR(c["tok_s"]["median"].get<double>(), 1000 * tokens / wall, 1e-6 * 1000 * tokens / wall) << c["key"];
+  }
+  fs::remove_all(out);
+}

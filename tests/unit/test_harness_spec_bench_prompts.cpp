@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "harness/experiment.h"
 #include "harness/paths.h"
+#include "harness/plan.h"
 
 using namespace specdec;
 using namespace specdec::harness;
@@ -398,17 +399,19 @@ TEST(SpecBenchPrompts, ConfigErrorsNameKeyAndValue) {
 }
 
 TEST(SpecBenchPrompts, ShippedExperimentsParse) {
-  // Every shipped experiment parses; the Spec-Bench ones select evenly over the six groups.
+  // Every shipped experiment parses and plans; the Spec-Bench ones select evenly over the six
+  // groups (or over the groups they pick: the batch-scaling runs take four).
   int n_spec_bench = 0;
   for (const auto& e : fs::directory_iterator(std::string(SPECDEC_SOURCE_DIR) + "/experiments")) {
     if (e.path().extension() != ".yaml") continue;
     SCOPED_TRACE(e.path().string());
     ExperimentConfig c;
     ASSERT_NO_THROW(c = load_experiment(e.path().string()));
+    EXPECT_NO_THROW(make_plan(c, false));
     if (c.prompts_file.find("spec_bench.jsonl") == std::string::npos) continue;
     ++n_spec_bench;
     const auto groups = count_by(c.prompts, false);
-    EXPECT_EQ(groups.size(), 6u);
+    EXPECT_EQ(groups.size(), c.name.rfind("batch_scaling", 0) == 0 ? 4u : 6u);
     for (const auto& [g, n] : groups) EXPECT_EQ(n, groups.begin()->second) << g;
   }
   EXPECT_GE(n_spec_bench, 1);

@@ -94,3 +94,57 @@ TEST(HarnessSweep, PromptInterleaveNeedsOneSharedBaseline) {
                 .find("use interleave: cell"),
             std::string::npos);
 }
+
+// batch_size is the harness's own parameter: every strategy takes it (sweep, params, top level),
+// it shows in the cell key and PlannedCell::batch_size, and never reaches the strategy's params.
+// What batched runs cannot do is refused at plan time, naming the cell or the key.
+TEST(HarnessSweep, BatchSizeIsASweepableHarnessKey) {
+  auto plan_of = [](const std::string& yaml) { return specdec::harness::make_plan(parse_experiment(yaml, "b.yaml"), false); };
+  auto error_of = [&](const std::string& yaml) -> std::string {
+    try {
+      plan_of(yaml);
+    } catch (const specdec::Error& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  const std::string head = "models: {target: tiny-llama, draft: tiny-llama}\nprompts: [a, b]\n";
+  const auto plan = plan_of(head +
+                            "strategies: [greedy, {name: speculative, label: pinned, params: {batch_size: 2}}, "
+                            "{name: speculative, params: {drafter: ngram}}]\n"
+                            "sweep: {batch_size: [1, 4]}\nbatch_size: 3\n");
+  ASSERT_EQ(plan.cells.size(), 2u + 1u + 2u);
+  EXPECT_EQ(plan.cells[0].cell.key, "greedy|batch_size=1");
+  EXPECT_EQ(plan.cells[0].batch_size, 1);
+  EXPECT_EQ(plan.cells[1].batch_size, 4);
+  EXPECT_EQ(plan.cells[2].cell.key, "pinned|batch_size=2");  // pinned wins over the sweep
+  EXPECT_EQ(plan.cells[2].batch_size, 2);
+  for (const auto& pc : plan.cells) EXPECT_FALSE(pc.resolved.has("batch_size")) << pc.cell.key;
+  const auto top = plan_of(head + "strategies: [greedy]\nbatch_size: 3\n");
+  EXPECT_EQ(top.cells[0].batch_size, 3);
+  EXPECT_EQ(top.cells[0].cell.key, "greedy|");
+  EXPECT_NE(format_plan(parse_experiment(head + "strategies: [greedy]\nbatch_size: 3\n", "b.yaml"), top)
+                .find("batch_size 3"),
+            std::string::npos);
+
+  const std::string zero = error_of(head + "strategies: [greedy]\nsweep: {batch_size: [1, 0]}\n");
+  EXPECT_NE(zero.find("sweep.batch_size"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("'0'"), std::string::npos) << zero;
+  const std::string pinned = error_of(head + "strategies: [{name: greedy, params: {batch_size: two}}]\n");
+  EXPECT_NE(pinned.find("strategies[0].params"), std::string::npos) << pinned;
+  EXPECT_NE(pinned.find("'two'"), std::string::npos) << pinned;
+  for (const char* bad : {"batch_size: 0\n", "batch_size: 1025\n", "checks: {batch_size: 0}\n"}) {
+    const std::string e = error_of(head + "strategies: [greedy]\n" + bad);
+    EXPECT_NE(e.find("batch_size"), std::string::npos) << bad << ": " << e;
+  }
+  const std::string tree = error_of(head + "strategies: [{name: speculative, params: {drafter: tree}}]\nbatch_size: 2\n");
+  EXPECT_NE(tree.find("token trees"), std::string::npos) << tree;
+  EXPECT_NE(tree.find("speculative|"), std::string::npos) << tree;  // names the cell
+  const std::string turns = error_of(
+      "models: {target: tiny-llama}\nprompts: [{turns: [a, b], chat: true}]\n"
+      "strategies: [greedy]\nbatch_size: 2\n");
+  EXPECT_NE(turns.find("single-turn"), std::string::npos) << turns;
+  const std::string prompt_mode = error_of(head + "interleave: prompt\nstrategies: [{name: speculative, params: "
+                                                  "{drafter: ngram, temperature: 0}}]\nbatch_size: 2\n");
+  EXPECT_NE(prompt_mode.find("interleave: cell"), std::string::npos) << prompt_mode;
+}

@@ -131,6 +131,67 @@ TEST_P(PrefixReuseTiny, PassesEverythingElseThrough) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, PrefixReuseTiny, ::testing::Values("llama", "gpt2"));
 
+// A ragged batch (batched generation's forward, strategies/batch.h) on the packed Llama engine:
+// rows from position 0 that start with the prefix are served from it, the others (a later
+// start, another prompt, an idle slot) run as they are; every fed row's logits and every
+// slot's K/V equal the inner model's ragged forward bit for bit, also in the next step.
+TEST(PrefixReuse, RaggedBatchRowsEqualTheInnerModelBitForBit) {
+  auto base = make_tiny_llama(tiny_llama_config(), 3);
+  const int64_t V = base->config().n_vocab;
+  const auto prompt = random_ids(11, V, 21);
+  PrefixReuse reuse(base, prompt);
+  ASSERT_TRUE(reuse.ragged_batches());
+  auto extended = prompt;
+  for (int64_t x : random_ids(3, V, 22)) extended.push_back(x);
+  const auto other = random_ids(6, V, 23);
+  // slot 0: prompt + 3 tokens; 1: 4 prompt tokens; 2: decodes 2 tokens after a 5-token prefill
+  // of the prompt; 3: idle; 4: another prompt.
+  const std::vector<std::vector<int64_t>> fed = {extended, {prompt.begin(), prompt.begin() + 4}, random_ids(2, V, 24),
+                                                 {}, other};
+  const int64_t B = static_cast<int64_t>(fed.size()), T = 14;
+  KVCache a = reuse.make_cache(B, 20), b = base->make_cache(B, 20);
+  for (KVCache* c : {&a, &b}) {  // slot 2's earlier prefill, on the inner model for both
+    ForwardOptions o;
+    o.n_fed = {0, 0, 5, 0, 0};
+    at::Tensor ids = at::zeros({B, 5}, at::kLong);
+    ids[2].copy_(row(prompt)[0].narrow(0, 0, 5));
+    base->forward(ids, {0, 0, 0, 0, 0}, *c, o);
+  }
+  ForwardOptions o;
+  at::Tensor ids = at::zeros({B, T}, at::kLong);
+  for (int64_t i = 0; i < B; ++i) {
+    o.n_fed.push_back(static_cast<int64_t>(fed[static_cast<size_t>(i)].size()));
+    if (!fed[static_cast<size_t>(i)].empty()) ids[i].narrow(0, 0, o.n_fed.back()).copy_(row(fed[static_cast<size_t>(i)])[0]);
+  }
+  const std::vector<int64_t> start = {0, 0, 5, 0, 0};
+  const at::Tensor x = reuse.forward(ids, start, a, o).logits, y = base->forward(ids, start, b, o).logits;
+  EXPECT_TRUE(same(x, y));
+  EXPECT_EQ(reuse.reused_tokens(), 11 + 4);
+  // The next step: every slot decodes one token; then compare every slot's cache.
+  ForwardOptions o2;
+  o2.n_fed = {1, 1, 1, 1, 1};
+  std::vector<int64_t> start2;
+  for (int64_t i = 0; i < B; ++i) {
+    EXPECT_EQ(a.length(i), b.length(i)) << "slot " << i;
+    start2.push_back(b.length(i));
+  }
+  const at::Tensor next = at::tensor(random_ids(B, V, 25), at::kLong).view({B, 1});
+  EXPECT_TRUE(same(reuse.forward(next, start2, a, o2).logits, base->forward(next, start2, b, o2).logits));
+  for (int64_t i = 0; i < B; ++i) {
+    ASSERT_EQ(a.length(i), b.length(i)) << "slot " << i;
+    for (int64_t l = 0; l < a.n_layers(); ++l) {
+      EXPECT_TRUE(same(a.k(l)[i].narrow(1, 0, a.length(i)), b.k(l)[i].narrow(1, 0, b.length(i)))) << "slot " << i;
+      EXPECT_TRUE(same(a.v(l)[i].narrow(1, 0, a.length(i)), b.v(l)[i].narrow(1, 0, b.length(i)))) << "slot " << i;
+    }
+  }
+  EXPECT_EQ(reuse.reused_tokens(), 11 + 4);  // a later start reuses nothing
+}
+
+TEST(PrefixReuse, TellsWhetherItsModelTakesRaggedBatches) {
+  EXPECT_TRUE(PrefixReuse(make_tiny_llama(), {1, 2}).ragged_batches());
+  EXPECT_FALSE(PrefixReuse(make_tiny_gpt2(tiny_gpt2_config(), 3), {1, 2}).ragged_batches());
+}
+
 TEST(PrefixReuse, RefusesAnEmptyPrefixOrNoModel) {
   EXPECT_THROW(PrefixReuse(make_tiny_llama(), {}), std::exception);
   EXPECT_THROW(PrefixReuse(nullptr, {1, 2}), std::exception);
