@@ -371,7 +371,10 @@ class CellRunner {
   void sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
   static std::vector<double> first_token_probs(model::CausalLM& target, const Tokens& prompt,
                                                const sampling::ProcessorConfig& proc);
-  static double loglik(model::CausalLM& target, const Tokens& prompt, const Tokens& gen, int64_t length);
+  // Raw target log-likelihood of the first `length` tokens of each generation after `prompt`,
+  // `batch` generations per ragged forward (1: one forward each).
+  static std::vector<double> logliks(model::CausalLM& target, const Tokens& prompt, const std::vector<Tokens>& gens,
+                                     int64_t length, int64_t batch);
 
   const ExperimentConfig& cfg_;
   const Models& models_;
@@ -582,19 +585,47 @@ std::vector<double> CellRunner::first_token_probs(model::CausalLM& target, const
   return std::vector<double>(d, d + p.numel());
 }
 
-// Raw (unprocessed) target log-likelihood of the first `length` generated tokens.
-double CellRunner::loglik(model::CausalLM& target, const Tokens& prompt, const Tokens& gen, int64_t length) {
-  const int64_t n = std::min<int64_t>(length, static_cast<int64_t>(gen.size()));
-  if (n == 0) return 0;
-  std::vector<int64_t> all(prompt.begin(), prompt.end());
-  all.insert(all.end(), gen.begin(), gen.begin() + n);
-  model::KVCache cache = target.make_cache(1, static_cast<int64_t>(all.size()));
-  const at::Tensor ids = at::tensor(all, at::kLong).view({1, -1});
-  const at::Tensor logits = target.forward(ids, {0}, cache)[0];  // [T, V]
-  const int64_t np = static_cast<int64_t>(prompt.size());
-  const at::Tensor lp = at::log_softmax(logits.narrow(0, np - 1, n).to(at::kDouble), -1);  // [n, V]
-  const at::Tensor tgt = at::tensor(std::vector<int64_t>(gen.begin(), gen.begin() + n), at::kLong).view({-1, 1});
-  return lp.gather(1, tgt).sum().item<double>();
+// Raw (unprocessed) target log-likelihoods. Every row of the packed engine's forward is computed
+// alone, so a batched value equals the one-at-a-time value bit for bit.
+std::vector<double> CellRunner::logliks(model::CausalLM& target, const Tokens& prompt, const std::vector<Tokens>& gens,
+                                        int64_t length, int64_t batch) {
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  std::vector<double> out;
+  for (size_t i0 = 0; i0 < gens.size(); i0 += static_cast<size_t>(batch)) {
+    check_interrupt();
+    const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(gens.size() - i0));
+    std::vector<int64_t> n(B);
+    int64_t T = P;
+    for (int64_t b = 0; b < B; ++b) {
+      n[b] = std::min<int64_t>(length, static_cast<int64_t>(gens[i0 + b].size()));
+      T = std::max(T, P + n[b]);
+    }
+    if (B == 1 && n[0] == 0) {
+      out.push_back(0);
+      continue;
+    }
+    at::Tensor ids = at::zeros({B, T}, at::kLong);  // [B, T]: prompt + generation, ragged
+    model::ForwardOptions opt;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t* row = ids.data_ptr<int64_t>() + b * T;
+      std::copy(prompt.begin(), prompt.end(), row);
+      std::copy(gens[i0 + b].begin(), gens[i0 + b].begin() + n[b], row + P);
+      if (B > 1) opt.n_fed.push_back(P + n[b]);
+    }
+    model::KVCache cache = target.make_cache(B, T);
+    const at::Tensor logits = target.forward(ids, std::vector<int64_t>(B, 0), cache, opt).logits;  // [B, T, V]
+    for (int64_t b = 0; b < B; ++b) {
+      if (n[b] == 0) {
+        out.push_back(0);
+        continue;
+      }
+      const at::Tensor lp = at::log_softmax(logits[b].narrow(0, P - 1, n[b]).to(at::kDouble), -1);  // [n, V]
+      const Tokens& g = gens[i0 + b];
+      const at::Tensor tgt = at::tensor(std::vector<int64_t>(g.begin(), g.begin() + n[b]), at::kLong).view({-1, 1});
+      out.push_back(lp.gather(1, tgt).sum().item<double>());
+    }
+  }
+  return out;
 }
 
 void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples) {
@@ -645,7 +676,6 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     m.checks.push_back(out);
   }
   if (!k.sequence) return;
-  std::vector<double> ll_cand, ll_base;
   reqs.clear();
   for (int64_t j = 0; j < k.sequence_samples; ++j)  // seeds independent of the candidate's
     reqs.push_back(check_req(cfg_.seed + 2000003 + static_cast<uint64_t>(j), false));
@@ -654,11 +684,10 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     const Timed& t = base_runs[static_cast<size_t>(j)];
     base_seqs.push_back(t.result.tokens);
     samples.push_back(sample_line(pc.cell.key, "check_baseline", p, 0, reqs[static_cast<size_t>(j)].seed, t));
-    check_interrupt();
-    ll_base.push_back(loglik(*target, p.tokens, base_seqs.back(), len));
-    ll_cand.push_back(loglik(*target, p.tokens, cand_seqs[static_cast<size_t>(j)], len));
   }
   cand_seqs.resize(static_cast<size_t>(k.sequence_samples));
+  const std::vector<double> ll_base = logliks(*target, p.tokens, base_seqs, len, batch);
+  const std::vector<double> ll_cand = logliks(*target, p.tokens, cand_seqs, len, batch);
   auto out = sequence_check(base_seqs, cand_seqs, ll_base, ll_cand, len, k.significance);
   out.detail = "prompt " + p.item->id + "; " + out.detail;
   m.checks.push_back(out);

@@ -80,10 +80,11 @@ ForwardResult PrefixReuse::forward(const at::Tensor& tokens, const std::vector<i
     inner_logits = inner_->forward(rest_tokens.to(tokens.device()), from, cache, o).logits;
   }
   ForwardResult out;
-  out.logits = at::zeros({B, T, logits_.size(1)}, logits_.options());  // unfed rows stay zero, as the engine's
+  out.logits = at::empty({B, T, logits_.size(1)}, logits_.options());
   for (int64_t b = 0; b < B; ++b) {
     if (m[b] > 0) out.logits[b].narrow(0, 0, m[b]).copy_(logits_.narrow(0, 0, m[b]));
     if (n[b] > m[b]) out.logits[b].narrow(0, m[b], n[b] - m[b]).copy_(inner_logits[b].narrow(0, 0, n[b] - m[b]));
+    if (n[b] < T) out.logits[b].narrow(0, n[b], T - n[b]).zero_();  // unfed rows are zero, as the engine's
   }
   return out;
 }
