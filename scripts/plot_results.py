@@ -13,7 +13,8 @@ Reads metrics.json and writes next to it:
                               categories only)
   batch_scaling.png           runs with several batch sizes (batch_size swept): tok/s of each
                               strategy and of its autoregressive baseline, the speedup, and the
-                              share of wall time in the target's verification forward, vs batch size
+                              share of wall time in target forwards that verify (or decode) without
+                              prefilling a prompt, vs batch size
 Uses Debian's python3-matplotlib (run with /usr/bin/python3, not a venv python).
 """
 import json
@@ -163,8 +164,10 @@ def plot_batch_scaling(cells, out):
             axes[2].plot(b, [verify_share(c["baseline_phases"]) for c in cs], marker="x", linestyle="--",
                          color=line.get_color(), label=f"{name}: baseline")
     axes[1].axhline(1.0, color="grey", linewidth=0.8)
-    titles = ["Throughput (all sequences)", "Speedup over autoregressive", "Share of time in the target forward"]
-    ylabels = ["tokens / s", "speedup (tok/s ratio, same batch size)", "verify phase / wall"]
+    titles = ["Throughput (all sequences)", "Speedup over autoregressive",
+              "Share of time in verification forwards"]
+    ylabels = ["tokens / s", "speedup (tok/s ratio, same batch size)",
+               "verify phase / wall (rounds that prefill a prompt: prefill)"]
     for ax, t, y in zip(axes, titles, ylabels):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")

@@ -153,7 +153,11 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     }
     // 2. score: one ragged target forward for every active sequence
     const at::Tensor logits = forward_batch(target, cache, fed, start);  // [B, T, V]
-    const double ms_verify = phase.charge(&PhaseTimes::verify);
+    // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
+    // (the others' verification rows ride along); a pure verification round as verify.
+    const bool prefill =
+        std::any_of(active.begin(), active.end(), [](const SpecSequence* s) { return !s->prefill.empty(); });
+    const double ms_verify = phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
     // 3. verify: every chain in one kernel call
     std::vector<at::Tensor> p, rows;
     for (size_t i = 0; i < active.size(); ++i) {

@@ -84,6 +84,31 @@ TEST(Batch, SpeculativeEqualsEachRequestAlone) {
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, create("greedy", P({}))->generate(reqs[i], {}).tokens);
 }
 
+// Phases of batched sequences are charged as batch-1 runs charge them: the forward that prefills
+// a sequence's prompt (shared with the others' rows) as prefill, later target forwards as verify
+// (autoregressive: one decode step; speculative: one verification round); each sequence's phases
+// add up to its wall time from when it joined.
+TEST(Batch, APromptsForwardIsPrefillAndLaterForwardsVerify) {
+  std::vector<Request> reqs = tiny_requests();
+  for (Request& r : reqs) r.draft = tiny(12);
+  BatchOptions opt;
+  opt.batch_size = 2;
+  for (const char* strategy : {"greedy", "speculative"}) {
+    const Params p = std::string(strategy) == "greedy" ? P({}) : P({{"temperature", "0"}, {"drafter", "model"}});
+    const auto got = create(strategy, p)->generate_batch(reqs, opt, {});
+    double verify = 0;  // a round where another sequence joins is prefill for all: summed over sequences
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      SCOPED_TRACE(std::string(strategy) + " request " + std::to_string(i));
+      const Stats& st = got[i].stats;
+      if (reqs[i].stop.max_new_tokens == 0) continue;  // never joined a forward
+      EXPECT_GT(st.phase_ms.prefill, 0);
+      verify += st.phase_ms.verify;
+      EXPECT_NEAR(st.phase_ms.sum(), st.ms_total, 0.05 * st.ms_total + 0.5);
+    }
+    EXPECT_GT(verify, 0) << strategy;
+  }
+}
+
 TEST(Batch, SpeculativeRefusesTreesByName) {
   std::vector<Request> reqs = tiny_requests();
   for (Request& r : reqs) r.draft = tiny(12);
