@@ -340,7 +340,8 @@ void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
     inline_list.reset(n);
   } else {
     c.check_keys(n, "prompts",
-                 {"file", "inline", "chat", "groups", "per_category", "seed", "categories", "range", "limit", "turns"});
+                 {"file", "inline", "chat", "groups", "per_category", "seed", "categories", "range", "limit",
+                  "turns"});
     if (n["chat"]) chat = c.boolean(n["chat"], "prompts.chat");
     if (n["limit"]) limit = c.integer(n["limit"], "prompts.limit", 0, 1000000);
     if (n["turns"]) turns = c.integer(n["turns"], "prompts.turns", 1, 1000000);
@@ -409,7 +410,8 @@ void parse_prompts(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
   }
   if (limit > 0 && static_cast<int64_t>(cfg.prompts.size()) > limit) cfg.prompts.resize(static_cast<size_t>(limit));
   for (auto& p : cfg.prompts)
-    if (turns > 0 && static_cast<int64_t>(p.follow_ups.size()) >= turns) p.follow_ups.resize(static_cast<size_t>(turns - 1));
+    if (turns > 0 && static_cast<int64_t>(p.follow_ups.size()) >= turns)
+      p.follow_ups.resize(static_cast<size_t>(turns - 1));
   if (cfg.prompts.empty()) c.bad("prompts", "no prompts (give a list, prompts.inline or prompts.file)");
 }
 
@@ -760,7 +762,8 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     << cfg.max_new_tokens << YAML::Key << "stop" << YAML::Value << YAML::Flow << cfg.stop << YAML::Key << "eos"
     << YAML::Value << cfg.eos << YAML::Key << "timeout_s" << YAML::Value << cfg.timeout_s << YAML::Key << "plots"
     << YAML::Value << cfg.plots;
-  if (cfg.batch_size != 1) e << YAML::Key << "batch_size" << YAML::Value << cfg.batch_size;  // absent: older runs resume
+  // Written only when set, so runs from before the key resume.
+  if (cfg.batch_size != 1) e << YAML::Key << "batch_size" << YAML::Value << cfg.batch_size;
   if (!cfg.report_context.empty())
     e << YAML::Key << "report" << YAML::Value << YAML::BeginMap << YAML::Key << "context" << YAML::Value
       << cfg.report_context << YAML::EndMap;

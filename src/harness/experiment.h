@@ -110,9 +110,9 @@ void check_experiment_name(const std::string& name, const std::string& where);
 // Deepest nesting accepted in an experiment YAML (and in --set values), and the most nodes
 // (aliases counted at every use, so a "billion laughs" file is refused).
 constexpr int k_max_yaml_depth = 256;
+constexpr int64_t k_max_yaml_nodes = 1000000;
 // The largest batch_size (experiment, per strategy, sweep, checks) accepted.
 constexpr int64_t k_max_batch_size = 1024;
-constexpr int64_t k_max_yaml_nodes = 1000000;
 
 // Reads and parses `path`; `overrides` are "key.path=value" strings (value is YAML, so
 // "sweep.gamma=[1,2]" works) applied to the tree before parsing.

@@ -359,9 +359,11 @@ class CellRunner {
   reg::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new, bool candidate = false) const;
   Timed generate(reg::Strategy& s, const reg::Request& req, const std::string& what);
   // One Timed per request, batch_size at a time through Strategy::generate_batch (1: generate()
-  // one after another). A Timed's wall and TTFT are its sequence's, from when it joined the batch.
+  // one after another), `per_call` requests per call (0: all in one, so the batch never drains
+  // between calls; checks use a few batches' worth, so an interrupt is seen soon). A Timed's wall
+  // and TTFT are its sequence's, from when it joined the batch.
   std::vector<Timed> generate_many(reg::Strategy& s, const std::vector<reg::Request>& reqs, int64_t batch_size,
-                                   const std::string& what);
+                                   const std::string& what, size_t per_call);
   json sample_line(const std::string& cell_key, const std::string& role, const EncodedPrompt& p, int64_t repeat,
                    uint64_t seed, const Timed& t) const;
   void measure(const PlannedCell& pc, CellMetrics& m, std::vector<json>& samples);
@@ -419,15 +421,15 @@ CellRunner::Timed CellRunner::generate(reg::Strategy& s, const reg::Request& req
 }
 
 std::vector<CellRunner::Timed> CellRunner::generate_many(reg::Strategy& s, const std::vector<reg::Request>& reqs,
-                                                         int64_t batch_size, const std::string& what) {
+                                                         int64_t batch_size, const std::string& what,
+                                                         size_t per_call) {
   std::vector<Timed> out;
   const auto label = [&](size_t i) { return what + " " + std::to_string(i + 1) + "/" + std::to_string(reqs.size()); };
   if (batch_size <= 1) {
     for (size_t i = 0; i < reqs.size(); ++i) out.push_back(generate(s, reqs[i], label(i)));
     return out;
   }
-  // A few batches' worth per call: refill keeps the batch full, and an interrupt is seen soon.
-  const size_t chunk = static_cast<size_t>(4 * batch_size);
+  const size_t chunk = per_call > 0 ? per_call : reqs.size();
   for (size_t i0 = 0; i0 < reqs.size(); i0 += chunk) {
     check_interrupt();
     const std::vector<reg::Request> part(reqs.begin() + i0, reqs.begin() + std::min(reqs.size(), i0 + chunk));
@@ -537,7 +539,8 @@ void CellRunner::measure_batch(reg::Strategy& s, const PlannedCell& pc, const st
   Stopwatch clock;
   const std::vector<Timed> runs = generate_many(s, reqs, pc.batch_size,
                                                 role + " repeat " + std::to_string(repeat + 1) + "/" +
-                                                    std::to_string(cfg_.repeats) + " prompt");
+                                                    std::to_string(cfg_.repeats) + " prompt",
+                                                0);
   const double batch_wall_ms = clock.ms();
   for (size_t i = 0; i < runs.size(); ++i) {
     samples.push_back(sample_line(pc.cell.key, role, prompts_[i], repeat, reqs[i].seed, runs[i]));
@@ -660,7 +663,8 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   std::vector<TokenId> first;
   std::vector<reg::Request> reqs;
   for (int64_t j = 0; j < n_cand; ++j) reqs.push_back(check_req(cfg_.seed + 1000003 + static_cast<uint64_t>(j), true));
-  const std::vector<Timed> cand_runs = generate_many(*cand, reqs, trees ? 1 : batch, "check sample");
+  const std::vector<Timed> cand_runs = generate_many(*cand, reqs, trees ? 1 : batch, "check sample",
+                                                     static_cast<size_t>(4 * batch));
   for (size_t j = 0; j < cand_runs.size(); ++j) {
     const Timed& t = cand_runs[j];
     SD_CHECK(!t.result.tokens.empty(), "check run of ", pc.cell.key, " generated no token");
@@ -679,7 +683,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   reqs.clear();
   for (int64_t j = 0; j < k.sequence_samples; ++j)  // seeds independent of the candidate's
     reqs.push_back(check_req(cfg_.seed + 2000003 + static_cast<uint64_t>(j), false));
-  const std::vector<Timed> base_runs = generate_many(*base, reqs, batch, "check baseline");
+  const std::vector<Timed> base_runs = generate_many(*base, reqs, batch, "check baseline", static_cast<size_t>(4 * batch));
   for (int64_t j = 0; j < k.sequence_samples; ++j) {
     const Timed& t = base_runs[static_cast<size_t>(j)];
     base_seqs.push_back(t.result.tokens);
