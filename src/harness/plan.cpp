@@ -129,7 +129,7 @@ reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c) {
 }
 
 // What a cell measured with batch_size > 1 needs (the engine is checked when the model is loaded).
-void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc, const reg::StrategyNeeds& needs, size_t entry) {
+void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc, size_t entry) {
   const std::string where = cfg.file + ": strategies[" + std::to_string(entry) + "] (" + pc.cell.key +
                             "): batch_size " + std::to_string(pc.batch_size);
   if (cfg.interleave == "prompt")
@@ -137,9 +137,6 @@ void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc, const reg
   for (const auto& p : cfg.prompts)
     if (!p.follow_ups.empty())
       fail(where, ": prompt ", p.id, " has follow-up turns; batched runs take single-turn prompts");
-  if (needs.tree_drafts)
-    fail(where, ": drafter '", needs.drafter,
-         "' proposes token trees, and batched verification takes chains (use batch_size 1)");
 }
 
 void fill_baseline(PlannedCell& pc) {
@@ -241,7 +238,7 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
            needs.drafter.empty() ? "" : " (drafter '" + needs.drafter + "')", " needs a draft model: set models.draft");
     const auto batch = cell.params.find(k_batch_size_param);
     pc.batch_size = batch == cell.params.end() ? cfg.batch_size : parse_batch_size(batch->second, cfg.file);
-    if (pc.batch_size > 1) check_batched(cfg, pc, needs, strategy_index(cfg, cell.label));
+    if (pc.batch_size > 1) check_batched(cfg, pc, strategy_index(cfg, cell.label));
     fill_baseline(pc);
     pc.checked = std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cell.strategy) !=
                  cfg.checks.strategies.end();

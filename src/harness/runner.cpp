@@ -656,14 +656,13 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   };
   // The samples are drawn in batches (checks.batch_size) where the model and the drafter allow;
   // each sample's tokens are its batch-1 generation's either way (strategy.h: generate_batch).
-  const bool trees = reg::strategy_needs(pc.cell.strategy, pc.resolved, models_.draft.has_value()).tree_drafts;
   const int64_t batch = target->ragged_batches() ? k.batch_size : 1;
   const int64_t n_cand = std::max(k.first_token ? k.first_token_samples : 0, k.sequence ? k.sequence_samples : 0);
   std::vector<Tokens> cand_seqs, base_seqs;
   std::vector<TokenId> first;
   std::vector<reg::Request> reqs;
   for (int64_t j = 0; j < n_cand; ++j) reqs.push_back(check_req(cfg_.seed + 1000003 + static_cast<uint64_t>(j), true));
-  const std::vector<Timed> cand_runs = generate_many(*cand, reqs, trees ? 1 : batch, "check sample",
+  const std::vector<Timed> cand_runs = generate_many(*cand, reqs, batch, "check sample",
                                                      static_cast<size_t>(4 * batch));
   for (size_t j = 0; j < cand_runs.size(); ++j) {
     const Timed& t = cand_runs[j];

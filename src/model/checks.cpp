@@ -51,6 +51,9 @@ void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_
 }
 
 void refuse_ragged(const std::string& who, const at::Tensor& tokens, const ForwardOptions& o) {
+  SD_CHECK(o.parents.empty() || static_cast<int64_t>(o.parents.size()) == o.tree_cached + tokens.size(1), who,
+           ": a tree per sequence (", o.parents.size(), " parent entries for ", tokens.size(0), " x ",
+           o.tree_cached + tokens.size(1), " nodes) is not supported by this engine; use the packed llama engine");
   for (size_t b = 0; b < o.n_fed.size(); ++b)
     SD_CHECK(o.n_fed[b] == tokens.size(1), who, ": ragged batches (ForwardOptions::n_fed[", b, "] = ", o.n_fed[b],
              " < T = ", tokens.size(1), ") are not supported by this engine; use the packed llama engine");
@@ -65,12 +68,12 @@ void check_forward_options(const std::string& who, const ModelConfig& cfg, const
   SD_CHECK(o.tree_cached >= 0 && (o.tree_cached == 0 || !o.parents.empty()), who, ": tree_cached = ",
            o.tree_cached, " needs a tree (parents) and must be >= 0");
   if (!o.parents.empty()) {
-    const int64_t n = o.tree_cached + T;
-    SD_CHECK(static_cast<int64_t>(o.parents.size()) == n, who, ": tree has ", o.parents.size(),
-             " parent entries for ", o.tree_cached, " cached + ", T, " fed tokens");
-    for (int64_t t = 0; t < n; ++t)
-      SD_CHECK(o.parents[t] >= -1 && o.parents[t] < t, who, ": tree parents[", t, "] = ", o.parents[t],
-               " must be in [-1, ", t, ") (a token's parent comes before it; -1 = follows the cache)");
+    const int64_t n = o.tree_cached + T, size = static_cast<int64_t>(o.parents.size());
+    SD_CHECK(size == n || size == B * n, who, ": tree has ", size, " parent entries for ", o.tree_cached,
+             " cached + ", T, " fed tokens (one tree: ", n, " entries; one per sequence: ", B, " x ", n, ")");
+    for (int64_t i = 0; i < size; ++i)
+      SD_CHECK(o.parents[i] >= -1 && o.parents[i] < i % n, who, ": tree parents[", i, "] = ", o.parents[i],
+               " must be in [-1, ", i % n, ") (a token's parent comes before it; -1 = follows the cache)");
   }
   if (!o.positions.empty()) {
     SD_CHECK(static_cast<int64_t>(o.positions.size()) == B * T, who, ": ", o.positions.size(),
@@ -89,24 +92,33 @@ void check_forward_options(const std::string& who, const ModelConfig& cfg, const
            " must be -1 (none) or in [0, ", cfg.n_layers, ")");
 }
 
+const int32_t* tree_of(const ForwardOptions& o, int64_t b, int64_t T) {
+  if (o.parents.empty()) return nullptr;
+  const int64_t n = o.tree_cached + T;
+  return o.parents.data() + (static_cast<int64_t>(o.parents.size()) == n ? 0 : b * n);
+}
+
 std::vector<int64_t> fed_positions(const std::vector<int64_t>& start_pos, int64_t T, const ForwardOptions& o) {
   if (!o.positions.empty()) return o.positions;
   const int64_t c = o.tree_cached, n = c + T;
-  std::vector<int64_t> depth(n);
-  for (int64_t t = 0; t < n; ++t)
-    depth[t] = o.parents.empty() ? t : (o.parents[t] < 0 ? 0 : depth[o.parents[t]] + 1);
-  std::vector<int64_t> pos;
+  std::vector<int64_t> depth(n), pos;
   pos.reserve(start_pos.size() * T);
-  for (int64_t start : start_pos)
-    for (int64_t t = 0; t < T; ++t) pos.push_back(start - c + depth[c + t]);
+  for (size_t b = 0; b < start_pos.size(); ++b) {
+    const int32_t* parents = tree_of(o, static_cast<int64_t>(b), T);
+    for (int64_t t = 0; t < n; ++t) depth[t] = !parents ? t : (parents[t] < 0 ? 0 : depth[parents[t]] + 1);
+    for (int64_t t = 0; t < T; ++t) pos.push_back(start_pos[b] - c + depth[c + t]);
+  }
   return pos;
 }
 
 void tree_ancestors(const std::vector<int32_t>& parents, std::vector<int64_t>& anc, std::vector<int64_t>& begin) {
+  tree_ancestors(parents.data(), static_cast<int64_t>(parents.size()), anc, begin);
+}
+
+void tree_ancestors(const int32_t* parents, int64_t T, std::vector<int64_t>& anc, std::vector<int64_t>& begin) {
   anc.clear();
   begin.clear();
-  if (parents.empty()) return;
-  const int64_t T = static_cast<int64_t>(parents.size());
+  if (T == 0) return;
   begin.assign(T + 1, 0);
   for (int64_t t = 0; t < T; ++t) {
     const size_t first = anc.size();

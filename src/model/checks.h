@@ -23,11 +23,15 @@ void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_
                           const std::vector<int64_t>& n_fed = {});
 
 // Engines that compute every row of [B, T] refuse a ragged batch (ForwardOptions::n_fed with
-// some n_fed[b] < T), naming the engine.
+// some n_fed[b] < T) and a tree per sequence (parents of B trees), naming the engine.
 void refuse_ragged(const std::string& who, const at::Tensor& tokens, const ForwardOptions& options);
 
-// ForwardOptions against the model and the fed tokens [B, T]: a tree of T parents each in
-// [-1, t), B*T non-negative positions, ascending layer indices in [0, n_layers), hidden_layer
+// Sequence b's tree (ForwardOptions::parents): its tree_cached + T entries, the same for every
+// b when one tree serves the batch. Null for a chain.
+const int32_t* tree_of(const ForwardOptions& options, int64_t b, int64_t T);
+
+// ForwardOptions against the model and the fed tokens [B, T]: a tree (or one per sequence) of
+// tree_cached + T parents each in [-1, t), B*T non-negative positions, ascending layer indices in [0, n_layers), hidden_layer
 // in [-1, n_layers). Errors name the entry and list what is valid.
 void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,
                            const std::vector<int64_t>& start_pos, const ForwardOptions& options);
@@ -42,5 +46,6 @@ std::vector<int64_t> fed_positions(const std::vector<int64_t>& start_pos, int64_
 // begin[t+1]) lists t's ancestors root first and t itself last, as node indices. Empty
 // parents (a chain) give empty outputs.
 void tree_ancestors(const std::vector<int32_t>& parents, std::vector<int64_t>& anc, std::vector<int64_t>& begin);
+void tree_ancestors(const int32_t* parents, int64_t n, std::vector<int64_t>& anc, std::vector<int64_t>& begin);
 
 }  // namespace specdec::model

@@ -289,10 +289,11 @@ class LlamaModel final : public CausalLM {
     // row0[b] + t of the packed activations [N, d], N = row0[B] (B*T when nothing is ragged).
     std::vector<int64_t> n_fed, row0;
     std::vector<int64_t> pos;  // [B*T] position of each fed token (RoPE angle)
-    // Trees only: tree node t (fed token t - tree_cached) attends to the prefix
-    // [0, start - tree_cached) and to the nodes anc[anc_begin[t] .. anc_begin[t+1]) (its
-    // ancestors, root first, itself last) at slots start - tree_cached + node. Empty for a chain.
-    std::vector<int64_t> anc, anc_begin;
+    // Trees only: tree node t (fed token t - tree_cached) of sequence b attends to the prefix
+    // [0, start - tree_cached) and to the nodes anc[i][anc_begin[i][t] .. anc_begin[i][t+1]) (its
+    // ancestors, root first, itself last) at slots start - tree_cached + node, where i = b for a
+    // tree per sequence and 0 for one tree. Empty for a chain.
+    std::vector<std::vector<int64_t>> anc, anc_begin;
     int64_t tree_cached = 0;
     std::vector<int64_t> all_slots;  // 0, 1, ..., max_b start[b] + T - 1: filled once per forward
   } step_;
@@ -343,6 +344,7 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
   float* outp = out.data_ptr<float>();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const bool tree = !s.anc_begin.empty();
+  const bool tree_per_sequence = s.anc_begin.size() > 1;
   const int64_t work = T * (s.start[0] + T) * hd;  // per (b, h) task, roughly
   parallel::parallel_for(B * H, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work)),
                          [&](int64_t i0, int64_t i1) {
@@ -364,7 +366,9 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
         if (tree) {
           const int64_t node = s.tree_cached + t;
           slots.resize(tree_base);
-          for (int64_t a = s.anc_begin[node]; a < s.anc_begin[node + 1]; ++a) slots.push_back(tree_base + s.anc[a]);
+          const std::vector<int64_t>& anc = s.anc[tree_per_sequence ? b : 0];
+          const std::vector<int64_t>& begin = s.anc_begin[tree_per_sequence ? b : 0];
+          for (int64_t a = begin[node]; a < begin[node + 1]; ++a) slots.push_back(tree_base + anc[a]);
           row_slots = slots.data();
           n_keys = static_cast<int64_t>(slots.size());
         }
@@ -391,7 +395,11 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   for (int64_t b = 0; b < s.B; ++b) s.row0[b + 1] = s.row0[b] + s.n_fed[b];
   const int64_t N = s.row0[s.B];
   s.pos = fed_positions(start_pos, s.T, opt);
-  tree_ancestors(opt.parents, s.anc, s.anc_begin);
+  const int64_t n_trees = opt.parents.empty() ? 0
+                          : static_cast<int64_t>(opt.parents.size()) == opt.tree_cached + s.T ? 1 : s.B;
+  s.anc.resize(n_trees);
+  s.anc_begin.resize(n_trees);
+  for (int64_t i = 0; i < n_trees; ++i) tree_ancestors(tree_of(opt, i, s.T), opt.tree_cached + s.T, s.anc[i], s.anc_begin[i]);
   s.tree_cached = opt.tree_cached;
   s.all_slots.resize(*std::max_element(start_pos.begin(), start_pos.end()) + s.T);
   std::iota(s.all_slots.begin(), s.all_slots.end(), int64_t{0});

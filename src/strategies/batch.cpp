@@ -80,7 +80,7 @@ void BatchSlots::finish(int64_t slot) {
 }
 
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
-                         const std::vector<int64_t>& start) {
+                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees) {
   const int64_t B = static_cast<int64_t>(fed.size());
   int64_t T = 1;
   for (const Tokens& f : fed) T = std::max(T, static_cast<int64_t>(f.size()));
@@ -91,6 +91,12 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
     std::copy(fed[b].begin(), fed[b].end(), tokens.data_ptr<int64_t>() + b * T);
     opt.n_fed.push_back(static_cast<int64_t>(fed[b].size()));
     from[b] = fed[b].empty() ? cache.length(b) : start[b];  // a slot feeding nothing keeps its cache
+  }
+  if (std::any_of(trees.begin(), trees.end(), [](const std::vector<int32_t>& t) { return !t.empty(); })) {
+    // [B * T]: each slot's tree, and chain entries where it has none (or past its feed)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        opt.parents.push_back(t < static_cast<int64_t>(trees[b].size()) ? trees[b][t] : static_cast<int32_t>(t - 1));
   }
   at::Tensor logits = model.forward(tokens, from, cache, opt).logits;  // [B, T, V]
   for (int64_t b = 0; b < B; ++b)

@@ -61,9 +61,10 @@ class BatchSlots {
 
 // One ragged target forward: slot b feeds fed[b] from cache slot start[b] (empty: nothing, its
 // cache untouched). Returns [B, T, V] logits, T the longest feed; the fed rows of every slot
-// are checked finite (check_finite_logits).
+// are checked finite (check_finite_logits). trees: empty (chains), or per slot the parents of
+// its fed tokens (ForwardOptions::parents over fed[b]; empty: a chain), one tree per sequence.
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
-                         const std::vector<int64_t>& start);
+                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees = {});
 
 // A request's token chooser (a sampler owns the request's RNG, seeded from Request::seed).
 using MakePick = std::function<PickToken(const Request& req)>;

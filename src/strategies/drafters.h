@@ -88,15 +88,37 @@ struct DrafterContext {
   int64_t max_depth;                     // gamma_max: the longest draft path
 };
 
+// The drafters of a batch (speculative_batch.cpp): one slot per sequence. Slot b's proposals
+// equal those of the Drafter a batch-1 run builds for the same request; a drafter with a model
+// shares that model's forwards between the slots (DrafterInfo::batch_factory), the others run
+// one Drafter per slot. make_batch_drafter() builds either.
+class BatchDrafter {
+ public:
+  virtual ~BatchDrafter() = default;
+  // Slot `slot` now drafts for ctx.request (replacing whatever it drafted for before); ctx.rng
+  // outlives the slot's use.
+  virtual void join(int64_t slot, const DrafterContext& ctx) = 0;
+  // The slot's drafter: prefill, commit, observe and report go to it as in a batch-1 run.
+  virtual Drafter& at(int64_t slot) = 0;
+  // One proposal per slot: at(b).propose(*seqs[b], max_depth[b]) for every b with
+  // max_depth[b] > 0, an empty one for the others (seqs[b] may then be null). The time spent is
+  // added to `ms` (the proposals' own `ms` stay empty when shared). Default: slot by slot.
+  virtual std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs,
+                                             const std::vector<int64_t>& max_depth, PhaseTimes& ms);
+};
+
 struct DrafterInfo {
   std::string name;
   std::string description;               // one line
   std::vector<ParamSpec> params;         // the drafter's own parameters, with defaults
   bool needs_draft_model = false;        // true: Request::draft must be set
-  // true: may propose token trees, which batched generation (batch_size > 1) cannot verify
-  // (speculative_batch.cpp takes chains).
-  bool trees = false;
   std::function<std::unique_ptr<Drafter>(const DrafterContext&)> factory;
+  // Optional: drafters for `batch` slots of `capacity` cache positions each that share their
+  // model forwards. Returns null when it cannot serve this batch (then one `factory` drafter
+  // per slot). Empty: always one per slot.
+  std::function<std::unique_ptr<BatchDrafter>(const Request& first, const Params& params,
+                                              const sampling::ProcessorConfig& proc, int64_t batch,
+                                              int64_t capacity)> batch_factory;
   // Addition (owner: drafter registry): range checks of the drafter's parameters (resolved
   // speculative params). Run when the speculative strategy is created, before any model is
   // loaded, so `specdec validate` and `generate` report a bad value at once. Empty: none.
@@ -114,6 +136,12 @@ std::vector<ParamSpec> drafter_params();
 std::string resolve_drafter_name(const Params& params, bool have_draft_model);
 // find_drafter + checks (draft model present and compatible) + factory.
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx);
+// The drafters of a batch of `batch` slots (speculative_batch.cpp): the drafter's batch_factory
+// when it serves (`first`: the batch's first request), else one factory drafter per slot. Each
+// join() is checked as make_drafter checks.
+std::unique_ptr<BatchDrafter> make_batch_drafter(const std::string& name, const Request& first, const Params& params,
+                                                 const sampling::ProcessorConfig& proc, int64_t batch,
+                                                 int64_t capacity);
 // Addition (owner: drafter registry): the `drafter` parameter is "auto" or a registered name
 // (else an error listing them), and every drafter's `check` passes on these resolved params.
 void check_drafter_params(const Params& resolved);
@@ -127,5 +155,12 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
 // as layer_skip's layer subset): one forward per draft token, q from the processed logits.
 std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& proc,
                                             Rng& rng, int64_t capacity);
+// Its batch form: one KV cache of `base` with a slot per sequence; slot b drafts with
+// model_of(its context) (`base` itself or a view of it, such as a layer subset), and slots on
+// the same model share every forward. Null when `base` cannot take ragged batches.
+using DraftModelOf = std::function<std::shared_ptr<model::CausalLM>(const DrafterContext&)>;
+std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of, const std::shared_ptr<model::CausalLM>& base,
+                                                       const sampling::ProcessorConfig& proc, int64_t batch,
+                                                       int64_t capacity);
 
 }  // namespace specdec::strategies

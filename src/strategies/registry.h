@@ -16,7 +16,6 @@ struct StrategyNeeds {
   bool draft_model = false;   // Request::draft must be set
   int64_t draft_length = 0;   // draft tokens per round (gamma); 0 = not speculative
   std::string drafter;        // the drafter that will run ("" = none)
-  bool tree_drafts = false;     // its drafter may propose token trees (batched runs need chains)
 };
 
 struct StrategyInfo {

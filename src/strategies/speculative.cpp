@@ -55,10 +55,7 @@ class Speculative : public Strategy {
   // Chains only, through speculative_decode_batch (speculative_batch.cpp).
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    const SpecBatchSetup setup{cfg_.proc, cfg_.block_verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive,
-                               [this](const Request& req, Rng& rng, int64_t capacity) {
-                                 return make_drafter(req, rng, capacity);
-                               }};
+    const SpecBatchSetup setup{cfg_.proc, cfg_.block_verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
     return speculative_decode_batch(setup, requests, options, on_token);
   }
 
@@ -124,9 +121,7 @@ Verdict Speculative::verify_tree(kernels::Backend& backend, const DraftProposal&
   kernels::TreeVerifyArgs args;
   args.max_nodes = n;
   args.vocab = n_vocab;
-  args.mode = cfg_.proc.greedy() ? kernels::VerifyMode::greedy
-              : d.q.defined()    ? kernels::VerifyMode::sampling
-                                 : kernels::VerifyMode::tokens_only;
+  args.mode = tree_verify_mode(cfg_.proc, d.q.defined());
   const int32_t n_nodes = static_cast<int32_t>(n);
   int32_t n_accepted = 0;
   std::vector<int32_t> path(n, -1), out(n + 1, -1);
@@ -144,6 +139,21 @@ Verdict Speculative::verify_tree(kernels::Backend& backend, const DraftProposal&
   v.path.assign(path.begin(), path.begin() + n_accepted);
   v.emitted.assign(out.begin(), out.begin() + n_accepted + 1);
   return v;
+}
+
+}  // namespace
+
+kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q) {
+  return proc.greedy() ? kernels::VerifyMode::greedy
+         : !has_q      ? kernels::VerifyMode::tokens_only
+         : block_verify ? kernels::VerifyMode::block
+                        : kernels::VerifyMode::sampling;
+}
+
+kernels::VerifyMode tree_verify_mode(const sampling::ProcessorConfig& proc, bool has_q) {
+  return proc.greedy() ? kernels::VerifyMode::greedy
+         : has_q       ? kernels::VerifyMode::sampling
+                       : kernels::VerifyMode::tokens_only;
 }
 
 // The target's view of a tree round: the last committed token is fed first (the root), so
@@ -167,15 +177,6 @@ at::Tensor tree_probabilities(const at::Tensor& logits /* [N+1, V] */, const sam
     rows.push_back(sampling::probabilities(logits.narrow(0, r, 1), proc, seq, path));
   }
   return at::cat(rows, 0).contiguous();
-}
-
-}  // namespace
-
-kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q) {
-  return proc.greedy() ? kernels::VerifyMode::greedy
-         : !has_q      ? kernels::VerifyMode::tokens_only
-         : block_verify ? kernels::VerifyMode::block
-                        : kernels::VerifyMode::sampling;
 }
 
 // The k likeliest tokens of each row, best first. logits: [n, V]
@@ -306,7 +307,6 @@ StrategyNeeds speculative_needs(const Params& resolved, bool have_draft_model) {
   StrategyNeeds needs;
   needs.drafter = resolve_drafter_name(resolved, have_draft_model);
   needs.draft_model = find_drafter(needs.drafter).needs_draft_model;
-  needs.tree_drafts = find_drafter(needs.drafter).trees;
   needs.draft_length = resolved.get_int("gamma");
   return needs;
 }

@@ -23,6 +23,16 @@ struct Verdict {
 // The kernel mode verifying a chain: greedy at temperature 0, else tokens_only for a draft
 // without q, block or token-wise sampling with one.
 kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q);
+// The kernel mode verifying a token tree: greedy at temperature 0, else multi-draft sampling
+// with q, tokens_only without.
+kernels::VerifyMode tree_verify_mode(const sampling::ProcessorConfig& proc, bool has_q);
+// The target's parents for a tree round's fed tokens [last committed, node 0, ...]
+// (ForwardOptions::parents: the root follows the cache, node i's parent moves up by one).
+model::ForwardOptions tree_forward_options(const DraftProposal& d);
+// p rows for a tree: row 0 follows the committed sequence `seq`, row i + 1 follows node i (the
+// repetition penalty sees each row's own path). logits: [N+1, V] -> [N+1, V]
+at::Tensor tree_probabilities(const at::Tensor& logits, const sampling::ProcessorConfig& proc, const Tokens& seq,
+                              const DraftProposal& d);
 // The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id).
 // logits: [n, V]
 std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k);
@@ -31,18 +41,19 @@ int64_t max_depth(const DraftProposal& d);
 // Counts one verification round into the statistics (per position = per depth for trees).
 void count_round(Stats& st, const DraftProposal& d, const Verdict& v);
 
-// What the batched loop needs from the speculative strategy: its resolved configuration and
-// its drafter factory (the registry's, as generate() builds it).
+// What the batched loop needs from the speculative strategy: its resolved configuration; the
+// drafter comes from the registry (make_batch_drafter) as generate()'s does (make_drafter).
 struct SpecBatchSetup {
   sampling::ProcessorConfig proc;
   bool block_verify = false;
   int64_t gamma = 4, gamma_max = 8;
   std::string adaptive = "off";
-  std::function<std::unique_ptr<Drafter>(const Request& req, Rng& rng, int64_t capacity)> make_drafter;
+  Params params;  // resolved: the drafter's name and its own parameters
 };
 
 // Speculative decoding of a batch (strategies/batch.h for slots, refill and exactness): each
-// round drafts per sequence (own drafter, RNG, draft length and gamma control), scores every
+// round drafts for every sequence (own RNG, draft length and gamma control; a drafter with a
+// model shares its forwards between the sequences: BatchDrafter), scores every
 // active sequence's [last committed, draft...] in one ragged target forward (a newcomer's
 // prompt rides along), verifies all chains in one kernel call (VerifyArgs.batch, ragged
 // n_draft) and rolls each sequence back on its own. Token trees are refused by name.

@@ -1,8 +1,9 @@
 // Batched speculative decoding (speculative.h: speculative_decode_batch). Per sequence it does
 // what Speculative::generate does in the same order -- the same drafter built from its own RNG
 // (seeded from its Request::seed), the same draft length rule, the same uniforms drawn after the
-// draft -- so each sequence's tokens equal its batch-1 run; only the target forward and the
-// verification kernel are shared by the batch.
+// draft -- so each sequence's tokens equal its batch-1 run. The batch shares the target forward
+// (one tree per sequence where drafters propose trees), the draft model's forwards (BatchDrafter)
+// and the verification kernel calls.
 #include <algorithm>
 
 #include "core/error.h"
@@ -17,26 +18,117 @@ namespace {
 // One sequence's speculative state beside its BatchSequence.
 struct SpecSequence {
   std::unique_ptr<Rng> rng;  // owned here: the drafter keeps a reference
-  std::unique_ptr<Drafter> drafter;
+  Drafter* drafter = nullptr;  // its slot's, in the batch's BatchDrafter
   std::unique_ptr<GammaController> ctl;
   Tokens seq;       // committed tokens; the cache holds all but the last
   Tokens prefill;   // a newcomer's prompt minus its last token, fed with its first round
   DraftProposal d;  // this round's draft
-  double ms_draft = 0;
 };
 
-// Verifies the chains of one round. p[i]: [k_i + 1, V] processed target rows of sequence i on
-// the target's device. Each sequence draws its k_i + 1 uniforms from its own RNG, as
-// Speculative::verify does; sequences without a draft sample p[i] row 0 as it does, and the
-// others go through one kernel call per verify mode (in practice one), with ragged n_draft. The
-// kernel takes the final sample's uniform from column gamma: each sequence's last uniform goes
-// there, so a row sees exactly the uniforms of its batch-1 call.
-std::vector<Verdict> verify_chains(kernels::Backend& backend, const SpecBatchSetup& cfg,
-                                   const std::vector<SpecSequence*>& seqs, const std::vector<at::Tensor>& p) {
+// Verifies the chains of one round with the chain kernel, one call per mode (in practice one),
+// ragged n_draft. The kernel takes the final sample's uniform from column gamma: each
+// sequence's last uniform goes there, so a row sees exactly the uniforms of its batch-1 call.
+void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const std::vector<SpecSequence*>& seqs,
+                   const std::vector<at::Tensor>& p, const std::vector<std::vector<float>>& u,
+                   const std::vector<size_t>& rows, std::vector<Verdict>& out) {
+  const int64_t B = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
+  int64_t G = 0;
+  for (size_t i : rows) G = std::max(G, seqs[i]->d.size());
+  kernels::VerifyArgs args;
+  args.batch = B;
+  args.gamma = G;
+  args.vocab = V;
+  args.mode = mode;
+  const bool with_q = mode == kernels::VerifyMode::sampling || mode == kernels::VerifyMode::block;
+  std::vector<int32_t> tokens(B * G, 0), n_draft(B), n_accepted(B, 0), emitted(B * (G + 1), -1);
+  std::vector<float> uniforms(B * (G + 1), 0.5f);  // columns past a sequence's draft are never read
+  const at::TensorOptions on = p[rows[0]].options();
+  at::Tensor pb = at::zeros({B, G + 1, V}, on), qb = with_q ? at::zeros({B, G, V}, on) : at::Tensor();
+  for (int64_t r = 0; r < B; ++r) {
+    const size_t i = rows[r];
+    const DraftProposal& d = seqs[i]->d;
+    const int64_t k = d.size();
+    std::copy(d.tokens.begin(), d.tokens.end(), tokens.begin() + r * G);
+    n_draft[r] = static_cast<int32_t>(k);
+    std::copy(u[i].begin(), u[i].begin() + k, uniforms.begin() + r * (G + 1));
+    uniforms[r * (G + 1) + G] = u[i][k];
+    pb[r].narrow(0, 0, k + 1).copy_(p[i]);
+    if (with_q) qb[r].narrow(0, 0, k).copy_(d.q);
+  }
+  args.draft_tokens = tokens.data();
+  args.n_draft = n_draft.data();
+  args.q = with_q ? qb.data_ptr<float>() : nullptr;
+  args.p = pb.data_ptr<float>();
+  args.uniforms = uniforms.data();
+  args.n_accepted = n_accepted.data();
+  args.out_tokens = emitted.data();
+  backend.verify(args);
+  for (int64_t r = 0; r < B; ++r) {
+    Verdict& v = out[rows[r]];
+    v.path.resize(n_accepted[r]);
+    for (int32_t j = 0; j < n_accepted[r]; ++j) v.path[j] = j;
+    v.emitted.assign(emitted.begin() + r * (G + 1), emitted.begin() + r * (G + 1) + n_accepted[r] + 1);
+  }
+}
+
+// The same for token trees with the tree kernel (ragged n_nodes); a leaf's bonus takes its
+// uniform from column N, so each sequence's last uniform goes there.
+void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std::vector<SpecSequence*>& seqs,
+                  const std::vector<at::Tensor>& p, const std::vector<std::vector<float>>& u,
+                  const std::vector<size_t>& rows, std::vector<Verdict>& out) {
+  const int64_t B = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
+  int64_t N = 0;
+  for (size_t i : rows) N = std::max(N, seqs[i]->d.size());
+  kernels::TreeVerifyArgs args;
+  args.batch = B;
+  args.max_nodes = N;
+  args.vocab = V;
+  args.mode = mode;
+  const bool with_q = mode == kernels::VerifyMode::sampling;
+  std::vector<int32_t> tokens(B * N, 0), parents(B * N, -1), n_nodes(B), n_accepted(B, 0);
+  std::vector<int32_t> path(B * N, -1), emitted(B * (N + 1), -1);
+  std::vector<float> uniforms(B * (N + 1), 0.5f);  // entries past a sequence's nodes are never read
+  const at::TensorOptions on = p[rows[0]].options();
+  at::Tensor pb = at::zeros({B, N + 1, V}, on), qb = with_q ? at::zeros({B, N, V}, on) : at::Tensor();
+  for (int64_t r = 0; r < B; ++r) {
+    const size_t i = rows[r];
+    const DraftProposal& d = seqs[i]->d;
+    const int64_t k = d.size();
+    std::copy(d.tokens.begin(), d.tokens.end(), tokens.begin() + r * N);
+    std::copy(d.parents.begin(), d.parents.end(), parents.begin() + r * N);
+    n_nodes[r] = static_cast<int32_t>(k);
+    std::copy(u[i].begin(), u[i].begin() + k, uniforms.begin() + r * (N + 1));
+    uniforms[r * (N + 1) + N] = u[i][k];
+    pb[r].narrow(0, 0, k + 1).copy_(p[i]);
+    if (with_q) qb[r].narrow(0, 0, k).copy_(d.q);
+  }
+  args.tokens = tokens.data();
+  args.parents = parents.data();
+  args.n_nodes = n_nodes.data();
+  args.q = with_q ? qb.data_ptr<float>() : nullptr;
+  args.p = pb.data_ptr<float>();
+  args.uniforms = uniforms.data();
+  args.n_accepted = n_accepted.data();
+  args.path = path.data();
+  args.out_tokens = emitted.data();
+  backend.verify_tree(args);
+  for (int64_t r = 0; r < B; ++r) {
+    Verdict& v = out[rows[r]];
+    v.path.assign(path.begin() + r * N, path.begin() + r * N + n_accepted[r]);
+    v.emitted.assign(emitted.begin() + r * (N + 1), emitted.begin() + r * (N + 1) + n_accepted[r] + 1);
+  }
+}
+
+// Verifies one round. p[i]: [k_i + 1, V] processed target rows of sequence i on the target's
+// device. Each sequence draws its k_i + 1 uniforms from its own RNG, as Speculative::verify and
+// verify_tree do; sequences without a draft sample p[i] row 0 as they do, and the others go to
+// the chain or the tree kernel, grouped by verify mode.
+std::vector<Verdict> verify_round(kernels::Backend& backend, const SpecBatchSetup& cfg,
+                                  const std::vector<SpecSequence*>& seqs, const std::vector<at::Tensor>& p) {
   const size_t n = seqs.size();
   std::vector<Verdict> out(n);
   std::vector<std::vector<float>> u(n);
-  std::vector<std::vector<size_t>> by_mode(4);
+  std::vector<std::vector<size_t>> chains(4), trees(4);  // by kernels::VerifyMode
   for (size_t i = 0; i < n; ++i) {
     const DraftProposal& d = seqs[i]->d;
     u[i].resize(d.size() + 1);
@@ -44,51 +136,16 @@ std::vector<Verdict> verify_chains(kernels::Backend& backend, const SpecBatchSet
     if (d.size() == 0) {  // plain decoding step
       out[i].emitted.push_back(
           sampling::sample_from(model::on_host(p[i]).data_ptr<float>(), p[i].size(1), u[i][0]));
-      continue;
+    } else if (d.is_chain()) {
+      chains[static_cast<size_t>(chain_verify_mode(cfg.proc, cfg.block_verify, d.q.defined()))].push_back(i);
+    } else {
+      trees[static_cast<size_t>(tree_verify_mode(cfg.proc, d.q.defined()))].push_back(i);
     }
-    by_mode[static_cast<size_t>(chain_verify_mode(cfg.proc, cfg.block_verify, d.q.defined()))].push_back(i);
   }
-  for (size_t m = 0; m < by_mode.size(); ++m) {
-    const std::vector<size_t>& rows = by_mode[m];
-    if (rows.empty()) continue;
-    const int64_t B = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
-    int64_t G = 0;
-    for (size_t i : rows) G = std::max(G, seqs[i]->d.size());
-    kernels::VerifyArgs args;
-    args.batch = B;
-    args.gamma = G;
-    args.vocab = V;
-    args.mode = static_cast<kernels::VerifyMode>(m);
-    const bool with_q = args.mode == kernels::VerifyMode::sampling || args.mode == kernels::VerifyMode::block;
-    std::vector<int32_t> tokens(B * G, 0), n_draft(B), n_accepted(B, 0), emitted(B * (G + 1), -1);
-    std::vector<float> uniforms(B * (G + 1), 0.5f);  // columns past a sequence's draft are never read
-    const at::TensorOptions on = p[rows[0]].options();
-    at::Tensor pb = at::zeros({B, G + 1, V}, on), qb = with_q ? at::zeros({B, G, V}, on) : at::Tensor();
-    for (int64_t r = 0; r < B; ++r) {
-      const size_t i = rows[r];
-      const DraftProposal& d = seqs[i]->d;
-      const int64_t k = d.size();
-      std::copy(d.tokens.begin(), d.tokens.end(), tokens.begin() + r * G);
-      n_draft[r] = static_cast<int32_t>(k);
-      std::copy(u[i].begin(), u[i].begin() + k, uniforms.begin() + r * (G + 1));
-      uniforms[r * (G + 1) + G] = u[i][k];
-      pb[r].narrow(0, 0, k + 1).copy_(p[i]);
-      if (with_q) qb[r].narrow(0, 0, k).copy_(d.q);
-    }
-    args.draft_tokens = tokens.data();
-    args.n_draft = n_draft.data();
-    args.q = with_q ? qb.data_ptr<float>() : nullptr;
-    args.p = pb.data_ptr<float>();
-    args.uniforms = uniforms.data();
-    args.n_accepted = n_accepted.data();
-    args.out_tokens = emitted.data();
-    backend.verify(args);
-    for (int64_t r = 0; r < B; ++r) {
-      Verdict& v = out[rows[r]];
-      v.path.resize(n_accepted[r]);
-      for (int32_t j = 0; j < n_accepted[r]; ++j) v.path[j] = j;
-      v.emitted.assign(emitted.begin() + r * (G + 1), emitted.begin() + r * (G + 1) + n_accepted[r] + 1);
-    }
+  for (size_t m = 0; m < chains.size(); ++m) {
+    const auto mode = static_cast<kernels::VerifyMode>(m);
+    if (!chains[m].empty()) verify_chains(backend, mode, seqs, p, u, chains[m], out);
+    if (!trees[m].empty()) verify_trees(backend, mode, seqs, p, u, trees[m], out);
   }
   return out;
 }
@@ -102,9 +159,12 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
   const int64_t slack = std::max(cfg.gamma_max, k_max_draft_nodes) + 1;
   const int64_t capacity = check_batch(requests, options, slack);
   if (requests.empty()) return {};
-  for (size_t i = 0; i < requests.size(); ++i)
+  for (size_t i = 0; i < requests.size(); ++i) {
     SD_CHECK(requests[i].backend == requests[0].backend, "speculative batch: request ", i,
              " has another verification backend than request 0 (a batch shares one kernel call)");
+    SD_CHECK(requests[i].draft == requests[0].draft, "speculative batch: request ", i,
+             " has another draft model than request 0 (a batch shares one drafter)");
+  }
   model::CausalLM& target = *requests[0].target;
   const std::shared_ptr<kernels::Backend> backend =
       requests[0].backend ? requests[0].backend : model::backend_of(target.device());
@@ -112,12 +172,16 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
   model::KVCache cache = target.make_cache(B, capacity);
   BatchSlots slots(requests, B, on_token, phases);
   std::vector<SpecSequence> spec(B);
+  const std::unique_ptr<BatchDrafter> drafters =
+      make_batch_drafter(resolve_drafter_name(cfg.params, requests[0].draft != nullptr), requests[0], cfg.params,
+                         cfg.proc, B, capacity);
   while (true) {
     for (int64_t b : slots.refill()) {  // as Speculative::generate sets up, minus the prefill forward
       const Request& req = requests[slots[b]->request];
       SpecSequence& s = spec[b] = SpecSequence();
       s.rng = std::make_unique<Rng>(req.seed);
-      s.drafter = cfg.make_drafter(req, *s.rng, cache_capacity(req, slack));  // the draft's own caches
+      drafters->join(b, DrafterContext{req, cfg.params, cfg.proc, *s.rng, capacity, cfg.gamma_max});
+      s.drafter = &drafters->at(b);
       s.ctl = std::make_unique<GammaController>(cfg.adaptive, cfg.gamma, cfg.gamma_max);
       Stats& st = slots[b]->st;
       st.accepted_per_position.assign(cfg.gamma_max, 0);
@@ -129,55 +193,72 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     }
     if (slots.empty()) break;
     phase.charge(&PhaseTimes::setup);
-    // 1. draft, sequence by sequence (trees are refused: the batched verification takes chains)
+    // 1. draft for every sequence at once
+    std::vector<const Tokens*> seqs(B, nullptr);
+    std::vector<int64_t> depth(B, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      if (!slots[b]) continue;
+      seqs[b] = &spec[b].seq;
+      depth[b] = std::min(spec[b].ctl->next(), requests[slots[b]->request].stop.max_new_tokens -
+                                                   slots[b]->tracker->n_tokens() - 1);
+    }
+    phase.charge(&PhaseTimes::other);
+    PhaseTimes ms_parts;
+    std::vector<DraftProposal> drafts = drafters->propose(seqs, depth, ms_parts);
+    // The batch's draft time, as ms_verify below is the batch's verify time (gamma control).
+    const double ms_draft = phase.charge_parts(ms_parts, &PhaseTimes::draft);
     std::vector<Tokens> fed(B);
     std::vector<int64_t> start(B, 0);
+    std::vector<std::vector<int32_t>> trees(B);  // a tree round's parents over fed[b]
     std::vector<SpecSequence*> active;
     std::vector<int64_t> slot_of;
     for (int64_t b = 0; b < B; ++b) {
       if (!slots[b]) continue;
       SpecSequence& s = spec[b];
-      const int64_t gamma = std::min(s.ctl->next(), requests[slots[b]->request].stop.max_new_tokens -
-                                                         slots[b]->tracker->n_tokens() - 1);
-      phase.charge(&PhaseTimes::other);
-      s.d = s.drafter->propose(s.seq, gamma);
-      s.ms_draft = phase.charge_parts(s.d.ms, &PhaseTimes::draft);
-      SD_CHECK(s.d.is_chain(), "speculative batch: the drafter proposed a token tree; batched verification takes "
-               "chains only (use a chain drafter, or batch_size 1)");
+      s.d = std::move(drafts[b]);
+      const int64_t P = static_cast<int64_t>(s.prefill.size());
       fed[b] = s.prefill;
       fed[b].push_back(s.seq.back());
       fed[b].insert(fed[b].end(), s.d.tokens.begin(), s.d.tokens.end());
-      start[b] = static_cast<int64_t>(s.seq.size()) - 1 - static_cast<int64_t>(s.prefill.size());
+      start[b] = static_cast<int64_t>(s.seq.size()) - 1 - P;
+      if (!s.d.is_chain()) {  // the prompt's rows as a chain, then the tree from its root (fed row P)
+        for (int64_t t = 0; t < P; ++t) trees[b].push_back(static_cast<int32_t>(t - 1));
+        for (int32_t parent : tree_forward_options(s.d).parents) trees[b].push_back(static_cast<int32_t>(parent + P));
+      }
       active.push_back(&s);
       slot_of.push_back(b);
     }
     // 2. score: one ragged target forward for every active sequence
-    const at::Tensor logits = forward_batch(target, cache, fed, start);  // [B, T, V]
+    const at::Tensor logits = forward_batch(target, cache, fed, start, trees);  // [B, T, V]
     // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
     // (the others' verification rows ride along); a pure verification round as verify.
     const bool prefill =
         std::any_of(active.begin(), active.end(), [](const SpecSequence* s) { return !s->prefill.empty(); });
     const double ms_verify = phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
-    // 3. verify: every chain in one kernel call
+    // 3. verify: the chains in one kernel call, the trees in another (per verify mode)
     std::vector<at::Tensor> p, rows;
     for (size_t i = 0; i < active.size(); ++i) {
       const SpecSequence& s = *active[i];
       rows.push_back(logits[slot_of[i]].narrow(0, static_cast<int64_t>(s.prefill.size()), s.d.size() + 1));
-      p.push_back(sampling::probabilities(rows.back(), cfg.proc, s.seq, s.d.tokens));  // [k+1, V]
+      p.push_back(s.d.is_chain() ? sampling::probabilities(rows.back(), cfg.proc, s.seq, s.d.tokens)
+                                 : tree_probabilities(rows.back(), cfg.proc, s.seq, s.d));  // [k+1, V]
     }
-    const std::vector<Verdict> verdicts = verify_chains(*backend, cfg, active, p);
+    const std::vector<Verdict> verdicts = verify_round(*backend, cfg, active, p);
     phase.charge(&PhaseTimes::sample);
     for (size_t i = 0; i < active.size(); ++i) {
       SpecSequence& s = *active[i];
       const int64_t b = slot_of[i];
       if (const int64_t top = s.drafter->target_topk(); top > 0) {
         const Tokens scored(fed[b].begin() + static_cast<int64_t>(s.prefill.size()), fed[b].end());
-        s.drafter->observe(scored, {}, top_tokens(rows[i], top));
+        s.drafter->observe(scored, s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents,
+                           top_tokens(rows[i], top));
       }
       phase.charge(&PhaseTimes::draft);
-      // 4. accept token by token; 5. roll back the sequence's cache slot and its drafter
+      // 4. accept token by token; 5. roll back the sequence's cache slot and its drafter (a
+      //    tree's accepted nodes first move next to the root, node j was fed at slot n + j)
       const Verdict& v = verdicts[i];
       BatchSequence& q = *slots[b];
+      const int64_t n = static_cast<int64_t>(s.seq.size());
       for (TokenId t : v.emitted) {
         s.seq.push_back(t);
         if (q.tracker->push(t)) break;
@@ -185,12 +266,17 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       if (q.st.ms_first_token == 0) q.st.ms_first_token = q.clock.ms();
       q.tracker->flush();
       phase.charge(&PhaseTimes::accept);
+      if (!s.d.is_chain() && !v.path.empty()) {
+        std::vector<int64_t> keep;
+        for (int32_t node : v.path) keep.push_back(n + node);
+        cache.compact(b, n, keep);
+      }
       cache.truncate(b, std::min(cache.length(b), static_cast<int64_t>(s.seq.size()) - 1));
       s.drafter->commit(static_cast<int64_t>(s.seq.size()) - 1, v.path);
       s.prefill.clear();
       phase.charge(&PhaseTimes::rollback);
       count_round(q.st, s.d, v);
-      s.ctl->update(max_depth(s.d), v.n_accepted(), s.ms_draft, ms_verify);
+      s.ctl->update(max_depth(s.d), v.n_accepted(), ms_draft, ms_verify);
       if (q.tracker->done() || q.tracker->timed_out()) {
         s.drafter->report(q.st.drafter_stats);
         slots.finish(b);

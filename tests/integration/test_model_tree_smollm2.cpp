@@ -144,6 +144,85 @@ TEST_F(SmolLM2Tree, LayerSubsetsAndHiddenStates) {
   EXPECT_FALSE(bit_equal(s, a.logits));
 }
 
+// Batched speculative decoding feeds one tree per sequence in one ragged forward
+// (ForwardOptions::parents of B x T entries, n_fed): every fed row equals that sequence's tree
+// fed alone, bit for bit -- beside a chain, and beside a newcomer whose prompt is fed as a chain
+// ahead of its tree (as speculative_batch.cpp feeds it).
+TEST_F(SmolLM2Tree, ATreePerSequenceInARaggedBatchEqualsEachTreeAlone) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size()), V = model_->config().n_vocab;
+  std::mt19937 gen(23);
+  // Per sequence: cached prefix length and fed-token parents (empty: a chain).
+  struct Seq {
+    int64_t start;
+    std::vector<int32_t> parents;
+    std::vector<int64_t> tokens;
+  };
+  std::vector<Seq> seqs = {{P, random_tree(9, gen), {}}, {P - 4, {}, {}}, {P - 2, random_tree(5, gen), {}}, {0, {}, {}}};
+  seqs[1].tokens.resize(3);
+  // The newcomer: its whole prompt as a chain, then a 6-node tree hanging off its last token.
+  for (int64_t t = 0; t < P; ++t) seqs[3].parents.push_back(static_cast<int32_t>(t - 1));
+  for (int32_t parent : random_tree(6, gen)) seqs[3].parents.push_back(parent < 0 ? int32_t(P - 1) : int32_t(P + parent));
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    if (!seqs[b].parents.empty()) seqs[b].tokens.resize(seqs[b].parents.size());
+    for (auto& t : seqs[b].tokens) t = std::uniform_int_distribution<int64_t>(0, V - 1)(gen);
+  }
+  std::copy(kPrompt.begin(), kPrompt.end(), seqs[3].tokens.begin());
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  int64_t T = 0;
+  for (const Seq& q : seqs) T = std::max<int64_t>(T, static_cast<int64_t>(q.tokens.size()));
+  at::Tensor ids = at::zeros({B, T}, at::kLong);
+  KVCache cache = model_->make_cache(B, P + T);
+  ForwardOptions opt;
+  std::vector<int64_t> start;
+  for (int64_t b = 0; b < B; ++b) {
+    const Seq& q = seqs[b];
+    const int64_t n = static_cast<int64_t>(q.tokens.size());
+    for (int64_t t = 0; t < n; ++t) ids[b][t] = q.tokens[t];
+    for (int64_t t = 0; t < T; ++t)
+      opt.parents.push_back(t < static_cast<int64_t>(q.parents.size()) ? q.parents[t] : static_cast<int32_t>(t - 1));
+    opt.n_fed.push_back(n);
+    start.push_back(q.start);
+    if (q.start > 0) {  // the cached prefix: the prompt's first `start` tokens
+      const std::vector<int64_t> prefix(kPrompt.begin(), kPrompt.begin() + q.start);
+      at::Tensor pre = at::zeros({B, q.start}, at::kLong);
+      pre[b].copy_(ids_tensor(prefix)[0]);
+      ForwardOptions o;
+      o.n_fed.assign(B, 0);
+      o.n_fed[b] = q.start;
+      std::vector<int64_t> from(B, 0);
+      for (int64_t c = 0; c < B; ++c) from[c] = cache.length(c);
+      from[b] = 0;
+      model_->forward(pre, from, cache, o);
+    }
+  }
+  const at::Tensor batched = model_->forward(ids, start, cache, opt).logits;  // [B, T, V]
+  float worst = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const Seq& q = seqs[b];
+    const int64_t n = static_cast<int64_t>(q.tokens.size());
+    EXPECT_EQ(cache.length(b), q.start + n);
+    KVCache alone_cache = model_->make_cache(1, P + T);
+    if (q.start > 0)
+      model_->forward(ids_tensor(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + q.start)), {0}, alone_cache);
+    ForwardOptions alone_opt;
+    alone_opt.parents = q.parents;
+    const at::Tensor alone = model_->forward(ids_tensor(q.tokens), {q.start}, alone_cache, alone_opt).logits[0];
+    for (int64_t t = 0; t < n; ++t) {
+      worst = std::max(worst, (batched[b][t] - alone[t]).abs().max().item<float>());
+      if (linear_has_skinny()) EXPECT_TRUE(bit_equal(batched[b][t], alone[t])) << "sequence " << b << " row " << t;
+    }
+  }
+  EXPECT_LT(worst, 2e-3f);
+  // One tree per sequence of the wrong size is a named error.
+  opt.parents.pop_back();
+  try {
+    model_->forward(ids, start, cache, opt);
+    ADD_FAILURE() << "no error for a short per-sequence tree";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one per sequence"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(SmolLM2Tree, BadOptionsAreNamedErrors) {
   const int64_t P = static_cast<int64_t>(kPrompt.size()), L = model_->config().n_layers;
   const std::vector<int64_t> tokens = {198, 262, 446};

@@ -63,16 +63,17 @@ class SmolLM2Batch : public ::testing::Test {
 
   // Runs the batch and checks each sequence against generate() of its request alone: tokens,
   // text, finish reason and the streamed text.
-  static void expect_batch_equals_alone(const std::string& strategy, const Params& params,
-                                        const std::vector<Request>& reqs, const std::vector<Result>& alone,
-                                        int64_t batch_size) {
+  static std::vector<Result> expect_batch_equals_alone(const std::string& strategy, const Params& params,
+                                                       const std::vector<Request>& reqs,
+                                                       const std::vector<Result>& alone, int64_t batch_size) {
     SCOPED_TRACE(strategy + " batch_size " + std::to_string(batch_size));
     std::map<size_t, std::string> streamed;
     BatchOptions opt;
     opt.batch_size = batch_size;
     const std::vector<Result> got = create(strategy, params)->generate_batch(
         reqs, opt, [&](size_t i, const Tokens&, const std::string& text) { streamed[i] += text; });
-    ASSERT_EQ(got.size(), reqs.size());
+    EXPECT_EQ(got.size(), reqs.size());
+    if (got.size() != reqs.size()) return got;
     for (size_t i = 0; i < reqs.size(); ++i) {
       EXPECT_EQ(got[i].tokens, alone[i].tokens) << "request " << i << "\n-- alone: " << alone[i].text
                                                 << "\n-- batched: " << got[i].text;
@@ -82,6 +83,7 @@ class SmolLM2Batch : public ::testing::Test {
       EXPECT_EQ(got[i].stats.n_generated, static_cast<int64_t>(got[i].tokens.size()));
       EXPECT_EQ(got[i].stats.n_prompt, static_cast<int64_t>(reqs[i].prompt.size()));
     }
+    return got;
   }
 
   static std::vector<Result> run_alone(const std::string& strategy, const Params& params,
@@ -139,15 +141,37 @@ std::shared_ptr<model::CausalLM> layer_subset_draft() {
   return model::make_layer_subset(smollm2().model, keep);
 }
 
-// Batched greedy speculative decoding (model drafter, and the n-gram drafter with its ragged
-// draft lengths) equals batch-1 greedy decoding for every sequence, and drafts were both
-// accepted and rejected.
+// Counts the forward calls of a model (each a draft forward the whole batch shares, or one
+// sequence's).
+class CountingLM : public model::CausalLM {
+ public:
+  explicit CountingLM(std::shared_ptr<model::CausalLM> inner) : inner_(std::move(inner)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  model::KVCache make_cache(int64_t batch, int64_t max_seq) const override { return inner_->make_cache(batch, max_seq); }
+  using model::CausalLM::forward;
+  model::ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache,
+                               const model::ForwardOptions& options) override {
+    ++calls;
+    return inner_->forward(tokens, start_pos, cache, options);
+  }
+  int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  bool ragged_batches() const override { return inner_->ragged_batches(); }
+  int64_t calls = 0;
+
+ private:
+  std::shared_ptr<model::CausalLM> inner_;
+};
+
+// Batched greedy speculative decoding (model drafter; layer_skip, searching its skip set on
+// each prompt; the n-gram drafter with its ragged draft lengths) equals batch-1 greedy
+// decoding for every sequence, and drafts were both accepted and rejected.
 TEST_F(SmolLM2Batch, GreedySpeculativeBatchEqualsGreedyAlone) {
   const auto draft = layer_subset_draft();
   const std::vector<Request> reqs = requests("greedy", {}, draft);
   const std::vector<Result> alone = run_alone("greedy", {}, reqs);
-  for (const char* drafter : {"model", "ngram"}) {
-    const Params p({{"temperature", "0"}, {"drafter", drafter}, {"gamma", "4"}});
+  for (const char* drafter : {"model", "layer_skip", "ngram"}) {
+    const Params p(
+        {{"temperature", "0"}, {"drafter", drafter}, {"gamma", "4"}, {"skip_ratio", "0.2"}, {"skip_search", "4"}});
     expect_batch_equals_alone("speculative", p, reqs, alone, 3);  // refill
     BatchOptions opt;
     opt.batch_size = 8;  // everyone at once
@@ -164,6 +188,37 @@ TEST_F(SmolLM2Batch, GreedySpeculativeBatchEqualsGreedyAlone) {
   }
 }
 
+// The model drafter drafts for the whole batch in shared forwards: far fewer draft-model calls
+// than the sequences' draft forwards (each sequence counts every forward it took part in, as
+// alone), with every sequence's tokens still its batch-1 run's. The same for layer_skip with a
+// given skip set (one subset view for all).
+TEST_F(SmolLM2Batch, ADraftModelForwardServesTheWholeBatch) {
+  for (const char* drafter : {"model", "layer_skip"}) {
+    SCOPED_TRACE(drafter);
+    auto counted = std::make_shared<CountingLM>(layer_subset_draft());
+    auto target = std::make_shared<CountingLM>(smollm2().model);
+    const Params p({{"temperature", "0"}, {"drafter", drafter}, {"gamma", "4"}, {"skip_layers", "10,13,16,19,22"}});
+    std::vector<Request> reqs = requests("greedy", {}, counted);
+    for (Request& r : reqs) r.target = target;
+    const std::vector<Result> alone = run_alone("greedy", {}, reqs);
+    counted->calls = target->calls = 0;
+    BatchOptions opt;
+    opt.batch_size = 8;
+    const std::vector<Result> got = create("speculative", p)->generate_batch(reqs, opt, {});
+    int64_t draft_forwards = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, alone[i].tokens) << "request " << i;
+      draft_forwards += got[i].stats.n_draft_forwards;
+    }
+    // All the batch's model calls, draft and verification (layer_skip drafts through the target).
+    const int64_t calls = counted->calls + target->calls;
+    std::printf("  %s: %lld model calls in all for %lld sequence draft forwards\n", drafter, (long long)calls,
+                (long long)draft_forwards);
+    EXPECT_GT(draft_forwards, 40);
+    EXPECT_LT(calls, draft_forwards / 2);
+  }
+}
+
 // At temperature > 0 with fixed seeds, batched speculative sampling equals batch-1 speculative
 // sampling with the same seeds, sequence by sequence (model drafter: q and block
 // verification; n-gram drafter: tokens_only).
@@ -177,6 +232,36 @@ TEST_F(SmolLM2Batch, SeededSpeculativeSamplingBatchEqualsEachRequestAlone) {
     const std::vector<Request> reqs = requests("speculative", p, draft);
     const std::vector<Result> alone = run_alone("speculative", p, reqs);
     expect_batch_equals_alone("speculative", p, reqs, alone, 3);  // refill, other neighbours
+  }
+}
+
+// Drafters that propose token trees batch too: each sequence's tree goes into the shared target
+// forward (one tree per sequence) and the batched tree kernel. Greedy: every sequence equals
+// greedy decoding alone; seeded sampling: every sequence equals its batch-1 speculative run.
+// Rounds with trees happened, and some tree nodes were accepted.
+TEST_F(SmolLM2Batch, TreeDraftersBatchEqualsEachRequestAlone) {
+  const auto draft = layer_subset_draft();
+  const std::vector<Request> greedy_reqs = requests("greedy", {}, draft);
+  const std::vector<Result> greedy_alone = run_alone("greedy", {}, greedy_reqs);
+  for (const std::map<std::string, std::string>& extra : std::vector<std::map<std::string, std::string>>{
+           {{"drafter", "tree"}, {"tree_branching", "3,2,1"}},
+           {{"drafter", "suffix"}, {"suffix_tree_width", "3"}},
+           {{"drafter", "recycling"}},
+           {{"drafter", "lookahead"}}}) {
+    SCOPED_TRACE(extra.at("drafter"));
+    std::map<std::string, std::string> values = {{"temperature", "0"}, {"gamma", "4"}};
+    values.insert(extra.begin(), extra.end());
+    int64_t tree_rounds = 0, accepted = 0;
+    for (const Result& r : expect_batch_equals_alone("speculative", Params(values), greedy_reqs, greedy_alone, 3)) {
+      tree_rounds += r.stats.n_tree_rounds;
+      accepted += r.stats.n_accepted;
+    }
+    EXPECT_GT(tree_rounds, 0);
+    EXPECT_GT(accepted, 0);
+    values["temperature"] = "0.8";
+    values["top_k"] = "50";
+    const std::vector<Request> reqs = requests("speculative", Params(values), draft);
+    expect_batch_equals_alone("speculative", Params(values), reqs, run_alone("speculative", Params(values), reqs), 4);
   }
 }
 

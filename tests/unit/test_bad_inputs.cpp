@@ -435,7 +435,6 @@ std::vector<Case> cases() {
       {"checks_batch_size_huge", val("ok.yaml", set("checks.batch_size=100000")), "checks.batch_size: value 100000 out of range [1, 1024]"},
       {"batch_size_sweep_text", val("ok.yaml", set("sweep.batch_size=[2, x]")), "sweep.batch_size: batch_size must be an integer in [1, 1024], got 'x'"},
       {"batch_size_param_negative", val("ok.yaml", set("strategies=[{name: greedy, params: {batch_size: -3}}]")), "strategies[0].params: batch_size must be an integer in [1, 1024], got '-3'"},
-      {"batch_size_tree_drafter", val("spec.yaml", set("strategies=[{name: speculative, params: {drafter: suffix, batch_size: 2}}]")), "drafter 'suffix' proposes token trees, and batched verification takes chains (use batch_size 1)"},
       {"batch_size_gpt2_run", runx("ok.yaml", {"--set", "models.target=tiny-gpt2", "--set", "batch_size=2"}), "batch_size 2 needs a target that takes ragged batches"},
       {"strategy_unknown", val("strategy_unknown.yaml"), "unknown strategy 'nosuch'; valid strategies"},
       {"strategies_not_a_list", val("strategy_list_bad.yaml"), "strategies: expected a non-empty list"},

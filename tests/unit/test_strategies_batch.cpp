@@ -1,5 +1,5 @@
 // Batched generation (strategies/batch.h) on tiny random models: every sequence equals its
-// batch-1 run (greedy and seeded sampling, with refill), the default one-by-one
+// batch-1 run (greedy and seeded sampling, with refill; speculative with chains and trees), the default one-by-one
 // generate_batch, and bad input (batch_size < 1, a cache too small for a request, requests on
 // different targets) as named errors.
 #include <gtest/gtest.h>
@@ -109,14 +109,16 @@ TEST(Batch, APromptsForwardIsPrefillAndLaterForwardsVerify) {
   }
 }
 
-TEST(Batch, SpeculativeRefusesTreesByName) {
-  std::vector<Request> reqs = tiny_requests();
-  for (Request& r : reqs) r.draft = tiny(12);
-  BatchOptions opt;
-  opt.batch_size = 2;
-  EXPECT_NE(error_of([&] { create("speculative", P({{"drafter", "tree"}}))->generate_batch(reqs, opt, {}); })
-                .find("speculative batch: the drafter proposed a token tree"),
-            std::string::npos);
+// Token trees batch too (one tree per sequence in the target forward, the batched tree kernel,
+// per-slot KV compaction): the tree drafter (draft model tiny(12)) and suffix lookup with a
+// trie, greedy and seeded sampling.
+TEST(Batch, TreeDraftersEqualEachRequestAlone) {
+  for (const char* t : {"0", "1.0"}) {
+    SCOPED_TRACE(std::string("temperature ") + t);
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "tree"}, {"tree_branching", "2,2"}}),
+                          tiny(12));
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "suffix"}, {"suffix_tree_width", "3"}}));
+  }
 }
 
 TEST(Batch, DefaultRunsRequestsOneByOne) {  // beam search has no batched loop of its own

@@ -5,6 +5,7 @@
 // (never the first or the last) are scored by how often the skipped model's argmax agrees
 // with the full model's on the prompt's last positions, and the best one is kept.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -92,15 +93,35 @@ void check_layer_skip_params(const Params& p) {
   if (!given.empty()) parse_skip(given, model::k_max_layers);
 }
 
-std::unique_ptr<Drafter> make_layer_skip(const DrafterContext& ctx) {
+// The layers this request's draft keeps: given, or searched on its prompt.
+std::vector<int64_t> layers_to_keep(const DrafterContext& ctx) {
   SD_CHECK(ctx.request.target != nullptr, "layer_skip: needs a target model");
   check_layer_skip_params(ctx.params);
   const int64_t L = ctx.request.target->config().n_layers;
   const std::string given = ctx.params.get_string("skip_layers");
   const double ratio = ctx.params.get_float("skip_ratio");
   const int64_t n_candidates = ctx.params.get_int("skip_search");
-  const std::vector<int64_t> keep = given.empty() ? search_keep(ctx, ratio, n_candidates) : parse_skip(given, L);
-  return make_model_drafter(model::make_layer_subset(ctx.request.target, keep), ctx.proc, ctx.rng, ctx.capacity);
+  return given.empty() ? search_keep(ctx, ratio, n_candidates) : parse_skip(given, L);
+}
+
+std::unique_ptr<Drafter> make_layer_skip(const DrafterContext& ctx) {
+  return make_model_drafter(model::make_layer_subset(ctx.request.target, layers_to_keep(ctx)), ctx.proc, ctx.rng,
+                            ctx.capacity);
+}
+
+// In a batch, sequences whose searches keep the same layers draft with one subset view, so
+// they share each draft forward (the others get a forward per distinct set).
+std::unique_ptr<BatchDrafter> make_layer_skip_batch(const Request& first, const Params&,
+                                                    const sampling::ProcessorConfig& proc, int64_t batch,
+                                                    int64_t capacity) {
+  auto views = std::make_shared<std::map<std::vector<int64_t>, std::shared_ptr<model::CausalLM>>>();
+  auto model_of = [views](const DrafterContext& ctx) {
+    const std::vector<int64_t> keep = layers_to_keep(ctx);
+    std::shared_ptr<model::CausalLM>& view = (*views)[keep];
+    if (!view) view = model::make_layer_subset(ctx.request.target, keep);
+    return view;
+  };
+  return make_model_batch_drafter(model_of, first.target, proc, batch, capacity);
 }
 
 }  // namespace
@@ -117,6 +138,7 @@ DrafterInfo layer_skip_drafter_info() {
   };
   info.check = check_layer_skip_params;
   info.factory = make_layer_skip;
+  info.batch_factory = make_layer_skip_batch;
   return info;
 }
 

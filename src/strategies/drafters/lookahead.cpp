@@ -228,7 +228,6 @@ void LookaheadDrafter::report(std::map<std::string, double>& out) const {
 
 DrafterInfo lookahead_drafter_info() {
   DrafterInfo info;
-  info.trees = true;
   info.name = "lookahead";
   info.description = "Lookahead decoding: a Jacobi window of guesses plus n-grams collected from its trajectory, "
                      "verified as one tree (no draft model)";

@@ -2,22 +2,130 @@
 // Draft tokens are sampled from q = processors(draft logits) with the strategy's generator
 // (argmax when greedy), so the verifier can run lossless rejection sampling against p.
 // make_drafter() checks that the draft model exists and shares the target's token ids.
+//
+// In a batch (speculative_batch.cpp) the sequences' drafts share one KV cache, a slot each, and
+// every draft forward serves all slots at once (ragged: each feeds only its own tokens). Each
+// row of the packed engine is computed alone, so every slot drafts exactly what it drafts alone.
+#include <algorithm>
+
 #include "core/error.h"
+#include "strategies/batch.h"
 #include "strategies/common.h"
 #include "strategies/drafters.h"
 
 namespace specdec::strategies {
 namespace {
 
+// One sequence's draft: the model it drafts with and the generator its draws come from. Its
+// K/V live in slot b of a draft cache (a 1-slot cache of its own in a batch-1 run).
+struct DraftSlot {
+  std::shared_ptr<model::CausalLM> model;
+  Rng* rng = nullptr;
+};
+
+// One forward per distinct model among the slots that feed something (in practice one):
+// slot b feeds fed[b] from cache position start[b]. Stores each fed slot's last logits row
+// ([V]) in row[b] and counts the forward in out[b]. A 1-slot cache takes the plain forward, so
+// the batch-1 drafter runs on every engine.
+void forward_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots, const std::vector<Tokens>& fed,
+                   const std::vector<int64_t>& start, std::vector<at::Tensor>& row, std::vector<DraftProposal>& out) {
+  const int64_t B = static_cast<int64_t>(fed.size());
+  if (cache.batch() == 1) {
+    if (fed[0].empty()) return;
+    const int64_t n = static_cast<int64_t>(fed[0].size());
+    row[0] = forward_tokens(*slots[0].model, cache, fed[0].data(), n, start[0]).select(0, n - 1);
+    ++out[0].n_forwards;
+    return;
+  }
+  std::vector<bool> done(B, false);
+  for (int64_t b = 0; b < B; ++b) {
+    if (fed[b].empty() || done[b]) continue;
+    std::vector<Tokens> group(B);
+    for (int64_t c = b; c < B; ++c)
+      if (!fed[c].empty() && slots[c].model == slots[b].model) group[c] = fed[c], done[c] = true;
+    const at::Tensor logits = forward_batch(*slots[b].model, cache, group, start);  // [B, T, V]
+    for (int64_t c = b; c < B; ++c)
+      if (!group[c].empty()) {
+        row[c] = logits[c][static_cast<int64_t>(group[c].size()) - 1];
+        ++out[c].n_forwards;
+      }
+  }
+}
+
+// Drafts for every slot b with depth[b] > 0: catch its cache up to the committed sequence
+// seqs[b] (1-2 tokens after a round, a newcomer's whole prompt), then draft depth[b] tokens one
+// forward each; the last one itself is never fed (the next round may reject it). Time goes to
+// `ms` by phase.
+std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
+                                       const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
+                                       const std::vector<int64_t>& depth, PhaseTimes& ms) {
+  const int64_t B = static_cast<int64_t>(slots.size());
+  std::vector<DraftProposal> out(B);
+  PhaseClock clock(ms);
+  std::vector<Tokens> fed(B), context(B);
+  std::vector<int64_t> start(B, 0), n(B, 0);
+  std::vector<at::Tensor> row(B);                   // [V] each
+  std::vector<std::vector<at::Tensor>> q_rows(B);  // [1, V] each
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (depth[b] <= 0) continue;
+    n[b] = static_cast<int64_t>(seqs[b]->size());
+    start[b] = cache.length(b);
+    SD_CHECK(start[b] < n[b], "draft cache (", start[b], ") is ahead of the sequence (", n[b], ")");
+    fed[b].assign(seqs[b]->begin() + start[b], seqs[b]->end());
+    context[b] = *seqs[b];
+    longest = std::max(longest, depth[b]);
+  }
+  forward_slots(cache, slots, fed, start, row, out);
+  ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  for (int64_t i = 0; i < longest; ++i) {
+    clock.charge(&PhaseTimes::other);  // the context copies, appending x_i
+    if (i > 0) {
+      for (int64_t b = 0; b < B; ++b) {
+        fed[b].clear();
+        if (depth[b] <= i) continue;
+        fed[b].push_back(out[b].tokens.back());
+        start[b] = n[b] + i - 1;
+      }
+      forward_slots(cache, slots, fed, start, row, out);
+      clock.charge(&PhaseTimes::draft);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      if (depth[b] <= i) continue;
+      TokenId x;
+      if (cfg.greedy()) {
+        x = sampling::greedy_token(row[b], cfg, context[b]);  // q is one-hot; the greedy verifier ignores it
+      } else {
+        at::Tensor q = sampling::probabilities(row[b].unsqueeze(0), cfg, context[b]);  // [1, V]
+        x = sampling::sample_from(q, slots[b].rng->uniform());
+        q_rows[b].push_back(q);
+      }
+      out[b].tokens.push_back(x);
+      context[b].push_back(x);
+    }
+    clock.charge(&PhaseTimes::sample);
+  }
+  clock.charge(&PhaseTimes::other);
+  bool copied = false;  // greedy drafting keeps no q
+  for (int64_t b = 0; b < B; ++b)
+    if (!q_rows[b].empty()) {
+      out[b].q = at::cat(q_rows[b], 0).contiguous();  // [depth, V]
+      copied = true;
+    }
+  if (copied) clock.charge(&PhaseTimes::logits_copy);
+  return out;
+}
+
+// A batch-1 run's drafter: a cache of its own.
 class ModelDrafter : public Drafter {
  public:
   ModelDrafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& cfg, Rng& rng,
                int64_t max_seq)
-      : model_(std::move(draft)), cfg_(cfg), rng_(rng), cache_(model_->make_cache(1, max_seq)) {}
+      : slot_{std::move(draft), &rng}, cfg_(cfg), cache_(slot_.model->make_cache(1, max_seq)) {}
 
   void prefill(const Tokens& tokens) override {
     if (tokens.empty()) return;
-    forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
+    forward_tokens(*slot_.model, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
   }
 
   // A chain: the accepted path is the cache's own prefix, so dropping the rest is enough.
@@ -26,64 +134,86 @@ class ModelDrafter : public Drafter {
     if (cache_.length(0) > n_valid) cache_.truncate(0, n_valid);
   }
 
-  DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
+  DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
+    if (max_depth <= 0) return {};
+    PhaseTimes ms;
+    DraftProposal out = std::move(draft_slots(cache_, {slot_}, cfg_, {&seq}, {max_depth}, ms)[0]);
+    out.ms = ms;
+    return out;
+  }
   bool has_distribution() const override { return true; }
 
  private:
-  std::shared_ptr<model::CausalLM> model_;
+  DraftSlot slot_;
   sampling::ProcessorConfig cfg_;
-  Rng& rng_;
   model::KVCache cache_;
 };
 
-// Catch the cache up to the committed sequence (1-2 tokens after a round), then draft
-// max_depth tokens one forward each; the last one itself is never fed (the next round may
-// reject it).
-DraftProposal ModelDrafter::propose(const Tokens& seq, int64_t max_depth) {
-  DraftProposal out;
-  if (max_depth <= 0) return out;
-  PhaseClock clock(out.ms);
-  const int64_t n = static_cast<int64_t>(seq.size());
-  const int64_t n_cached = cache_.length(0);
-  SD_CHECK(n_cached < n, "draft cache (", n_cached, ") is ahead of the sequence (", n, ")");
-  at::Tensor logits = forward_tokens(*model_, cache_, seq.data() + n_cached, n - n_cached, n_cached);  // [T, V]
-  at::Tensor row = logits.select(0, logits.size(0) - 1);  // [V]
-  ++out.n_forwards;
-  out.ms.draft_catchup += clock.charge(&PhaseTimes::draft);
-  Tokens context = seq;
-  std::vector<at::Tensor> q_rows;
-  for (int64_t i = 0; i < max_depth; ++i) {
-    clock.charge(&PhaseTimes::other);  // the context copy, appending x_i
-    if (i > 0) {
-      const TokenId prev = out.tokens.back();
-      row = forward_tokens(*model_, cache_, &prev, 1, n + i - 1).select(0, 0);  // [V]
-      ++out.n_forwards;
-      clock.charge(&PhaseTimes::draft);
-    }
-    TokenId x;
-    if (cfg_.greedy()) {
-      x = sampling::greedy_token(row, cfg_, context);  // q is one-hot; the greedy verifier ignores it
-    } else {
-      at::Tensor q = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
-      x = sampling::sample_from(q, rng_.uniform());
-      q_rows.push_back(q);
-    }
-    clock.charge(&PhaseTimes::sample);
-    out.tokens.push_back(x);
-    context.push_back(x);
+// A batch's drafters: slot b of one shared cache each.
+class ModelBatchDrafter : public BatchDrafter {
+ public:
+  ModelBatchDrafter(DraftModelOf model_of, const std::shared_ptr<model::CausalLM>& base,
+                    const sampling::ProcessorConfig& cfg, int64_t batch, int64_t capacity)
+      : model_of_(std::move(model_of)), cfg_(cfg), cache_(base->make_cache(batch, capacity)), slots_(batch) {
+    for (int64_t b = 0; b < batch; ++b) views_.push_back(std::make_unique<SlotView>(*this, b));
   }
-  clock.charge(&PhaseTimes::other);
-  if (q_rows.empty()) return out;
-  out.q = at::cat(q_rows, 0).contiguous();  // [max_depth, V]
-  clock.charge(&PhaseTimes::logits_copy);
-  return out;
-}
+
+  void join(int64_t slot, const DrafterContext& ctx) override {
+    slots_.at(slot) = {model_of_(ctx), &ctx.rng};
+    cache_.truncate(slot, 0);  // the slot's earlier sequence
+  }
+  Drafter& at(int64_t slot) override { return *views_.at(slot); }
+  std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
+                                     PhaseTimes& ms) override {
+    return draft_slots(cache_, slots_, cfg_, seqs, max_depth, ms);
+  }
+
+ private:
+  // Slot b's Drafter. Its prompt is fed with its first proposal's catch-up, beside the other
+  // slots' forwards, so prefill() has nothing to do.
+  class SlotView : public Drafter {
+   public:
+    SlotView(ModelBatchDrafter& owner, int64_t slot) : owner_(owner), slot_(slot) {}
+    DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
+      std::vector<const Tokens*> seqs(owner_.slots_.size(), nullptr);
+      std::vector<int64_t> depth(owner_.slots_.size(), 0);
+      seqs[slot_] = &seq;
+      depth[slot_] = max_depth;
+      PhaseTimes ms;
+      DraftProposal out = std::move(owner_.propose(seqs, depth, ms)[slot_]);
+      out.ms = ms;
+      return out;
+    }
+    void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
+      (void)accepted;
+      if (owner_.cache_.length(slot_) > n_valid) owner_.cache_.truncate(slot_, n_valid);
+    }
+    bool has_distribution() const override { return true; }
+
+   private:
+    ModelBatchDrafter& owner_;
+    int64_t slot_;
+  };
+
+  DraftModelOf model_of_;
+  sampling::ProcessorConfig cfg_;
+  model::KVCache cache_;
+  std::vector<DraftSlot> slots_;
+  std::vector<std::unique_ptr<SlotView>> views_;
+};
 
 }  // namespace
 
 std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& proc,
                                             Rng& rng, int64_t capacity) {
   return std::make_unique<ModelDrafter>(std::move(draft), proc, rng, capacity);
+}
+
+std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of, const std::shared_ptr<model::CausalLM>& base,
+                                                       const sampling::ProcessorConfig& proc, int64_t batch,
+                                                       int64_t capacity) {
+  if (!base || !base->ragged_batches()) return nullptr;
+  return std::make_unique<ModelBatchDrafter>(std::move(model_of), base, proc, batch, capacity);
 }
 
 DrafterInfo model_drafter_info() {
@@ -93,6 +223,11 @@ DrafterInfo model_drafter_info() {
   info.needs_draft_model = true;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     return std::make_unique<ModelDrafter>(ctx.request.draft, ctx.proc, ctx.rng, ctx.capacity);
+  };
+  info.batch_factory = [](const Request& first, const Params&, const sampling::ProcessorConfig& proc, int64_t batch,
+                          int64_t capacity) {
+    return make_model_batch_drafter([](const DrafterContext& ctx) { return ctx.request.draft; }, first.draft, proc,
+                                    batch, capacity);
   };
   return info;
 }

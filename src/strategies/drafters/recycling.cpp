@@ -161,7 +161,6 @@ void RecyclingDrafter::report(std::map<std::string, double>& out) const {
 
 DrafterInfo recycling_drafter_info() {
   DrafterInfo info;
-  info.trees = true;
   info.name = "recycling";
   info.description = "Token Recycling: a static tree grown through a table of the target's past top-k "
                      "successors of each token (no draft model)";

@@ -56,7 +56,50 @@ std::string checked_choice(const Params& params) {
   return name;
 }
 
+// A batch's drafters as the registry hands them out: each join is checked as make_drafter
+// checks; the drafter's own batch form serves the slots, or else one factory drafter per slot.
+class RegistryBatchDrafter : public BatchDrafter {
+ public:
+  RegistryBatchDrafter(const DrafterInfo& info, std::unique_ptr<BatchDrafter> shared, int64_t batch)
+      : info_(info), shared_(std::move(shared)), own_(batch) {}
+  void join(int64_t slot, const DrafterContext& ctx) override {
+    SD_CHECK(slot >= 0 && slot < static_cast<int64_t>(own_.size()), "drafter '", info_.name, "': slot ", slot,
+             " is outside the batch of ", own_.size());
+    if (info_.check) info_.check(ctx.params);
+    if (info_.needs_draft_model) check_draft_model(info_.name, ctx.request);
+    if (shared_)
+      shared_->join(slot, ctx);
+    else
+      own_[slot] = info_.factory(ctx);
+  }
+  Drafter& at(int64_t slot) override {
+    if (shared_) return shared_->at(slot);
+    SD_CHECK(own_.at(slot), "drafter '", info_.name, "': slot ", slot, " has not joined");
+    return *own_[slot];
+  }
+  std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
+                                     PhaseTimes& ms) override {
+    return shared_ ? shared_->propose(seqs, max_depth, ms) : BatchDrafter::propose(seqs, max_depth, ms);
+  }
+
+ private:
+  const DrafterInfo& info_;
+  std::unique_ptr<BatchDrafter> shared_;      // the drafter's batch form, or null
+  std::vector<std::unique_ptr<Drafter>> own_;  // else one per slot
+};
+
 }  // namespace
+
+std::vector<DraftProposal> BatchDrafter::propose(const std::vector<const Tokens*>& seqs,
+                                                 const std::vector<int64_t>& max_depth, PhaseTimes& ms) {
+  std::vector<DraftProposal> out(seqs.size());
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    if (max_depth[b] <= 0) continue;
+    out[b] = at(static_cast<int64_t>(b)).propose(*seqs[b], max_depth[b]);
+    ms += out[b].ms;
+  }
+  return out;
+}
 
 const std::vector<DrafterInfo>& all_drafters() {
 #define SPECDEC_DRAFTER_ENTRY(name) name##_drafter_info(),
@@ -104,6 +147,15 @@ std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterCont
   if (info.check) info.check(ctx.params);
   if (info.needs_draft_model) check_draft_model(info.name, ctx.request);
   return info.factory(ctx);
+}
+
+std::unique_ptr<BatchDrafter> make_batch_drafter(const std::string& name, const Request& first, const Params& params,
+                                                 const sampling::ProcessorConfig& proc, int64_t batch,
+                                                 int64_t capacity) {
+  const DrafterInfo& info = find_drafter(name);
+  std::unique_ptr<BatchDrafter> shared;
+  if (info.batch_factory && batch > 1) shared = info.batch_factory(first, params, proc, batch, capacity);
+  return std::make_unique<RegistryBatchDrafter>(info, std::move(shared), batch);
 }
 
 }  // namespace specdec::strategies

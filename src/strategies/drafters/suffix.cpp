@@ -219,7 +219,6 @@ void check_suffix_params(const Params& p) {
 
 DrafterInfo suffix_drafter_info() {
   DrafterInfo info;
-  info.trees = true;
   info.name = "suffix";
   info.description =
       "retrieval over prompt + output: continues the longest earlier match found by a suffix automaton";

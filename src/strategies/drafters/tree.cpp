@@ -316,7 +316,6 @@ void TreeDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) 
 
 DrafterInfo tree_drafter_info() {
   DrafterInfo info;
-  info.trees = true;
   info.name = "tree";
   info.description = "the draft model expands a token tree: static top-k/sampled branching per depth, or "
                      "EAGLE-2-style dynamic growth under a node budget; verified in one target forward";
