@@ -25,41 +25,61 @@ struct SpecSequence {
   DraftProposal d;  // this round's draft
 };
 
-// Verifies the chains of one round with the chain kernel, one call per mode (in practice one),
-// ragged n_draft. The kernel takes the final sample's uniform from column gamma: each
-// sequence's last uniform goes there, so a row sees exactly the uniforms of its batch-1 call.
+// The padded kernel inputs of a group of sequences (`rows`, indices into seqs): W = the
+// longest draft; tokens and node counts; p [R, W + 1, V]; q [R, W, V] (with_q); uniforms
+// [R, W + 1]. Both kernels read the final sample's uniform from column W, so each sequence's
+// last uniform goes there and a row sees exactly the uniforms of its batch-1 call.
+struct Packed {
+  int64_t W = 0;
+  std::vector<int32_t> tokens, n_draft;
+  at::Tensor p, q;
+  std::vector<float> uniforms;
+};
+
+Packed pack(const std::vector<SpecSequence*>& seqs, const std::vector<at::Tensor>& p,
+            const std::vector<std::vector<float>>& u, const std::vector<size_t>& rows, bool with_q) {
+  Packed k;
+  const int64_t R = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
+  for (size_t i : rows) k.W = std::max(k.W, seqs[i]->d.size());
+  const int64_t W = k.W;
+  k.tokens.assign(R * W, 0);
+  k.n_draft.resize(R);
+  k.uniforms.assign(R * (W + 1), 0.5f);  // entries past a sequence's draft are never read
+  const at::TensorOptions on = p[rows[0]].options();
+  k.p = at::zeros({R, W + 1, V}, on);
+  if (with_q) k.q = at::zeros({R, W, V}, on);
+  for (int64_t r = 0; r < R; ++r) {
+    const size_t i = rows[r];
+    const DraftProposal& d = seqs[i]->d;
+    const int64_t n = d.size();
+    std::copy(d.tokens.begin(), d.tokens.end(), k.tokens.begin() + r * W);
+    k.n_draft[r] = static_cast<int32_t>(n);
+    std::copy(u[i].begin(), u[i].begin() + n, k.uniforms.begin() + r * (W + 1));
+    k.uniforms[r * (W + 1) + W] = u[i][n];
+    k.p[r].narrow(0, 0, n + 1).copy_(p[i]);
+    if (with_q) k.q[r].narrow(0, 0, n).copy_(d.q);
+  }
+  return k;
+}
+
+// Verifies a group of chains with the chain kernel (ragged n_draft), one call.
 void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const std::vector<SpecSequence*>& seqs,
                    const std::vector<at::Tensor>& p, const std::vector<std::vector<float>>& u,
                    const std::vector<size_t>& rows, std::vector<Verdict>& out) {
-  const int64_t B = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
-  int64_t G = 0;
-  for (size_t i : rows) G = std::max(G, seqs[i]->d.size());
+  const bool with_q = mode == kernels::VerifyMode::sampling || mode == kernels::VerifyMode::block;
+  Packed k = pack(seqs, p, u, rows, with_q);
+  const int64_t B = static_cast<int64_t>(rows.size()), G = k.W;
+  std::vector<int32_t> n_accepted(B, 0), emitted(B * (G + 1), -1);
   kernels::VerifyArgs args;
   args.batch = B;
   args.gamma = G;
-  args.vocab = V;
+  args.vocab = k.p.size(2);
   args.mode = mode;
-  const bool with_q = mode == kernels::VerifyMode::sampling || mode == kernels::VerifyMode::block;
-  std::vector<int32_t> tokens(B * G, 0), n_draft(B), n_accepted(B, 0), emitted(B * (G + 1), -1);
-  std::vector<float> uniforms(B * (G + 1), 0.5f);  // columns past a sequence's draft are never read
-  const at::TensorOptions on = p[rows[0]].options();
-  at::Tensor pb = at::zeros({B, G + 1, V}, on), qb = with_q ? at::zeros({B, G, V}, on) : at::Tensor();
-  for (int64_t r = 0; r < B; ++r) {
-    const size_t i = rows[r];
-    const DraftProposal& d = seqs[i]->d;
-    const int64_t k = d.size();
-    std::copy(d.tokens.begin(), d.tokens.end(), tokens.begin() + r * G);
-    n_draft[r] = static_cast<int32_t>(k);
-    std::copy(u[i].begin(), u[i].begin() + k, uniforms.begin() + r * (G + 1));
-    uniforms[r * (G + 1) + G] = u[i][k];
-    pb[r].narrow(0, 0, k + 1).copy_(p[i]);
-    if (with_q) qb[r].narrow(0, 0, k).copy_(d.q);
-  }
-  args.draft_tokens = tokens.data();
-  args.n_draft = n_draft.data();
-  args.q = with_q ? qb.data_ptr<float>() : nullptr;
-  args.p = pb.data_ptr<float>();
-  args.uniforms = uniforms.data();
+  args.draft_tokens = k.tokens.data();
+  args.n_draft = k.n_draft.data();
+  args.q = with_q ? k.q.data_ptr<float>() : nullptr;
+  args.p = k.p.data_ptr<float>();
+  args.uniforms = k.uniforms.data();
   args.n_accepted = n_accepted.data();
   args.out_tokens = emitted.data();
   backend.verify(args);
@@ -71,43 +91,29 @@ void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const st
   }
 }
 
-// The same for token trees with the tree kernel (ragged n_nodes); a leaf's bonus takes its
-// uniform from column N, so each sequence's last uniform goes there.
+// Verifies a group of token trees with the tree kernel (ragged n_nodes), one call.
 void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std::vector<SpecSequence*>& seqs,
                   const std::vector<at::Tensor>& p, const std::vector<std::vector<float>>& u,
                   const std::vector<size_t>& rows, std::vector<Verdict>& out) {
-  const int64_t B = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
-  int64_t N = 0;
-  for (size_t i : rows) N = std::max(N, seqs[i]->d.size());
+  const bool with_q = mode == kernels::VerifyMode::sampling;
+  Packed k = pack(seqs, p, u, rows, with_q);
+  const int64_t B = static_cast<int64_t>(rows.size()), N = k.W;
+  std::vector<int32_t> parents(B * N, -1), n_accepted(B, 0), path(B * N, -1), emitted(B * (N + 1), -1);
+  for (int64_t r = 0; r < B; ++r) {
+    const std::vector<int32_t>& par = seqs[rows[r]]->d.parents;
+    std::copy(par.begin(), par.end(), parents.begin() + r * N);
+  }
   kernels::TreeVerifyArgs args;
   args.batch = B;
   args.max_nodes = N;
-  args.vocab = V;
+  args.vocab = k.p.size(2);
   args.mode = mode;
-  const bool with_q = mode == kernels::VerifyMode::sampling;
-  std::vector<int32_t> tokens(B * N, 0), parents(B * N, -1), n_nodes(B), n_accepted(B, 0);
-  std::vector<int32_t> path(B * N, -1), emitted(B * (N + 1), -1);
-  std::vector<float> uniforms(B * (N + 1), 0.5f);  // entries past a sequence's nodes are never read
-  const at::TensorOptions on = p[rows[0]].options();
-  at::Tensor pb = at::zeros({B, N + 1, V}, on), qb = with_q ? at::zeros({B, N, V}, on) : at::Tensor();
-  for (int64_t r = 0; r < B; ++r) {
-    const size_t i = rows[r];
-    const DraftProposal& d = seqs[i]->d;
-    const int64_t k = d.size();
-    std::copy(d.tokens.begin(), d.tokens.end(), tokens.begin() + r * N);
-    std::copy(d.parents.begin(), d.parents.end(), parents.begin() + r * N);
-    n_nodes[r] = static_cast<int32_t>(k);
-    std::copy(u[i].begin(), u[i].begin() + k, uniforms.begin() + r * (N + 1));
-    uniforms[r * (N + 1) + N] = u[i][k];
-    pb[r].narrow(0, 0, k + 1).copy_(p[i]);
-    if (with_q) qb[r].narrow(0, 0, k).copy_(d.q);
-  }
-  args.tokens = tokens.data();
+  args.tokens = k.tokens.data();
   args.parents = parents.data();
-  args.n_nodes = n_nodes.data();
-  args.q = with_q ? qb.data_ptr<float>() : nullptr;
-  args.p = pb.data_ptr<float>();
-  args.uniforms = uniforms.data();
+  args.n_nodes = k.n_draft.data();
+  args.q = with_q ? k.q.data_ptr<float>() : nullptr;
+  args.p = k.p.data_ptr<float>();
+  args.uniforms = k.uniforms.data();
   args.n_accepted = n_accepted.data();
   args.path = path.data();
   args.out_tokens = emitted.data();
@@ -148,6 +154,20 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const SpecBatchSetu
     if (!trees[m].empty()) verify_trees(backend, mode, seqs, p, u, trees[m], out);
   }
   return out;
+}
+
+// What the round's target forward feeds for a sequence: a newcomer's prompt (all but its last
+// token), the last committed token, the draft; from cache slot `start`. A tree round also gets
+// its parents over those tokens: the prompt's rows as a chain, then the tree from its root.
+void target_feed(const SpecSequence& s, Tokens& fed, int64_t& start, std::vector<int32_t>& tree) {
+  const int64_t P = static_cast<int64_t>(s.prefill.size());
+  fed = s.prefill;
+  fed.push_back(s.seq.back());
+  fed.insert(fed.end(), s.d.tokens.begin(), s.d.tokens.end());
+  start = static_cast<int64_t>(s.seq.size()) - 1 - P;
+  if (s.d.is_chain()) return;
+  for (int64_t t = 0; t < P; ++t) tree.push_back(static_cast<int32_t>(t - 1));
+  for (int32_t parent : tree_forward_options(s.d).parents) tree.push_back(static_cast<int32_t>(parent + P));
 }
 
 }  // namespace
@@ -216,15 +236,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       if (!slots[b]) continue;
       SpecSequence& s = spec[b];
       s.d = std::move(drafts[b]);
-      const int64_t P = static_cast<int64_t>(s.prefill.size());
-      fed[b] = s.prefill;
-      fed[b].push_back(s.seq.back());
-      fed[b].insert(fed[b].end(), s.d.tokens.begin(), s.d.tokens.end());
-      start[b] = static_cast<int64_t>(s.seq.size()) - 1 - P;
-      if (!s.d.is_chain()) {  // the prompt's rows as a chain, then the tree from its root (fed row P)
-        for (int64_t t = 0; t < P; ++t) trees[b].push_back(static_cast<int32_t>(t - 1));
-        for (int32_t parent : tree_forward_options(s.d).parents) trees[b].push_back(static_cast<int32_t>(parent + P));
-      }
+      target_feed(s, fed[b], start[b], trees[b]);
       active.push_back(&s);
       slot_of.push_back(b);
     }

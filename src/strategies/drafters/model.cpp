@@ -55,7 +55,7 @@ void forward_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots, c
 // Drafts for every slot b with depth[b] > 0: catch its cache up to the committed sequence
 // seqs[b] (1-2 tokens after a round, a newcomer's whole prompt), then draft depth[b] tokens one
 // forward each; the last one itself is never fed (the next round may reject it). Time goes to
-// `ms` by phase.
+// `ms` by phase (a catch-up that feeds a prompt: prefill).
 std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
                                        const std::vector<int64_t>& depth, PhaseTimes& ms) {
@@ -77,7 +77,14 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     longest = std::max(longest, depth[b]);
   }
   forward_slots(cache, slots, fed, start, row, out);
-  ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  // A forward that feeds a newcomer's prompt (a batch: the slots' prompts ride along with the
+  // catch-up) is prefill, as a batch-1 run's prefill() is.
+  bool prompt = false;
+  for (int64_t b = 0; b < B; ++b) prompt = prompt || (start[b] == 0 && fed[b].size() > 1);
+  if (prompt)
+    clock.charge(&PhaseTimes::prefill);
+  else
+    ms.draft_catchup += clock.charge(&PhaseTimes::draft);
   for (int64_t i = 0; i < longest; ++i) {
     clock.charge(&PhaseTimes::other);  // the context copies, appending x_i
     if (i > 0) {

@@ -56,6 +56,12 @@ std::string checked_choice(const Params& params) {
   return name;
 }
 
+// What make_drafter checks before building a drafter for a request.
+void check_drafter_request(const DrafterInfo& info, const DrafterContext& ctx) {
+  if (info.check) info.check(ctx.params);
+  if (info.needs_draft_model) check_draft_model(info.name, ctx.request);
+}
+
 // A batch's drafters as the registry hands them out: each join is checked as make_drafter
 // checks; the drafter's own batch form serves the slots, or else one factory drafter per slot.
 class RegistryBatchDrafter : public BatchDrafter {
@@ -65,8 +71,7 @@ class RegistryBatchDrafter : public BatchDrafter {
   void join(int64_t slot, const DrafterContext& ctx) override {
     SD_CHECK(slot >= 0 && slot < static_cast<int64_t>(own_.size()), "drafter '", info_.name, "': slot ", slot,
              " is outside the batch of ", own_.size());
-    if (info_.check) info_.check(ctx.params);
-    if (info_.needs_draft_model) check_draft_model(info_.name, ctx.request);
+    check_drafter_request(info_, ctx);
     if (shared_)
       shared_->join(slot, ctx);
     else
@@ -144,8 +149,7 @@ void check_drafter_params(const Params& resolved) {
 
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx) {
   const DrafterInfo& info = find_drafter(name);
-  if (info.check) info.check(ctx.params);
-  if (info.needs_draft_model) check_draft_model(info.name, ctx.request);
+  check_drafter_request(info, ctx);
   return info.factory(ctx);
 }
 
