@@ -40,8 +40,9 @@ struct ModelConfig {
 // sits at position start_pos[b] + t and attends to every earlier position.
 struct ForwardOptions {
   // Token tree [T] shared by every sequence of the batch, or one tree per sequence [B * T]
-  // (sequence b's at entries b*T .. b*T + T - 1; packed llama engine only, with ragged batches
-  // the entries past n_fed[b] must still be valid): parents[t] is the fed token that t follows
+  // (sequence b's at entries b*T .. b*T + T - 1, with tree_cached: blocks of tree_cached + T;
+  // packed llama engine only; with ragged batches the entries past n_fed[b] must still be
+  // valid): parents[t] is the fed token that t follows
   // (parents[t] < t), or -1 when t follows the cached prefix directly. Token t attends to the
   // cached prefix [0, start_pos[b]) and to its ancestors among the fed tokens, itself included.
   // Empty: a chain (parents[t] = t - 1). Fed token t is still written to cache slot
@@ -50,7 +51,7 @@ struct ForwardOptions {
   std::vector<int32_t> parents;
   // Growing a tree over several forwards (a drafter expanding it level by level): the first
   // tree_cached nodes of the tree are already in the cache at slots start_pos[b] -
-  // tree_cached .. start_pos[b] - 1, and `parents` then has tree_cached + T entries (per tree), indexed
+  // tree_cached .. start_pos[b] - 1, and `parents` then has tree_cached + T entries per tree, indexed
   // over all tree nodes (the fed tokens are nodes tree_cached .. tree_cached + T - 1). The
   // visible prefix is [0, start_pos[b] - tree_cached). 0: the tree is all in this forward.
   int64_t tree_cached = 0;

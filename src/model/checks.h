@@ -31,8 +31,8 @@ void refuse_ragged(const std::string& who, const at::Tensor& tokens, const Forwa
 const int32_t* tree_of(const ForwardOptions& options, int64_t b, int64_t T);
 
 // ForwardOptions against the model and the fed tokens [B, T]: a tree (or one per sequence) of
-// tree_cached + T parents each in [-1, t), B*T non-negative positions, ascending layer indices in [0, n_layers), hidden_layer
-// in [-1, n_layers). Errors name the entry and list what is valid.
+// tree_cached + T parents each in [-1, t), B*T non-negative positions, ascending layer indices
+// in [0, n_layers), hidden_layer in [-1, n_layers). Errors name the entry and list what is valid.
 void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,
                            const std::vector<int64_t>& start_pos, const ForwardOptions& options);
 

@@ -399,7 +399,8 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
                           : static_cast<int64_t>(opt.parents.size()) == opt.tree_cached + s.T ? 1 : s.B;
   s.anc.resize(n_trees);
   s.anc_begin.resize(n_trees);
-  for (int64_t i = 0; i < n_trees; ++i) tree_ancestors(tree_of(opt, i, s.T), opt.tree_cached + s.T, s.anc[i], s.anc_begin[i]);
+  for (int64_t i = 0; i < n_trees; ++i)
+    tree_ancestors(tree_of(opt, i, s.T), opt.tree_cached + s.T, s.anc[i], s.anc_begin[i]);
   s.tree_cached = opt.tree_cached;
   s.all_slots.resize(*std::max_element(start_pos.begin(), start_pos.end()) + s.T);
   std::iota(s.all_slots.begin(), s.all_slots.end(), int64_t{0});

@@ -159,7 +159,8 @@ std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> dra
 // model_of(its context) (`base` itself or a view of it, such as a layer subset), and slots on
 // the same model share every forward. Null when `base` cannot take ragged batches.
 using DraftModelOf = std::function<std::shared_ptr<model::CausalLM>(const DrafterContext&)>;
-std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of, const std::shared_ptr<model::CausalLM>& base,
+std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of,
+                                                       const std::shared_ptr<model::CausalLM>& base,
                                                        const sampling::ProcessorConfig& proc, int64_t batch,
                                                        int64_t capacity);
 

@@ -157,11 +157,13 @@ TEST_F(SmolLM2Tree, ATreePerSequenceInARaggedBatchEqualsEachTreeAlone) {
     std::vector<int32_t> parents;
     std::vector<int64_t> tokens;
   };
-  std::vector<Seq> seqs = {{P, random_tree(9, gen), {}}, {P - 4, {}, {}}, {P - 2, random_tree(5, gen), {}}, {0, {}, {}}};
+  std::vector<Seq> seqs = {
+      {P, random_tree(9, gen), {}}, {P - 4, {}, {}}, {P - 2, random_tree(5, gen), {}}, {0, {}, {}}};
   seqs[1].tokens.resize(3);
   // The newcomer: its whole prompt as a chain, then a 6-node tree hanging off its last token.
   for (int64_t t = 0; t < P; ++t) seqs[3].parents.push_back(static_cast<int32_t>(t - 1));
-  for (int32_t parent : random_tree(6, gen)) seqs[3].parents.push_back(parent < 0 ? int32_t(P - 1) : int32_t(P + parent));
+  for (int32_t parent : random_tree(6, gen))
+    seqs[3].parents.push_back(parent < 0 ? int32_t(P - 1) : int32_t(P + parent));
   for (size_t b = 0; b < seqs.size(); ++b) {
     if (!seqs[b].parents.empty()) seqs[b].tokens.resize(seqs[b].parents.size());
     for (auto& t : seqs[b].tokens) t = std::uniform_int_distribution<int64_t>(0, V - 1)(gen);

@@ -147,7 +147,9 @@ class CountingLM : public model::CausalLM {
  public:
   explicit CountingLM(std::shared_ptr<model::CausalLM> inner) : inner_(std::move(inner)) {}
   const model::ModelConfig& config() const override { return inner_->config(); }
-  model::KVCache make_cache(int64_t batch, int64_t max_seq) const override { return inner_->make_cache(batch, max_seq); }
+  model::KVCache make_cache(int64_t batch, int64_t max_seq) const override {
+    return inner_->make_cache(batch, max_seq);
+  }
   using model::CausalLM::forward;
   model::ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache,
                                const model::ForwardOptions& options) override {

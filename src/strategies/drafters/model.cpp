@@ -216,7 +216,8 @@ std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> dra
   return std::make_unique<ModelDrafter>(std::move(draft), proc, rng, capacity);
 }
 
-std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of, const std::shared_ptr<model::CausalLM>& base,
+std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of,
+                                                       const std::shared_ptr<model::CausalLM>& base,
                                                        const sampling::ProcessorConfig& proc, int64_t batch,
                                                        int64_t capacity) {
   if (!base || !base->ragged_batches()) return nullptr;
