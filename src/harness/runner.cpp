@@ -654,7 +654,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     if (draft) r.draft = draft;
     return r;
   };
-  // The samples are drawn in batches (checks.batch_size) where the model and the drafter allow;
+  // The samples are drawn in batches (checks.batch_size) where the target takes ragged batches;
   // each sample's tokens are its batch-1 generation's either way (strategy.h: generate_batch).
   const int64_t batch = target->ragged_batches() ? k.batch_size : 1;
   const int64_t n_cand = std::max(k.first_token ? k.first_token_samples : 0, k.sequence ? k.sequence_samples : 0);
