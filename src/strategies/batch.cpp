@@ -98,10 +98,13 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
       for (int64_t t = 0; t < T; ++t)
         opt.parents.push_back(t < static_cast<int64_t>(trees[b].size()) ? trees[b][t] : static_cast<int32_t>(t - 1));
   }
+  // A dense step (every slot feeds T tokens) needs no n_fed, so engines without ragged
+  // batches take it too (a batch of one, for instance).
+  if (std::all_of(opt.n_fed.begin(), opt.n_fed.end(), [&](int64_t n) { return n == T; })) opt.n_fed.clear();
   at::Tensor logits = model.forward(tokens, from, cache, opt).logits;  // [B, T, V]
   for (int64_t b = 0; b < B; ++b)
     if (!fed[b].empty())
-      check_finite_logits(logits[b].narrow(0, 0, opt.n_fed[b]), model, fed[b].data(), from[b]);
+      check_finite_logits(logits[b].narrow(0, 0, static_cast<int64_t>(fed[b].size())), model, fed[b].data(), from[b]);
   return logits;
 }
 

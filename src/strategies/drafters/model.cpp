@@ -25,18 +25,11 @@ struct DraftSlot {
 
 // One forward per distinct model among the slots that feed something (in practice one):
 // slot b feeds fed[b] from cache position start[b]. Stores each fed slot's last logits row
-// ([V]) in row[b] and counts the forward in out[b]. A 1-slot cache takes the plain forward, so
-// the batch-1 drafter runs on every engine.
+// ([V]) in row[b] and counts the forward in out[b]. (A 1-slot cache is a dense forward, which
+// every engine takes: forward_batch.)
 void forward_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots, const std::vector<Tokens>& fed,
                    const std::vector<int64_t>& start, std::vector<at::Tensor>& row, std::vector<DraftProposal>& out) {
   const int64_t B = static_cast<int64_t>(fed.size());
-  if (cache.batch() == 1) {
-    if (fed[0].empty()) return;
-    const int64_t n = static_cast<int64_t>(fed[0].size());
-    row[0] = forward_tokens(*slots[0].model, cache, fed[0].data(), n, start[0]).select(0, n - 1);
-    ++out[0].n_forwards;
-    return;
-  }
   std::vector<bool> done(B, false);
   for (int64_t b = 0; b < B; ++b) {
     if (fed[b].empty() || done[b]) continue;
