@@ -77,38 +77,6 @@ Segment make_segment(Code code, int64_t group, int64_t groups_per_block, bool su
 
 }  // namespace
 
-namespace panels_detail {
-
-// int8 activations (dtype native_q8): the formula is in panels_kernels.h.
-QuantizedRows::QuantizedRows(const float* x, int64_t n, int64_t in_) : in(in_) {
-  xq.resize(static_cast<size_t>(n * in));
-  scale.resize(static_cast<size_t>(n * in / 32));
-  qsum.resize(static_cast<size_t>(n * in / 16));
-  xsum.resize(static_cast<size_t>(n * in / 16));
-  for (int64_t b = 0; b < n * in / 32; ++b) {
-    const float* v = x + 32 * b;
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
-    const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-    scale[static_cast<size_t>(b)] = d;
-    for (int h = 0; h < 2; ++h) {
-      int32_t qs = 0;
-      float xs = 0;
-      for (int i = 16 * h; i < 16 * h + 16; ++i) {
-        const float t = v[i] * inv;  // |t| <= 127: round half away from zero, as roundf
-        const int q = static_cast<int>(t + (t >= 0 ? 0.5f : -0.5f));
-        xq[static_cast<size_t>(32 * b + i)] = static_cast<int8_t>(std::clamp(q, -127, 127));
-        qs += xq[static_cast<size_t>(32 * b + i)];
-        xs += v[i];
-      }
-      qsum[static_cast<size_t>(2 * b + h)] = qs;
-      xsum[static_cast<size_t>(2 * b + h)] = xs;
-    }
-  }
-}
-
-}  // namespace panels_detail
-
 namespace {
 
 // The kernels forward() calls, chosen once per process (panels.h).
@@ -118,6 +86,7 @@ struct Dispatch {
   const Kernels& (*f32_kernels)();
   const Kernels& (*kernels)(const Segment&);
   RowsQ8Fn (*q8_kernel)(const Segment&, int);
+  QuantizeFn quantize;  // int8 activations, with the int8 kernels
 };
 
 Dispatch choose_dispatch() {
@@ -126,7 +95,7 @@ Dispatch choose_dispatch() {
   SD_CHECK(want.empty() || want == "auto" || want == "portable", "SPECDEC_KERNELS='", want,
            "' is not a kernel choice (use auto or portable)");
   Dispatch d{"portable", "portable", portable::f32_kernels, portable::kernels,
-             portable::q8_kernel};
+             portable::q8_kernel, portable::quantize};
 #if SPECDEC_PANELS_AVX512
   if (want != "portable" && __builtin_cpu_supports("avx512f")) {
     d.name = "avx512";
@@ -135,6 +104,7 @@ Dispatch choose_dispatch() {
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni")) {
       d.int8_name = "avx512-vnni";
       d.q8_kernel = avx512::q8_kernel;
+      d.quantize = avx512::quantize;
     }
   }
 #endif
@@ -147,6 +117,20 @@ const Dispatch& dispatch() {
 }
 
 }  // namespace
+
+namespace panels_detail {
+
+// int8 activations (dtype native_q8): the formula is in panels_kernels.h.
+QuantizedRows::QuantizedRows(const float* x, int64_t n, int64_t in_) : in(in_) {
+  SD_CHECK(in % 32 == 0, "panels: int8 activations need a multiple of 32 columns, got ", in);
+  xq.resize(static_cast<size_t>(n * in));
+  scale.resize(static_cast<size_t>(n * in / 32));
+  qsum.resize(static_cast<size_t>(n * in / 16));
+  xsum.resize(static_cast<size_t>(n * in / 16));
+  dispatch().quantize(x, n * in / 32, *this);
+}
+
+}  // namespace panels_detail
 
 const char* panels_kernel() { return dispatch().name; }
 const char* panels_int8_kernel() { return dispatch().int8_name; }

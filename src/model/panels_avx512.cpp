@@ -181,6 +181,16 @@ constexpr Kernels kernels_for() {
 
 #define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
+// acc += the four products u8 x s8 in each 32-bit lane of u and of the 4 bytes at s, broadcast
+// to every lane (vpdpbusd with an embedded-broadcast memory operand: no separate broadcast
+// instruction per row). Inline assembly because GCC 12 copies an accumulator held in an array
+// into another register and back around every _mm512_dpbusd_epi32 (two moves per product,
+// half of the 5-row kernel's instructions); "+v" keeps it in its register.
+SD_VNNI inline void dpbusd(__m512i& acc, __m512i u, const int8_t* s) {
+  using Bytes4 = int32_t __attribute__((may_alias));
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const Bytes4*>(s)));
+}
+
 // y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h (QuantizedRows),
 // for N <= 5 rows (r0.. of xr).
 template <int N, bool Nib, bool Min, bool Sub>
@@ -217,11 +227,9 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows&
         w1 = _mm512_xor_si512(_mm512_loadu_si512(codes + k * 32 + 64), top);
       }
       for (int n = 0; n < N; ++n) {
-        int32_t x4;
-        std::memcpy(&x4, xr.xq.data() + (r0 + n) * in + k0 + k, 4);
-        const __m512i xb = _mm512_set1_epi32(x4);
-        dot[n][0] = _mm512_dpbusd_epi32(dot[n][0], w0, xb);
-        dot[n][1] = _mm512_dpbusd_epi32(dot[n][1], w1, xb);
+        const int8_t* x4 = xr.xq.data() + (r0 + n) * in + k0 + k;
+        dpbusd(dot[n][0], w0, x4);
+        dpbusd(dot[n][1], w1, x4);
       }
     }
     const __m512 d0 = sc[0], d1 = sc[1];
@@ -287,6 +295,31 @@ const Kernels& kernels(const Segment& s) {
 
 // By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
 // would need more than the 32 vector registers for their int and float accumulators).
+SD_AVX512 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
+  const __m512 plus = _mm512_set1_ps(0.5f), minus = _mm512_set1_ps(-0.5f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m512 v[2] = {_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16)};
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+    const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    xr.scale[static_cast<size_t>(b)] = amax / 127.0f;
+    for (int i = 0; i < 2; ++i) {  // the 16-value halves
+      const size_t h = static_cast<size_t>(2 * b + i);
+      const __m512 t = _mm512_mul_ps(v[i], inv);  // |t| <= 127: round half away from zero
+      const __mmask16 ge0 = _mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_GE_OQ);
+      __m512i q = _mm512_cvttps_epi32(_mm512_add_ps(t, _mm512_mask_blend_ps(ge0, minus, plus)));
+      q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(xr.xq.data() + 16 * h), _mm512_cvtepi32_epi8(q));
+      xr.qsum[h] = _mm512_reduce_add_epi32(q);
+      // The tree of panels_kernels.h: lanes i + i+8, then i + i+4, i + i+2, i + i+1.
+      const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v[i]),
+                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[i]), 1)));
+      const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+      const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+      xr.xsum[h] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+    }
+  }
+}
+
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
   static const auto q4_0 = q8_kernels_for<true, false, false>(), q4_1 = q8_kernels_for<true, true, false>();
   static const auto q4_k = q8_kernels_for<true, true, true>(), q8_0 = q8_kernels_for<false, false, false>();

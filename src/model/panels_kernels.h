@@ -66,8 +66,10 @@ struct Kernels {
 };
 
 // ---- int8 activations (dtype native_q8) -------------------------------------------------------
-// Each row of x is quantised per 32 values: scale = max|x| / 127, xq = round(x * 127 / max|x|). Sums
-// per 16 values of xq (integers) and of x (fp32) serve the code offset and the "+ m" term:
+// Each row of x is quantised per 32 values: scale = max|x| / 127, xq = round(x * 127 / max|x|)
+// (half away from zero). Sums per 16 values of xq (integers) and of x (fp32, added as a tree:
+// v[i] + v[i + 8], then + 4, + 2, + 1, the order of one 16-lane register's reduction, so both
+// implementations give the same bits) serve the code offset and the "+ m" term:
 //   sum_k (d q_k + m) x_k  ~=  d * scale * sum_k q_k xq_k  +  m * sum_k x_k
 // where q = u - C for the unsigned byte u vpdpbusd reads (nib4: C = the offset; int8 codes are
 // made unsigned by flipping the top bit: C = 128), so sum q xq = sum u xq - C * sum xq.
@@ -81,6 +83,10 @@ struct QuantizedRows {
   QuantizedRows(const float* x, int64_t n, int64_t in_);  // panels.cpp
 };
 
+// The quantisation above of `blocks` consecutive 32-value blocks of x into xr's arrays from
+// block 0 (one implementation per kernel set; the result is the same bits in both).
+using QuantizeFn = void (*)(const float* x, int64_t blocks, QuantizedRows& xr);
+
 // Rows r0 .. r0+n-1 of xr against one panel, n <= kQ8Rows; offset: the nib4 code offset.
 using RowsQ8Fn = void (*)(const PanelJob&, int offset, const QuantizedRows&, int64_t r0, float*,
                           int64_t y_stride);
@@ -93,12 +99,14 @@ namespace avx512 {
 const Kernels& f32_kernels();      // needs AVX-512F at run time
 const Kernels& kernels(const Segment& s);
 RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX-512F, BW and VNNI
+void quantize(const float* x, int64_t blocks, QuantizedRows& xr);  // needs AVX-512F
 }  // namespace avx512
 #endif
 namespace portable {
 const Kernels& f32_kernels();
 const Kernels& kernels(const Segment& s);
 RowsQ8Fn q8_kernel(const Segment& s, int n);
+void quantize(const float* x, int64_t blocks, QuantizedRows& xr);
 }  // namespace portable
 
 }  // namespace specdec::model::panels_detail

@@ -13,6 +13,8 @@
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): without it the compiler may
 // fuse d * q + m, or the accumulation, where the target has FMA (e.g. AArch64), and dtype
 // native would no longer equal float32.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -229,6 +231,32 @@ const Kernels& kernels(const Segment& s) {
     case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
   }
   fail("panels: unknown code");
+}
+
+void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* v = x + 32 * b;
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    xr.scale[static_cast<size_t>(b)] = amax / 127.0f;
+    for (int64_t h = 2 * b; h < 2 * b + 2; ++h) {  // the 16-value halves
+      const float* u = x + 16 * h;
+      int32_t qs = 0;
+      for (int i = 0; i < 16; ++i) {
+        const float t = u[i] * inv;  // |t| <= 127: round half away from zero
+        const int q = std::clamp(static_cast<int>(t + (t >= 0 ? 0.5f : -0.5f)), -127, 127);
+        xr.xq[static_cast<size_t>(16 * h + i)] = static_cast<int8_t>(q);
+        qs += q;
+      }
+      float s[8];  // the tree of panels_kernels.h
+      for (int i = 0; i < 8; ++i) s[i] = u[i] + u[i + 8];
+      for (int w = 4; w >= 1; w /= 2)
+        for (int i = 0; i < w; ++i) s[i] = s[i] + s[i + w];
+      xr.qsum[static_cast<size_t>(h)] = qs;
+      xr.xsum[static_cast<size_t>(h)] = s[0];
+    }
+  }
 }
 
 RowsQ8Fn q8_kernel(const Segment& s, int n) {

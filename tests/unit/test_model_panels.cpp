@@ -18,6 +18,7 @@
 #include "core/parallel.h"
 #include "io/dequant.h"
 #include "model/linear.h"
+#include "model/panels_kernels.h"
 #include "model/loader.h"
 #include "model/panels.h"
 
@@ -204,6 +205,35 @@ TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
   std::printf("panel kernels: %s, int8: %s\n", panels_kernel(), panels_int8_kernel());
   EXPECT_STREQ(panels_kernel(), portable ? "portable" : "avx512");
   EXPECT_STREQ(panels_int8_kernel(), portable || !vnni ? "portable" : "avx512-vnni");
+}
+
+// The two implementations of the int8 activations' quantisation give the same bits (the
+// kernels then differ only in the FMA rounding described in panels.h). Values on the rounding
+// boundary (k + 0.5 steps, both signs), zeros and an all-zero block are included.
+TEST(PanelsKernel, Int8QuantisationIsTheSameInBothImplementations) {
+#if SPECDEC_PANELS_AVX512
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F on this CPU";
+  const int64_t n = 3, in = 256;
+  std::vector<float> x(static_cast<size_t>(n * in));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& v : x) v = normal(rng);
+  for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(64 + i)] = 0.0f;  // a zero block
+  for (int64_t i = 0; i < 32; ++i)  // max 127: every value is exactly k + 0.5 steps or 0
+    x[static_cast<size_t>(128 + i)] = i == 0 ? 127.0f : (i % 2 ? 1.0f : -1.0f) * (i % 9 + 0.5f);
+  panels_detail::QuantizedRows a(x.data(), n, in), b(x.data(), n, in);
+  panels_detail::avx512::quantize(x.data(), n * in / 32, a);
+  panels_detail::portable::quantize(x.data(), n * in / 32, b);
+  EXPECT_EQ(a.xq, b.xq);
+  EXPECT_EQ(a.qsum, b.qsum);
+  EXPECT_TRUE(std::memcmp(a.scale.data(), b.scale.data(), a.scale.size() * 4) == 0);
+  EXPECT_TRUE(std::memcmp(a.xsum.data(), b.xsum.data(), a.xsum.size() * 4) == 0);
+  EXPECT_EQ(b.xq[static_cast<size_t>(128 + 1)], 2) << "1.5 rounds away from zero";
+  EXPECT_EQ(b.xq[static_cast<size_t>(128 + 2)], -3) << "-2.5 rounds away from zero";
+  EXPECT_EQ(b.scale[2], 0.0f);
+#else
+  GTEST_SKIP() << "this build has only the portable kernels";
+#endif
 }
 
 TEST(PanelsStacked, BadInputsNameTheTensor) {
