@@ -3,17 +3,25 @@
 // Arguments: /shape/rows/path with shape 0: 576->1536 (MLP up), 1: 1536->576 (MLP down),
 // 2: 576->49152 (LM head); path as LinearPath (1 mv, 2 dnnl, 3 gemm, 4 bf16 (at::linear),
 // 5 skinny fp32 weights, 105 skinny bf16 weights).
+// BM_PanelsQ8/type:<t>/rows:<n>: the int8-activation panel kernel (dtype native_q8) on random
+// GGUF blocks small enough to stay in cache (t 0: Q4_K 1536 -> 2048, 1: Q6_K 8960 -> 256), so
+// the time is the kernel's arithmetic, not memory: the cost of each extra verification row.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <tuple>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "core/parallel.h"
 #include "model/causal_lm.h"
 #include "model/linear.h"
+#include "model/panels.h"
+#include "io/dequant.h"
 
 namespace sm = specdec::model;
 
@@ -72,6 +80,55 @@ void args(benchmark::internal::Benchmark* b) {
     }
 }
 BENCHMARK(BM_Linear)->Apply(args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Random blocks of a K-quant: random codes and sub-scales, fp16 super-block scales set to a
+// small finite value (random bytes there could be inf or NaN).
+std::vector<uint8_t> random_blocks(specdec::io::GgmlType t, int64_t out, int64_t in) {
+  namespace io = specdec::io;
+  const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(out * in / bs * ts));
+  uint64_t r = 88172645463325252ull;
+  for (auto& b : bytes) b = static_cast<uint8_t>((r ^= r << 13, r ^= r >> 7, r ^= r << 17));
+  const uint16_t h = io::fp32_to_fp16(0.01f);
+  const std::vector<int64_t> fields = t == io::GgmlType::Q6_K ? std::vector<int64_t>{208}
+                                                              : std::vector<int64_t>{0, 2};
+  for (int64_t i = 0; i < out * in / bs; ++i)
+    for (int64_t f : fields) std::memcpy(bytes.data() + i * ts + f, &h, 2);
+  return bytes;
+}
+
+void BM_PanelsQ8(benchmark::State& st) {
+  namespace io = specdec::io;
+  const bool q6 = st.range(0) == 1;
+  const io::GgmlType t = q6 ? io::GgmlType::Q6_K : io::GgmlType::Q4_K;
+  const int64_t in = q6 ? 8960 : 1536, out = q6 ? 256 : 2048, n = st.range(1);
+  static std::map<int, std::pair<std::vector<uint8_t>, sm::PanelWeight>> cache;
+  auto it = cache.find(q6);
+  if (it == cache.end()) {
+    std::vector<uint8_t> bytes = random_blocks(t, out, in);
+    sm::QuantBlocks qb;
+    qb.name = "bench";
+    qb.type = t;
+    qb.data = bytes.data();
+    qb.out = out;
+    qb.in = in;
+    sm::PanelWeight w = sm::PanelWeight::from_blocks({qb}, /*int8_dot=*/true);
+    it = cache.emplace(q6, std::make_pair(std::move(bytes), std::move(w))).first;
+  }
+  const sm::PanelWeight& w = it->second.second;
+  const at::Tensor x = at::randn({n, in});
+  for (auto _ : st) {
+    at::Tensor y = w.forward(x, at::Tensor());
+    benchmark::DoNotOptimize(y.data_ptr<float>());
+  }
+  st.counters["weight_MB"] = static_cast<double>(w.bytes()) / 1e6;
+  st.SetLabel(io::ggml_type_name(t));
+}
+BENCHMARK(BM_PanelsQ8)
+    ->ArgsProduct({{0, 1}, {1, 5}})
+    ->ArgNames({"type", "rows"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 
