@@ -26,7 +26,7 @@ namespace specdec::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "float32",
+  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "auto",
               device = "cpu", engine = "auto", trace;
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
@@ -173,8 +173,9 @@ int cmd_generate(const Args& args) {
       ("seed", po::value(&o.seed)->default_value(0), "random seed (sampling, speculative sampling)")
       ("threads", po::value(&o.threads)->default_value(2), "engine threads (0 = all cores; at most the cores this process may use)")
       ("threads-oversubscribe", po::bool_switch(&o.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
-      ("dtype", po::value(&o.dtype)->default_value("float32"), "weights of linear layers: float32 | bfloat16 | native (a GGUF file's own blocks; logits "
-       "bit-identical to float32) | native_q8 (the same with int8 activations, as llama.cpp: faster, not identical)")
+      ("dtype", po::value(&o.dtype)->default_value("auto"), "weights of linear layers: auto (native for a GGUF file, else float32) | "
+       "float32 | bfloat16 | native (a GGUF file's own blocks; logits bit-identical to float32) | native_q8 (the same with "
+       "int8 activations, as llama.cpp: faster, not identical)")
       ("device", po::value(&o.device)->default_value("cpu"), "where the models run: cpu | cuda | cuda:N (CUDA: needs a LibTorch "
        "with CUDA; never run on a GPU by this project)")
       ("engine", po::value(&o.engine)->default_value("auto"), "model engine: auto (packed on cpu, aten elsewhere) | packed (the "

@@ -35,7 +35,7 @@ void print_loaded(const std::string& name, const std::string& dtype, int threads
   const model::LoadedModel m = model::load(spec);
   const double load_s = clock.ms() / 1000.0;
   const harness::MemoryUsage after = harness::read_memory_usage();
-  std::cout << std::setw(51) << "" << "loaded as " << dtype << " in " << std::setprecision(2) << std::fixed << load_s
+  std::cout << std::setw(51) << "" << "loaded as " << m.spec.dtype << " in " << std::setprecision(2) << std::fixed << load_s
             << " s: weights resident " << megabytes(m.model->resident_weight_bytes()) << ", streamed per token "
             << megabytes(m.model->weight_bytes()) << ", process RSS +" << megabytes(after.rss_bytes - before.rss_bytes)
             << " (peak so far " << megabytes(after.peak_rss_bytes) << ")\n";
@@ -47,12 +47,12 @@ int cmd_models(const Args& args) {
   po::options_description opts("specdec models [options]\n\nLists the named models of the catalog "
                                "(configs/models.yaml): file, format, whether it is present,\nand the command that "
                                "fetches a missing one. tiny-llama / tiny-gpt2 are always available.\n\noptions");
-  std::string catalog = harness::default_catalog_path(), dtype = "float32";
+  std::string catalog = harness::default_catalog_path(), dtype = "auto";
   int threads = 0;
   opts.add_options()("help,h", "show this help")("catalog", po::value(&catalog), "catalog file")(
       "load", "also load each present model, one at a time, and print its resident weight bytes, the bytes "
               "it streams per decoded token and the growth of this process's RSS")(
-      "dtype", po::value(&dtype), "with --load: float32 | bfloat16 | native | native_q8 (default float32)")(
+      "dtype", po::value(&dtype), "with --load: auto | float32 | bfloat16 | native | native_q8 (default auto: native for GGUF files)")(
       "threads", po::value(&threads), "with --load: engine threads (default 0: all cores)");
   po::variables_map vm;
   try {

@@ -169,8 +169,9 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
     if (n["engine"]) m.engine = c.str(n["engine"], path + ".engine");
   }
   if (m.name.empty()) c.bad(path, "empty model name");
-  if (m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native" && m.dtype != "native_q8")
-    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: float32, bfloat16, native, native_q8)");
+  if (m.dtype != "auto" && m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native" &&
+      m.dtype != "native_q8")
+    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: auto, float32, bfloat16, native, native_q8)");
   try {
     model::parse_device(m.device, path + ".device");
   } catch (const Error&) {

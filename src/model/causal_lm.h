@@ -125,9 +125,11 @@ class CausalLM {
 struct ModelSpec {
   std::string name;
   std::string path;
-  std::string dtype = "float32";  // "float32" | "bfloat16" | "native" | "native_q8" (weights
-                                  // of linear layers; native: a GGUF file's own blocks, and
-                                  // native_q8 the same with int8 activations, panels.h)
+  std::string dtype = "auto";     // "auto" | "float32" | "bfloat16" | "native" | "native_q8"
+                                  // (weights of linear layers; native: a GGUF file's own
+                                  // blocks, native_q8 the same with int8 activations, panels.h;
+                                  // auto: native for a Llama-family GGUF file on the packed
+                                  // CPU engine, else float32 — load() records which)
   int threads = 0;                // 0: all cores
   bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
   uint64_t seed = 0;              // tiny random models only

@@ -54,8 +54,8 @@ Engine parse_engine(const std::string& engine, const at::Device& device,
 // adjacent pairs. This undoes it. w: [n_heads * head_dim, in] -> same shape, HF order.
 at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads);
 
-// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native"/"native_q8" -> kFloat (the dtype of
-// whatever is not kept native); anything else throws.
+// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native"/"native_q8"/"auto" -> kFloat (the
+// dtype of whatever is not kept native); anything else throws.
 at::ScalarType parse_dtype(const std::string& dtype);
 
 }  // namespace specdec::model

@@ -11,6 +11,27 @@ TEST(NativeSmolLM2, LogitsBitIdenticalToFloat32) {
   specdec::testing_native::expect_native_equals_float32(path);
 }
 
+// dtype auto, the default: a Llama-family GGUF file loads native (and load() says so); a model
+// that is not a GGUF file loads float32.
+TEST(NativeSmolLM2, AutoIsNativeForGguf) {
+  using namespace specdec::model;
+  const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+  ModelSpec spec;
+  spec.name = "smollm2";
+  spec.path = path;
+  spec.threads = 2;
+  ASSERT_EQ(spec.dtype, "auto");
+  const LoadedModel m = load(spec);
+  EXPECT_EQ(m.spec.dtype, "native");
+  auto file = specdec::io::GgufFile::open(path);
+  int64_t n_file_bytes = 0;
+  for (const auto& t : file->tensors()) n_file_bytes += static_cast<int64_t>(t.n_bytes);
+  EXPECT_LT(m.model->resident_weight_bytes(), 2 * n_file_bytes) << "auto kept fp32 weights";
+  spec.path = "tiny-llama";
+  EXPECT_EQ(load(spec).spec.dtype, "float32");
+}
+
 // Resident weight bytes (`specdec models --load`, env.json): float32 holds every tensor of the
 // file once in fp32 (the tied embedding is the output head), native holds the file's blocks.
 TEST(NativeSmolLM2, ResidentWeightBytes) {

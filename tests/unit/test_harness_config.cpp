@@ -39,7 +39,7 @@ TEST(HarnessConfig, MinimalGetsDefaults) {
   const auto c = parse_experiment(kMinimal, "dir/my_exp.yaml");
   EXPECT_EQ(c.name, "my_exp");  // file stem
   EXPECT_EQ(c.target.name, "tiny-llama");
-  EXPECT_EQ(c.target.dtype, "float32");
+  EXPECT_EQ(c.target.dtype, "auto");
   EXPECT_EQ(c.target.threads, 2);
   EXPECT_FALSE(c.draft.has_value());
   ASSERT_EQ(c.prompts.size(), 1u);
