@@ -130,6 +130,12 @@ QuantizedRows::QuantizedRows(const float* x, int64_t n, int64_t in_) : in(in_) {
   dispatch().quantize(x, n * in / 32, *this);
 }
 
+void check_q8_layout(const Segment& s, int group, int offset) {
+  SD_CHECK(s.group == group && (s.code != Code::kNib4 || s.offset == offset), "panels: a ",
+           io::ggml_type_name(s.type), " segment (group ", s.group,
+           ") does not have the layout of its int8 kernel");
+}
+
 }  // namespace panels_detail
 
 const char* panels_kernel() { return dispatch().name; }
@@ -418,7 +424,7 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
       if (s.int8_dot) {
         for (int64_t r = 0; r < n_rows; r += kQ8Rows) {
           const int n = static_cast<int>(std::min<int64_t>(kQ8Rows, n_rows - r));
-          kernels.q8_kernel(s, n)(job, s.offset, *xr, r, yp + r * out_ + o0, out_);
+          kernels.q8_kernel(s, n)(job, *xr, r, yp + r * out_ + o0, out_);
         }
         continue;
       }

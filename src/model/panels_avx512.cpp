@@ -191,15 +191,6 @@ SD_VNNI inline void dpbusd(__m512i& acc, __m512i u, const int8_t* s) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const Bytes4*>(s)));
 }
 
-// The int8 kernels' compile-time layout of a segment (q8_kernel checks it against the segment):
-// k per group (Q6_K 16, every other type 32) and the offset C that makes the codes the
-// unsigned bytes vpdpbusd reads: codes with "+ m" (Q4_1, Q4_K, Q5_1, Q5_K) are already
-// unsigned, C = 0; Q4_0's nibbles hold q + 8; the signed int8 codes (Q8_0, Q5_0, Q6_K) get their
-// top bit flipped, C = 128.
-template <bool Nib, bool Min, bool Sub>
-constexpr int kQ8Group = !Nib && Sub && !Min ? 16 : 32;
-template <bool Nib, bool Min>
-constexpr int kQ8Offset = Min ? 0 : Nib ? 8 : 128;
 // Bytes ahead of the codes being read that the kernel asks the cache to fetch. With 5 rows
 // the kernel computes long enough per cache line that the hardware prefetcher alone fell
 // behind: on the Qwen 1.5B, verify(5) 46-49 ms with it against 50-53 ms without (decode
@@ -210,8 +201,8 @@ constexpr int kQ8Prefetch = 2048;
 // for N <= 5 rows (r0.. of xr). A group's integer dot products start at -C * sum xq, so the
 // code offset costs nothing per row.
 template <int N, bool Nib, bool Min, bool Sub>
-SD_VNNI void panel_rows_q8(const PanelJob& job, int /*offset: kQ8Offset*/, const QuantizedRows& xr,
-                           int64_t r0, float* y, int64_t y_stride) {
+SD_VNNI void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t r0, float* y,
+                           int64_t y_stride) {
   constexpr int G = kQ8Group<Nib, Min, Sub>, C = kQ8Offset<Nib, Min>;
   constexpr Code kCode = Nib ? Code::kNib4 : Code::kInt8;
   __m512 acc[N][2];
@@ -318,8 +309,7 @@ const Kernels& kernels(const Segment& s) {
   fail("panels: unknown code");
 }
 
-// By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
-// would need more than the 32 vector registers for their int and float accumulators).
+// The quantisation of panels_kernels.h (QuantizedRows), 16 values per register.
 SD_AVX512 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
   const __m512 plus = _mm512_set1_ps(0.5f), minus = _mm512_set1_ps(-0.5f);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -345,6 +335,8 @@ SD_AVX512 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
   }
 }
 
+// By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
+// would need more than the 32 vector registers for their int and float accumulators).
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
   static const auto q4_0 = q8_kernels_for<true, false, false>(), q4_1 = q8_kernels_for<true, true, false>();
   static const auto q4_k = q8_kernels_for<true, true, true>(), q8_0 = q8_kernels_for<false, false, false>();
@@ -353,10 +345,8 @@ RowsQ8Fn q8_kernel(const Segment& s, int n) {
   const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
   const auto& table = nib ? (s.sub ? q4_k : min ? q4_1 : q4_0)
                           : (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0);
-  const int group = !nib && s.sub && !min ? kQ8Group<false, false, true> : 32;
-  SD_CHECK(s.group == group && (!nib || s.offset == (min ? 0 : kQ8Offset<true, false>)), "panels: a ",
-           io::ggml_type_name(s.type), " segment (group ", s.group,
-           ") does not have the layout of its int8 kernel");
+  check_q8_layout(s, !nib && s.sub && !min ? kQ8Group<false, false, true> : 32,
+                  min ? 0 : kQ8Offset<true, false>);
   return table[static_cast<size_t>(n)];
 }
 

@@ -136,11 +136,10 @@ constexpr Kernels kernels_for() {
 // for N <= 5 rows (r0.. of xr): the integer dot products of the codes made unsigned (u) with
 // xq, exact in int32 in any order, then the same float steps as the AVX512-VNNI kernel.
 template <int N, bool Nib, bool Min, bool Sub>
-void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows& xr, int64_t r0, float* y,
-                   int64_t y_stride) {
+void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t r0, float* y, int64_t y_stride) {
+  constexpr int G = kQ8Group<Nib, Min, Sub>, C = kQ8Offset<Nib, Min>;
   float acc[N][kP] = {};
-  const int64_t in = job.in, G = job.group;
-  const int C = Nib ? offset : 128;
+  const int64_t in = job.in;
   constexpr Code kCode = Nib ? Code::kNib4 : Code::kInt8;
   const int64_t per_block = G * job.groups_per_block;
   const uint8_t* blk = job.panel;
@@ -164,10 +163,10 @@ void panel_rows_q8(const PanelJob& job, int offset, const QuantizedRows& xr, int
             u[o][t] = v[4 * o + t] & 0x0F;
             u[o + kP / 2][t] = v[4 * o + t] >> 4;
           }
-      } else {  // two halves: outputs 0-15, then 16-31; the sign bit flipped (u = q + 128)
+      } else {  // two halves: outputs 0-15, then 16-31; signed codes: the sign bit flipped
         const uint8_t* v = codes + k * 32;
         for (int o = 0; o < kP; ++o)
-          for (int t = 0; t < 4; ++t) u[o][t] = v[4 * o + t] ^ 0x80;
+          for (int t = 0; t < 4; ++t) u[o][t] = C == 0 ? v[4 * o + t] : v[4 * o + t] ^ 0x80;
       }
       for (int n = 0; n < N; ++n) {
         const int8_t* x4 = xr.xq.data() + (r0 + n) * in + k0 + k;
@@ -260,9 +259,11 @@ void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
 }
 
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
-  const bool min = s.add == Add::kMin;
+  const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
+  check_q8_layout(s, !nib && s.sub && !min ? kQ8Group<false, false, true> : 32,
+                  min ? 0 : kQ8Offset<true, false>);
   const RowsQ8Fn* table =
-      s.code == Code::kNib4
+      nib
           ? (s.sub ? Q8Kernels<true, true, true>::table
              : min ? Q8Kernels<true, true, false>::table
                    : Q8Kernels<true, false, false>::table)
