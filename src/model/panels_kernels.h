@@ -71,8 +71,8 @@ struct Kernels {
 // v[i] + v[i + 8], then + 4, + 2, + 1, the order of one 16-lane register's reduction, so both
 // implementations give the same bits) serve the code offset and the "+ m" term:
 //   sum_k (d q_k + m) x_k  ~=  d * scale * sum_k q_k xq_k  +  m * sum_k x_k
-// where q = u - C for the unsigned byte u vpdpbusd reads (nib4: C = the offset; int8 codes are
-// made unsigned by flipping the top bit: C = 128), so sum q xq = sum u xq - C * sum xq.
+// where q = u - C for the unsigned byte u vpdpbusd reads (C: kQ8Offset below), so
+// sum q xq = sum u xq - C * sum xq.
 struct QuantizedRows {
   int64_t in = 0;
   std::vector<int8_t> xq;      // [N, in]
@@ -101,6 +101,7 @@ template <bool Nib, bool Min>
 constexpr int kQ8Offset = Min ? 0 : Nib ? 8 : 128;
 // Whether segment s has the layout of the int8 kernel of its (Nib, Min, Sub); throws if not.
 void check_q8_layout(const Segment& s, int group, int offset);
+
 constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
 
 // Each implementation's entry points: the fp32-panel kernels, the kernels of a segment's code,
