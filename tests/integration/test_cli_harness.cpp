@@ -260,10 +260,13 @@ std::map<std::string, nlohmann::json> cells_of(const fs::path& out) {
 }
 
 // Issue 14, item 4: SIGKILL at a random moment (seeded), then --resume, for several seeds.
-// The moments are drawn from half the uninterrupted run's time to its first cell (start-up)
-// until its last cell was written, so some seeds kill during start-up and most while cells
-// are being produced. The resumed run's cells must equal the uninterrupted run's, token for
-// token and figure for figure, with no cell lost or duplicated and no torn line in any .jsonl.
+// Seeds 1-4 draw the moment from half the uninterrupted run's time to its first cell
+// (start-up) until its last cell was written, so some kill during start-up and some while
+// cells are being produced. Seeds 5-8 kill right after the run has written 1-4 of its 9 cells
+// (the file is polled every 2 ms), so at least those hit the middle of a run whatever the
+// machine's load makes of the timings (a loaded CI machine once left only 2 of 8 timed kills
+// mid-run). The resumed run's cells must equal the uninterrupted run's, token for token and
+// figure for figure, with no cell lost or duplicated and no torn line in any .jsonl.
 TEST(CliHarness, KillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
   const std::string sets = " --set repeats=1 --set warmup=0 --set plots=false --set 'sweep.gamma=[2,3,4]'";
   const fs::path ref = temp("kill_ref");
@@ -289,19 +292,29 @@ TEST(CliHarness, KillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
     const double at_s = std::uniform_real_distribution<double>(first_s / 2, last_s)(rng);
     const fs::path out = temp("kill_" + std::to_string(seed));
     const pid_t pid = spawn_run(out.string(), /*full_checks=*/true);
-    std::this_thread::sleep_for(std::chrono::duration<double>(at_s));
-    ::kill(pid, SIGKILL);
+    const auto t_spawn = std::chrono::steady_clock::now();
     int st = 0;
-    ::waitpid(pid, &st, 0);
+    bool exited = false;
+    if (seed <= 4) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(at_s));
+    } else {  // after 1-4 cells (or when the run ends by itself)
+      while (lines_of(out / "cells.jsonl").size() < seed - 4 && !(exited = ::waitpid(pid, &st, WNOHANG) == pid))
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const double killed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_spawn).count();
+    if (!exited) {  // (a reaped pid could belong to another process by now)
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+    }
     const size_t done = lines_of(out / "cells.jsonl").size();
-    std::cout << "[ info ] seed " << seed << ": SIGKILL after " << at_s << " s, " << done << " of 9 cells done\n";
+    std::cout << "[ info ] seed " << seed << ": SIGKILL after " << killed_s << " s, " << done << " of 9 cells done\n";
     killed_mid_run += WIFSIGNALED(st) && done > 0 && done < 9;
     // Resume (a kill before the run folder exists leaves nothing to resume: then a fresh run).
     const bool started = fs::exists(out / "config.yaml");
     const auto o = run("run " + kTiny + " --quiet " + (started ? "--resume " : "") + "--out " + out.string() + sets);
-    ASSERT_EQ(o.code, 0) << "killed after " << at_s << " s with " << done << " cells: " << o.text;
+    ASSERT_EQ(o.code, 0) << "killed after " << killed_s << " s with " << done << " cells: " << o.text;
     expect_complete_without_duplicates(out, 9);
-    EXPECT_EQ(cells_of(out), expected) << "killed after " << at_s << " s with " << done << " cells";
+    EXPECT_EQ(cells_of(out), expected) << "killed after " << killed_s << " s with " << done << " cells";
     fs::remove_all(out);
   }
   std::cout << "[ info ] SIGKILL hit the middle of the run (some cells done, some not) for " << killed_mid_run
