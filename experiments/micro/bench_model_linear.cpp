@@ -12,16 +12,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
-#include <string>
 
 #include "core/parallel.h"
+#include "io/dequant.h"
 #include "model/causal_lm.h"
 #include "model/linear.h"
 #include "model/panels.h"
-#include "io/dequant.h"
 
 namespace sm = specdec::model;
 

@@ -18,9 +18,9 @@
 #include "core/parallel.h"
 #include "io/dequant.h"
 #include "model/linear.h"
-#include "model/panels_kernels.h"
 #include "model/loader.h"
 #include "model/panels.h"
+#include "model/panels_kernels.h"
 
 using namespace specdec;
 using namespace specdec::model;
