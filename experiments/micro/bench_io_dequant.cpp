@@ -4,12 +4,11 @@
 //   build/bench/bench_io_dequant --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
-#include <cstring>
-#include <random>
 #include <vector>
 
 #include "io/dequant.h"
 #include "io/gguf.h"
+#include "tests/support/random_gguf.h"
 
 using specdec::io::GgmlType;
 
@@ -18,29 +17,8 @@ namespace {
 // 4 Mi elements: 16 MiB of fp32 output, larger than the caches, as at model load.
 constexpr int64_t k_n = 4 << 20;
 
-// Random blocks with a sane fp16 scale (0.01) in every scale/min slot so values are finite.
-std::vector<uint8_t> random_blocks(GgmlType t, int64_t n) {
-  const int64_t n_blocks = n / specdec::io::ggml_block_size(t);
-  const int64_t bytes = specdec::io::ggml_type_size(t);
-  std::vector<uint8_t> buf(static_cast<size_t>(n_blocks * bytes));
-  std::mt19937 rng(42);
-  for (auto& b : buf) b = static_cast<uint8_t>(rng());
-  const uint16_t d = specdec::io::fp32_to_fp16(0.01f);
-  for (int64_t k = 0; k < n_blocks; ++k) {
-    uint8_t* blk = buf.data() + k * bytes;
-    if (t == GgmlType::Q6_K) {
-      std::memcpy(blk + 208, &d, 2);
-    } else {
-      std::memcpy(blk, &d, 2);
-      if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
-        std::memcpy(blk + 2, &d, 2);
-    }
-  }
-  return buf;
-}
-
 void bm_dequant(benchmark::State& state, GgmlType t) {
-  const auto src = random_blocks(t, k_n);
+  const auto src = specdec::testing::random_tensor(t, 1, k_n, 42);  // random finite scales
   std::vector<float> dst(static_cast<size_t>(k_n));
   for (auto _ : state) {
     specdec::io::dequantize(t, src.data(), dst.data(), k_n);

@@ -10,7 +10,6 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
@@ -22,6 +21,7 @@
 #include "model/causal_lm.h"
 #include "model/linear.h"
 #include "model/panels.h"
+#include "tests/support/random_gguf.h"
 
 namespace sm = specdec::model;
 
@@ -81,22 +81,6 @@ void args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Linear)->Apply(args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// Random blocks of a K-quant: random codes and sub-scales, fp16 super-block scales set to a
-// small finite value (random bytes there could be inf or NaN).
-std::vector<uint8_t> random_blocks(specdec::io::GgmlType t, int64_t out, int64_t in) {
-  namespace io = specdec::io;
-  const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
-  std::vector<uint8_t> bytes(static_cast<size_t>(out * in / bs * ts));
-  uint64_t r = 88172645463325252ull;
-  for (auto& b : bytes) b = static_cast<uint8_t>((r ^= r << 13, r ^= r >> 7, r ^= r << 17));
-  const uint16_t h = io::fp32_to_fp16(0.01f);
-  const std::vector<int64_t> fields = t == io::GgmlType::Q6_K ? std::vector<int64_t>{208}
-                                                              : std::vector<int64_t>{0, 2};
-  for (int64_t i = 0; i < out * in / bs; ++i)
-    for (int64_t f : fields) std::memcpy(bytes.data() + i * ts + f, &h, 2);
-  return bytes;
-}
-
 void BM_PanelsQ8(benchmark::State& st) {
   namespace io = specdec::io;
   const bool q6 = st.range(0) == 1;
@@ -105,7 +89,7 @@ void BM_PanelsQ8(benchmark::State& st) {
   static std::map<int, std::pair<std::vector<uint8_t>, sm::PanelWeight>> cache;
   auto it = cache.find(q6);
   if (it == cache.end()) {
-    std::vector<uint8_t> bytes = random_blocks(t, out, in);
+    std::vector<uint8_t> bytes = specdec::testing::random_tensor(t, out, in, 1);
     sm::QuantBlocks qb;
     qb.name = "bench";
     qb.type = t;

@@ -453,6 +453,7 @@ LoadedModel load(const ModelSpec& spec) {
   const LoadThreads load_threads(parallel::num_threads());
   const at::ScalarType dtype = parse_dtype(spec.dtype);
   const bool int8_dot = spec.dtype == "native_q8";
+  const bool auto_dtype = spec.dtype == "auto" || spec.dtype.empty();
   bool native = spec.dtype == "native" || int8_dot;
   const std::string who = "model " + spec.name;
   const at::Device device = parse_device(spec.device, who);
@@ -467,7 +468,7 @@ LoadedModel load(const ModelSpec& spec) {
   // blocks (native: the same logits as float32 bit for bit, with 3-5x less memory and faster
   // at every row count measured, results/engine.md); everything else loads as float32. The
   // choice is recorded in out.spec.dtype.
-  if (spec.dtype == "auto" || spec.dtype.empty()) out.spec.dtype = "float32";
+  if (auto_dtype) out.spec.dtype = "float32";
   // What the ATen engine (llama_aten.h) does not cover: GGUF blocks, GPT-2, the tiny models.
   const std::string on = " (engine " + spec.engine + ", device " + spec.device + ")";
   SD_CHECK(!aten || !native, who, ": dtype ", spec.dtype, " keeps GGUF blocks for the packed CPU engine; the ATen ",
@@ -498,7 +499,7 @@ LoadedModel load(const ModelSpec& spec) {
              "' is neither a file, a directory, nor tiny-llama/tiny-gpt2");
     auto f = io::GgufFile::open(path);
     const std::string arch = f->get_string("general.architecture");
-    if ((spec.dtype == "auto" || spec.dtype.empty()) && !aten && arch != "gpt2") {
+    if (auto_dtype && !aten && arch != "gpt2") {
       native = true;
       out.spec.dtype = "native";
     }

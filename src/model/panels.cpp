@@ -130,12 +130,6 @@ QuantizedRows::QuantizedRows(const float* x, int64_t n, int64_t in_) : in(in_) {
   dispatch().quantize(x, n * in / 32, *this);
 }
 
-void check_q8_layout(const Segment& s, int group, int offset) {
-  SD_CHECK(s.group == group && (s.code != Code::kNib4 || s.offset == offset), "panels: a ",
-           io::ggml_type_name(s.type), " segment (group ", s.group,
-           ") does not have the layout of its int8 kernel");
-}
-
 }  // namespace panels_detail
 
 const char* panels_kernel() { return dispatch().name; }
@@ -280,6 +274,12 @@ PanelWeight PanelWeight::from_blocks(const std::vector<QuantBlocks>& parts, bool
                        b.add, pw.in_, pw.out_, part.out, pw.n_panels_);
       s.offset = t == GgmlType::Q4_0 ? 8 : 0;
       s.int8_dot = int8_dot;
+      // The int8 kernels fix the group and the nib4 offset at compile time (kQ8Group, kQ8Offset).
+      const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
+      SD_CHECK(!int8_dot || (s.group == (!nib && s.sub && !min ? kQ8Group<false, false, true> : 32) &&
+                             (!nib || s.offset == (min ? 0 : kQ8Offset<true, false>))),
+               "panels: tensor ", part.name, " (", io::ggml_type_name(t), ", group ", s.group,
+               ") does not have the layout of its int8 kernel");
     } else {
       const Code code = t == GgmlType::F16 ? Code::kF16 : t == GgmlType::BF16 ? Code::kBF16 : Code::kF32;
       s = make_segment(code, pw.in_, 1, false, Add::kNone, pw.in_, pw.out_, part.out, pw.n_panels_);

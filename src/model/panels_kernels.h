@@ -90,7 +90,7 @@ using QuantizeFn = void (*)(const float* x, int64_t blocks, QuantizedRows& xr);
 // Rows r0 .. r0+n-1 of xr against one panel, n <= kQ8Rows.
 using RowsQ8Fn = void (*)(const PanelJob&, const QuantizedRows&, int64_t r0, float*, int64_t y_stride);
 
-// The int8 kernels' layout of a segment, fixed by its type (q8_kernel() checks the segment): k
+// The int8 kernels' layout of a segment, fixed by its type (from_blocks() checks it): k
 // per group (Q6_K 16, every other type 32) and the offset C that makes the codes the unsigned
 // bytes vpdpbusd reads (u = q + C). Codes with "+ m" (Q4_1, Q4_K, Q5_1, Q5_K) are unsigned
 // already, C = 0; Q4_0's nibbles hold q + 8; the signed int8 codes (Q8_0, Q5_0, Q6_K) get their
@@ -99,9 +99,6 @@ template <bool Nib, bool Min, bool Sub>
 constexpr int kQ8Group = !Nib && Sub && !Min ? 16 : 32;
 template <bool Nib, bool Min>
 constexpr int kQ8Offset = Min ? 0 : Nib ? 8 : 128;
-// Whether segment s has the layout of the int8 kernel of its (Nib, Min, Sub); throws if not.
-void check_q8_layout(const Segment& s, int group, int offset);
-
 constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
 
 // Each implementation's entry points: the fp32-panel kernels, the kernels of a segment's code,

@@ -260,8 +260,6 @@ void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
 
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
   const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
-  check_q8_layout(s, !nib && s.sub && !min ? kQ8Group<false, false, true> : 32,
-                  min ? 0 : kQ8Offset<true, false>);
   const RowsQ8Fn* table =
       nib
           ? (s.sub ? Q8Kernels<true, true, true>::table

@@ -21,54 +21,14 @@
 #include "model/loader.h"
 #include "model/panels.h"
 #include "model/panels_kernels.h"
+#include "tests/support/random_gguf.h"
 
 using namespace specdec;
 using namespace specdec::model;
 using io::GgmlType;
+using specdec::testing::random_tensor;
 
 namespace {
-
-// Byte offsets of a block's fp16 scale fields (random bytes there could be inf/NaN).
-std::vector<int> f16_fields(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q6_K: return {208};
-    default: return {};
-  }
-}
-
-// A random [out, in] tensor of type t: random codes, finite random scales; F16/BF16/F32
-// random finite values.
-std::vector<uint8_t> random_tensor(GgmlType t, int64_t out, int64_t in, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> val(-1.0f, 1.0f), scale(-0.05f, 0.05f);
-  const int64_t bs = io::ggml_block_size(t), ts = io::ggml_type_size(t);
-  std::vector<uint8_t> bytes(static_cast<size_t>(out * in / bs * ts));
-  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  const int64_t n = out * in / bs;
-  for (int64_t i = 0; i < n; ++i) {
-    uint8_t* blk = bytes.data() + i * ts;
-    if (t == GgmlType::F32) {
-      const float v = val(rng);
-      std::memcpy(blk, &v, 4);
-    } else if (t == GgmlType::F16) {
-      const uint16_t h = io::fp32_to_fp16(val(rng));
-      std::memcpy(blk, &h, 2);
-    } else if (t == GgmlType::BF16) {
-      const float v = val(rng);
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      const uint16_t h = static_cast<uint16_t>(u >> 16);
-      std::memcpy(blk, &h, 2);
-    }
-    for (int off : f16_fields(t)) {
-      const uint16_t h = io::fp32_to_fp16(scale(rng));
-      std::memcpy(blk + off, &h, 2);
-    }
-  }
-  return bytes;
-}
 
 QuantBlocks view(GgmlType t, const std::vector<uint8_t>& bytes, int64_t out, int64_t in,
                  int64_t rope_heads = 0) {
