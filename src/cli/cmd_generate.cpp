@@ -26,7 +26,7 @@ namespace specdec::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "auto",
+  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "auto", draft_dtype,
               device = "cpu", engine = "auto", trace;
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
@@ -58,11 +58,11 @@ std::string read_prompt(const GenerateOptions& o) {
   return ss.str();
 }
 
-model::LoadedModel load_model(const std::string& name, const GenerateOptions& o) {
+model::LoadedModel load_model(const std::string& name, const std::string& dtype, const GenerateOptions& o) {
   model::ModelSpec spec = harness::resolve_model(name);
   spec.threads = o.threads;
   spec.threads_oversubscribe = o.threads_oversubscribe;
-  spec.dtype = o.dtype;
+  spec.dtype = dtype;
   spec.device = o.device;
   spec.engine = o.engine;
   return model::load(spec);
@@ -118,13 +118,13 @@ int run_generate(const GenerateOptions& o) {
   const strategies::StrategyNeeds needs = strategies::strategy_needs(o.strategy, resolved, !o.draft.empty());
   SD_CHECK(!needs.draft_model || !o.draft.empty(), "strategy '", o.strategy, "'",
            needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs --draft");
-  const model::LoadedModel tgt = load_model(o.model, o);
+  const model::LoadedModel tgt = load_model(o.model, o.dtype, o);
   SD_CHECK(tgt.tokenizer != nullptr, "model '", o.model, "' has no tokenizer; generate needs one");
   strategies::Request req;
   req.target = tgt.model;
   req.tokenizer = tgt.tokenizer;
   if (!o.draft.empty()) {
-    const model::LoadedModel dft = load_model(o.draft, o);
+    const model::LoadedModel dft = load_model(o.draft, o.draft_dtype.empty() ? o.dtype : o.draft_dtype, o);
     req.draft = dft.model;
     req.draft_tokenizer = dft.tokenizer;
     if (dft.tokenizer) strategies::check_tokenizers_compatible(*tgt.tokenizer, *dft.tokenizer);
@@ -175,7 +175,9 @@ int cmd_generate(const Args& args) {
       ("threads-oversubscribe", po::bool_switch(&o.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
       ("dtype", po::value(&o.dtype)->default_value("auto"), "weights of linear layers: auto (native for a GGUF file, else float32) | "
        "float32 | bfloat16 | native (a GGUF file's own blocks; logits bit-identical to float32) | native_q8 (the same with "
-       "int8 activations, as llama.cpp: faster, not identical)")
+       "int8 activations, as llama.cpp: faster, not identical) | q4_1 (every weight matrix requantised to Q4_1 at load, int8 "
+       "activations: lossy, a cheaper draft)")
+      ("draft-dtype", po::value(&o.draft_dtype), "dtype of the --draft model (default: --dtype)")
       ("device", po::value(&o.device)->default_value("cpu"), "where the models run: cpu | cuda | cuda:N (CUDA: needs a LibTorch "
        "with CUDA; never run on a GPU by this project)")
       ("engine", po::value(&o.engine)->default_value("auto"), "model engine: auto (packed on cpu, aten elsewhere) | packed (the "

@@ -52,7 +52,7 @@ int cmd_models(const Args& args) {
   opts.add_options()("help,h", "show this help")("catalog", po::value(&catalog), "catalog file")(
       "load", "also load each present model, one at a time, and print its resident weight bytes, the bytes "
               "it streams per decoded token and the growth of this process's RSS")(
-      "dtype", po::value(&dtype), "with --load: auto | float32 | bfloat16 | native | native_q8 (default auto: native for GGUF files)")(
+      "dtype", po::value(&dtype), "with --load: auto | float32 | bfloat16 | native | native_q8 | q4_1 (default auto: native for GGUF files)")(
       "threads", po::value(&threads), "with --load: engine threads (default 0: all cores)");
   po::variables_map vm;
   try {

@@ -170,8 +170,8 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
   }
   if (m.name.empty()) c.bad(path, "empty model name");
   if (m.dtype != "auto" && m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native" &&
-      m.dtype != "native_q8")
-    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: auto, float32, bfloat16, native, native_q8)");
+      m.dtype != "native_q8" && m.dtype != "q4_1")
+    c.bad(path + ".dtype", "unknown dtype '" + m.dtype + "' (valid: auto, float32, bfloat16, native, native_q8, q4_1)");
   try {
     model::parse_device(m.device, path + ".device");
   } catch (const Error&) {

@@ -15,7 +15,8 @@ namespace specdec::harness {
 struct ModelChoice {
   std::string name;               // catalog name, .gguf path, HF dir, or "tiny-llama"
   std::string dtype = "auto";     // "auto" | "float32" | "bfloat16" | "native" (GGUF blocks) |
-                                  // "native_q8"; auto: native for GGUF files, else float32
+                                  // "native_q8" | "q4_1" (requantised at load, lossy; for
+                                  // drafts); auto: native for GGUF files, else float32
   int threads = 2;                // LibTorch intra-op threads (0 = all cores)
   uint64_t seed = 0;              // tiny random models only
   std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N" (model/device.h)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -30,6 +31,12 @@ void* map_file(const std::string& format, const std::string& path, size_t min_si
   ::close(fd);
   if (map == MAP_FAILED) fail(format, " ", path, ": mmap failed: ", std::strerror(errno));
   return map;
+}
+
+void drop_mapped_pages(const void* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)), begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t b = (begin + page - 1) / page * page, e = (begin + bytes) / page * page;
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
 }  // namespace specdec::io

@@ -11,4 +11,9 @@ namespace specdec::io {
 void* map_file(const std::string& format, const std::string& path, size_t min_size,
                const std::string& what_header, size_t& size);
 
+// Drops the resident pages wholly inside [data, data + bytes) of a read-only file mapping
+// (MADV_DONTNEED), once their contents have been copied elsewhere, so that they do not add to
+// the process's RSS; a later read faults them in from the file again.
+void drop_mapped_pages(const void* data, size_t bytes);
+
 }  // namespace specdec::io

@@ -125,9 +125,10 @@ class CausalLM {
 struct ModelSpec {
   std::string name;
   std::string path;
-  std::string dtype = "auto";     // "auto" | "float32" | "bfloat16" | "native" | "native_q8"
-                                  // (weights of linear layers; native: a GGUF file's own
+  std::string dtype = "auto";     // "auto" | "float32" | "bfloat16" | "native" | "native_q8" |
+                                  // "q4_1" (weights of linear layers; native: a GGUF file's own
                                   // blocks, native_q8 the same with int8 activations, panels.h;
+                                  // q4_1: requantised to Q4_1 at load, lossy, for drafts;
                                   // auto: native for a Llama-family GGUF file on the packed
                                   // CPU engine, else float32 — load() records which)
   int threads = 0;                // 0: all cores

@@ -17,8 +17,11 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "io/dequant.h"
 #include "io/gguf.h"
 #include "io/json_limits.h"
+#include "io/mapped_file.h"
+#include "io/quantize.h"
 #include "io/safetensors.h"
 #include "model/config_limits.h"
 #include "model/gpt2.h"
@@ -105,10 +108,10 @@ at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads) {
 
 at::ScalarType parse_dtype(const std::string& dtype) {
   if (dtype == "auto" || dtype == "float32" || dtype == "fp32" || dtype.empty() || dtype == "native" ||
-      dtype == "native_q8")
+      dtype == "native_q8" || dtype == "q4_1")
     return at::kFloat;
   if (dtype == "bfloat16" || dtype == "bf16") return at::kBFloat16;
-  fail("model dtype '", dtype, "' is not supported (use auto, float32, bfloat16, native or native_q8)");
+  fail("model dtype '", dtype, "' is not supported (use auto, float32, bfloat16, native, native_q8 or q4_1)");
 }
 
 ModelConfig llama_config_from_gguf(const io::GgufFile& f) {
@@ -188,12 +191,46 @@ QuantBlocks gguf_blocks(const io::GgufFile& f, const std::string& name, std::vec
   return q;
 }
 
+// dtype q4_1: the blocks of `q` requantised to Q4_1, row by row in parallel (dequantised to
+// fp32, then quantised; io/quantize.h). The new blocks live in q.storage until packed.
+QuantBlocks requantize(const QuantBlocks& q, io::GgmlType to) {
+  if (q.type == to) return q;
+  SD_CHECK(io::ggml_type_supported(q.type), q.name, ": ggml type ", io::ggml_type_name(q.type),
+           " cannot be read for requantising to ", io::ggml_type_name(to));
+  const int64_t in_bytes = q.in / io::ggml_block_size(q.type) * io::ggml_type_size(q.type);
+  const int64_t out_bytes = q.in / io::ggml_block_size(to) * io::ggml_type_size(to);
+  SD_CHECK(q.in % io::ggml_block_size(to) == 0, q.name, ": rows of ", q.in, " values are not a whole number of ",
+           io::ggml_type_name(to), " blocks of ", io::ggml_block_size(to));
+  auto storage = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(q.out * out_bytes));
+  const std::string who = q.name + " (requantising to " + io::ggml_type_name(to) + ")";
+  parallel::parallel_for(q.out, 64, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(q.in));
+    for (int64_t r = r0; r < r1; ++r) {
+      io::dequantize(q.type, q.data + r * in_bytes, row.data(), q.in);
+      io::quantize(to, row.data(), storage->data() + r * out_bytes, q.in, who.c_str());
+    }
+  });
+  if (q.file_mapped) io::drop_mapped_pages(q.data, static_cast<size_t>(q.out * in_bytes));
+  QuantBlocks out = q;
+  out.type = to;
+  out.data = storage->data();
+  out.storage = std::move(storage);
+  out.file_mapped = false;
+  return out;
+}
+
 }  // namespace
 
 namespace {
 
 // The tensors of a "llama"/"qwen2" GGUF (see load_llama_gguf) and its config.
-LlamaTensors read_llama_gguf(const io::GgufFile& f, bool native, bool int8_dot, ModelConfig& config) {
+LlamaTensors read_llama_gguf(const io::GgufFile& f, GgufWeights weights, ModelConfig& config) {
+  const bool native = weights != GgufWeights::kDequantised;
+  // The blocks of a projection, embedding or head, requantised for dtype q4_1.
+  const auto blocks = [&](const std::string& name, std::vector<int64_t> shape, int64_t rope_heads = 0) {
+    QuantBlocks q = gguf_blocks(f, name, std::move(shape), rope_heads);
+    return weights == GgufWeights::kQ4_1 ? requantize(q, io::GgmlType::Q4_1) : q;
+  };
   config = llama_config_from_gguf(f);
   const ModelConfig& c = config;
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -202,10 +239,10 @@ LlamaTensors read_llama_gguf(const io::GgufFile& f, bool native, bool int8_dot, 
   LlamaTensors t;
   t.layers.resize(c.n_layers);
   std::vector<ReadTask> tasks;
-  t.native_int8_dot = native && int8_dot;
+  t.native_int8_dot = weights == GgufWeights::kNativeQ8 || weights == GgufWeights::kQ4_1;
   if (native) {
-    t.native_tok_embd = gguf_blocks(f, "token_embd.weight", {c.n_vocab, d});
-    if (!c.tie_embeddings) t.native_output = gguf_blocks(f, "output.weight", {c.n_vocab, d});
+    t.native_tok_embd = blocks("token_embd.weight", {c.n_vocab, d});
+    if (!c.tie_embeddings) t.native_output = blocks("output.weight", {c.n_vocab, d});
   } else {
     queue_gguf(f, "token_embd.weight", {c.n_vocab, d}, t.tok_embd, tasks);
     if (!c.tie_embeddings) queue_gguf(f, "output.weight", {c.n_vocab, d}, t.output, tasks);
@@ -219,13 +256,13 @@ LlamaTensors read_llama_gguf(const io::GgufFile& f, bool native, bool int8_dot, 
     queue_gguf(f, b + "attn_norm.weight", {d}, L.attn_norm, tasks);
     if (native) {
       auto& N = L.native;
-      N.wq = gguf_blocks(f, b + "attn_q.weight", {q_dim, d}, permuted ? c.n_heads : 0);
-      N.wk = gguf_blocks(f, b + "attn_k.weight", {kv_dim, d}, permuted ? c.n_kv_heads : 0);
-      N.wv = gguf_blocks(f, b + "attn_v.weight", {kv_dim, d});
-      N.wo = gguf_blocks(f, b + "attn_output.weight", {d, q_dim});
-      N.w_gate = gguf_blocks(f, b + "ffn_gate.weight", {c.d_ff, d});
-      N.w_up = gguf_blocks(f, b + "ffn_up.weight", {c.d_ff, d});
-      N.w_down = gguf_blocks(f, b + "ffn_down.weight", {d, c.d_ff});
+      N.wq = blocks(b + "attn_q.weight", {q_dim, d}, permuted ? c.n_heads : 0);
+      N.wk = blocks(b + "attn_k.weight", {kv_dim, d}, permuted ? c.n_kv_heads : 0);
+      N.wv = blocks(b + "attn_v.weight", {kv_dim, d});
+      N.wo = blocks(b + "attn_output.weight", {d, q_dim});
+      N.w_gate = blocks(b + "ffn_gate.weight", {c.d_ff, d});
+      N.w_up = blocks(b + "ffn_up.weight", {c.d_ff, d});
+      N.w_down = blocks(b + "ffn_down.weight", {d, c.d_ff});
     } else {
       queue_gguf(f, b + "attn_q.weight", {q_dim, d}, L.wq, tasks, permuted ? c.n_heads : 0);
       queue_gguf(f, b + "attn_k.weight", {kv_dim, d}, L.wk, tasks, permuted ? c.n_kv_heads : 0);
@@ -248,17 +285,16 @@ LlamaTensors read_llama_gguf(const io::GgufFile& f, bool native, bool int8_dot, 
 
 }  // namespace
 
-std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, bool native,
-                                          bool int8_dot) {
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType dtype, GgufWeights weights) {
   ModelConfig c;
-  LlamaTensors t = read_llama_gguf(f, native, int8_dot, c);
+  LlamaTensors t = read_llama_gguf(f, weights, c);
   return make_llama(c, std::move(t), dtype);
 }
 
 std::shared_ptr<CausalLM> load_llama_gguf_aten(const io::GgufFile& f, at::ScalarType dtype, at::Device device) {
   check_device(device, "file " + f.path());  // before reading gigabytes
   ModelConfig c;
-  LlamaTensors t = read_llama_gguf(f, false, false, c);
+  LlamaTensors t = read_llama_gguf(f, GgufWeights::kDequantised, c);
   return make_llama_aten(c, std::move(t), dtype, device);
 }
 
@@ -452,9 +488,12 @@ LoadedModel load(const ModelSpec& spec) {
   set_threads(spec.threads, spec.threads_oversubscribe);
   const LoadThreads load_threads(parallel::num_threads());
   const at::ScalarType dtype = parse_dtype(spec.dtype);
-  const bool int8_dot = spec.dtype == "native_q8";
   const bool auto_dtype = spec.dtype == "auto" || spec.dtype.empty();
-  bool native = spec.dtype == "native" || int8_dot;
+  GgufWeights weights = spec.dtype == "native"      ? GgufWeights::kNative
+                        : spec.dtype == "native_q8" ? GgufWeights::kNativeQ8
+                        : spec.dtype == "q4_1"      ? GgufWeights::kQ4_1
+                                                    : GgufWeights::kDequantised;
+  bool native = weights != GgufWeights::kDequantised;
   const std::string who = "model " + spec.name;
   const at::Device device = parse_device(spec.device, who);
   const bool aten = parse_engine(spec.engine, device, who) == Engine::kAten;
@@ -501,6 +540,7 @@ LoadedModel load(const ModelSpec& spec) {
     const std::string arch = f->get_string("general.architecture");
     if (auto_dtype && !aten && arch != "gpt2") {
       native = true;
+      weights = GgufWeights::kNative;
       out.spec.dtype = "native";
     }
     SD_CHECK(!native || arch != "gpt2", "model ", spec.name, ": dtype ", spec.dtype, " is not implemented for ",
@@ -509,7 +549,7 @@ LoadedModel load(const ModelSpec& spec) {
              "; use engine packed on device cpu");
     out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype)
                 : aten         ? load_llama_gguf_aten(*f, dtype, device)
-                               : load_llama_gguf(*f, dtype, native, int8_dot);
+                               : load_llama_gguf(*f, dtype, weights);
     out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
   }
   // Every id the tokenizer can produce must index the embedding (HF Qwen: 151,665 token ids,

@@ -17,14 +17,19 @@ namespace specdec::model {
 // <arch>.* metadata and the token_embd rows (n_vocab). Throws naming file and key.
 ModelConfig llama_config_from_gguf(const io::GgufFile& file);
 
-// Loads a "llama"/"qwen2" GGUF: tensors dequantised to fp32 in parallel, or with `native`
-// the projections, embedding and head kept as the file's blocks (panels.h), run with int8
-// activations when `int8_dot` (dtype native_q8); for arch "llama"
-// the q/k rows are restored to HF order (see unpermute_rope_rows). Throws specdec::Error
-// naming the file, tensor and expected shape.
-std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& file,
-                                          at::ScalarType dtype = at::kFloat, bool native = false,
-                                          bool int8_dot = false);
+// How a GGUF file's projections, embedding and output head are held (ModelSpec::dtype).
+enum class GgufWeights {
+  kDequantised,  // float32 / bfloat16: dequantised to `dtype` at load
+  kNative,       // native: the file's own blocks as panels (panels.h), fp32 activations
+  kNativeQ8,     // native_q8: the same blocks, int8 activations
+  kQ4_1,         // q4_1: every one requantised to Q4_1 at load (lossy), int8 activations
+};
+
+// Loads a "llama"/"qwen2" GGUF, its weights held as `weights` says (tensors dequantised in
+// parallel by default); for arch "llama" the q/k rows are restored to HF order (see
+// unpermute_rope_rows). Throws specdec::Error naming the file, tensor and expected shape.
+std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& file, at::ScalarType dtype = at::kFloat,
+                                          GgufWeights weights = GgufWeights::kDequantised);
 
 // Loads an HF directory (config.json model_type "llama"/"qwen2" + safetensors).
 std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
@@ -54,8 +59,8 @@ Engine parse_engine(const std::string& engine, const at::Device& device,
 // adjacent pairs. This undoes it. w: [n_heads * head_dim, in] -> same shape, HF order.
 at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_heads);
 
-// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native"/"native_q8"/"auto" -> kFloat (the
-// dtype of whatever is not kept native); anything else throws.
+// "float32" -> kFloat, "bfloat16"/"bf16" -> kBFloat16, "native"/"native_q8"/"q4_1"/"auto" -> kFloat
+// (the dtype of whatever is not kept as blocks); anything else throws.
 at::ScalarType parse_dtype(const std::string& dtype);
 
 }  // namespace specdec::model

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "io/mapped_file.h"
 #include "model/panels_kernels.h"
 
 namespace specdec::model {
@@ -235,12 +236,8 @@ void pack_part(const QuantBlocks& part, Segment& s, int64_t in) {
       }
     }
   });
-  if (part.file_mapped) {  // the pages wholly inside the tensor: nothing else lives there
-    const uintptr_t page = 4096, begin = reinterpret_cast<uintptr_t>(part.data);
-    const uintptr_t end = begin + static_cast<uintptr_t>(part.out * row_bytes);
-    const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
-    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-  }
+  // The pages wholly inside the tensor: nothing else lives there.
+  if (part.file_mapped) io::drop_mapped_pages(part.data, static_cast<size_t>(part.out * row_bytes));
 }
 
 }  // namespace

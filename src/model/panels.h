@@ -26,6 +26,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct QuantBlocks {
                                     // that many heads; packing restores HF order
   bool file_mapped = false;         // data is a read-only file mapping: once packed, its pages
                                     // are dropped (MADV_DONTNEED) so they do not add to the RSS
+  std::shared_ptr<const std::vector<uint8_t>> storage;  // owns data when it is not the file's
+                                                       // (requantised blocks, dtype q4_1)
   bool defined() const { return data != nullptr; }
 };
 

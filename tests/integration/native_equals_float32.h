@@ -25,7 +25,7 @@ inline void expect_native_equals_float32(const std::string& path) {
   set_threads(2);
   auto file = io::GgufFile::open(path);
   const auto f32 = load_llama_gguf(*file);
-  const auto native = load_llama_gguf(*file, at::kFloat, /*native=*/true);
+  const auto native = load_llama_gguf(*file, at::kFloat, GgufWeights::kNative);
   EXPECT_LT(native->weight_bytes() * 3, f32->weight_bytes()) << "native weights are not smaller";
   std::mt19937_64 rng(11);
   const int64_t vocab = f32->config().n_vocab;
@@ -44,18 +44,19 @@ inline void expect_native_equals_float32(const std::string& path) {
   }
 }
 
-// dtype native_q8 (int8 activations) against float32 on a code prompt and 24 greedy steps:
-// not equal, but close. Checks the largest logit difference against `max_logit_diff` (set
-// from measurement with 2x headroom: a wrong scale or offset moves logits by whole units) and
-// that the greedy continuations agree on the first `min_equal_tokens` tokens.
-inline void expect_native_q8_close_to_float32(const std::string& path, float max_logit_diff,
-                                              int min_equal_tokens) {
+// dtype native_q8 (int8 activations), or q4_1 (the same after requantising), against float32
+// on a code prompt and 24 greedy steps: not equal, but close. Checks the largest logit
+// difference against `max_logit_diff` (set from measurement with 2x headroom: a wrong scale or
+// offset moves logits by whole units) and that the greedy continuations agree on the first
+// `min_equal_tokens` tokens.
+inline void expect_native_q8_close_to_float32(const std::string& path, float max_logit_diff, int min_equal_tokens,
+                                              model::GgufWeights weights = model::GgufWeights::kNativeQ8) {
   using namespace specdec::model;
   std::printf("int8 panel kernel: %s\n", panels_int8_kernel());
   set_threads(2);
   auto file = io::GgufFile::open(path);
   const auto f32 = load_llama_gguf(*file);
-  const auto q8 = load_llama_gguf(*file, at::kFloat, /*native=*/true, /*int8_dot=*/true);
+  const auto q8 = load_llama_gguf(*file, at::kFloat, weights);
   const auto tok = tokenizer::Tokenizer::from_gguf(*file);
   const auto ids = tok->encode(
       "def binary_search(items, target):\n    \"\"\"Return the index of target in the sorted list items, "
@@ -66,7 +67,7 @@ inline void expect_native_q8_close_to_float32(const std::string& path, float max
   const at::Tensor a = f32->forward(t, {0}, ca), b = q8->forward(t, {0}, cb);
   const float diff = (a - b).abs().max().item<float>();
   const float agree = (a.argmax(-1) == b.argmax(-1)).to(at::kFloat).mean().item<float>();
-  std::printf("native_q8 vs float32: max |logit diff| %.4f over %zu positions, top-1 agreement %.3f\n", diff,
+  std::printf("int8 activations vs float32: max |logit diff| %.4f over %zu positions, top-1 agreement %.3f\n", diff,
               prompt.size(), agree);
   EXPECT_GT(diff, 0.0f) << "int8 activations should not be exact";
   EXPECT_LT(diff, max_logit_diff);
@@ -78,7 +79,7 @@ inline void expect_native_q8_close_to_float32(const std::string& path, float max
     na = f32->forward(x, {ca.length(0)}, ca)[0][0].argmax().item<int64_t>();
     nb = q8->forward(x, {cb.length(0)}, cb)[0][0].argmax().item<int64_t>();
   }
-  std::printf("native_q8 vs float32: greedy continuations equal for %d of 24 tokens\n", equal);
+  std::printf("int8 activations vs float32: greedy continuations equal for %d of 24 tokens\n", equal);
   EXPECT_GE(equal, min_equal_tokens);
 }
 

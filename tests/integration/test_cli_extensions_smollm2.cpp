@@ -80,4 +80,23 @@ TEST_F(CliExtensions, GreedySpeculativeEqualsGreedyWithEveryDrafter) {
   }
 }
 
+// dtype q4_1 is lossy, so only as a draft does it keep the output: greedy speculative decoding
+// with the model requantised as its own draft (--draft-dtype) prints greedy decoding's tokens,
+// and the draft's tokens are accepted.
+TEST_F(CliExtensions, RequantisedDraftKeepsGreedyOutput) {
+  const auto greedy = generate({"--set", "temperature=0"});
+  ASSERT_TRUE(greedy.contains("tokens")) << greedy.dump();
+  const auto spec = generate({"--strategy", "speculative", "--set", "temperature=0", "--draft", "smollm2-135m",
+                              "--draft-dtype", "q4_1"});
+  ASSERT_TRUE(spec.contains("tokens")) << spec.dump();
+  EXPECT_EQ(spec["tokens"], greedy["tokens"]);
+  EXPECT_GT(spec["stats"]["n_accepted"].get<int64_t>(), 0);
+  // The flag reaches the draft's load (and only the draft's: the target stays valid).
+  const Output bad = run({"generate", "--model", "smollm2-135m", "--draft", "smollm2-135m", "--strategy", "speculative",
+                          "--draft-dtype", "q3", "--prompt", "x", "--max-new-tokens", "2"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.text.find("'q3'"), std::string::npos) << bad.text;
+  EXPECT_NE(bad.text.find("q4_1"), std::string::npos) << bad.text;
+}
+
 }  // namespace
