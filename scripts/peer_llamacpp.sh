@@ -22,7 +22,10 @@
 #   The same settings can come from the environment: PEER_DIR THREADS N_TOKENS N_PROMPTS REPEATS
 #   GAMMA MODELS PRECISION SPEC OUT, LLAMA_CPP_PYTHON_VERSION (pin the sdist; default: newest,
 #   or the one already in PEER_DIR/sdist), LLAMA_EXTRA_ARGS (appended to every llama.cpp tool),
-#   SPECDEC (default REPO/build/specdec), SPECDEC_DTYPE (float32, or native: the GGUF blocks).
+#   SPECDEC (default REPO/build/specdec), SPECDEC_DTYPE (float32, or native: the GGUF blocks),
+#   SPECDEC_DRAFT_DTYPE (the draft's, default SPECDEC_DTYPE; with q4_1 specdec requantises the
+#   draft to Q4_1 at load, and llama.cpp's speculative tools get the same: a Q4_1 copy of the
+#   draft file made by llama-quantize --allow-requantize).
 #
 # Examples:
 #   scripts/peer_llamacpp.sh                                   # the Qwen pair, F32, full comparison
@@ -210,6 +213,22 @@ else
   fi
 fi
 
+LLAMA_DRAFT=
+n_models=$(echo $MODELS | wc -w)
+if [ "${SPECDEC_DRAFT_DTYPE:-}" = q4_1 ] && [ "$n_models" -ge 2 ] && [ "$PRECISION" != f32 ]; then
+  d=$(echo $MODELS | cut -d' ' -f1)
+  LLAMA_DRAFT=$PEER_DIR/models/$d.q4_1.gguf
+  if [ ! -f "$LLAMA_DRAFT" ]; then
+    say "Q4_1 copy of the draft $d: llama-quantize --allow-requantize $(readlink -f "$REPO/$(catalog_file "$d")") $LLAMA_DRAFT Q4_1"
+    mkdir -p "$PEER_DIR/models"
+    "$BUILD/bin/llama-quantize" --allow-requantize "$(readlink -f "$REPO/$(catalog_file "$d")")" "$LLAMA_DRAFT.part" Q4_1 \
+      "$THREADS" > "$PEER_DIR/quantize-$d-q4_1.log" 2>&1 \
+      || { tail -20 "$PEER_DIR/quantize-$d-q4_1.log" >&2; die "llama-quantize failed for $d"; }
+    mv "$LLAMA_DRAFT.part" "$LLAMA_DRAFT"
+  fi
+  PRECISION_NOTE="$PRECISION_NOTE; the draft requantised to Q4_1 by both (specdec --draft-dtype q4_1 at load, llama.cpp a copy made by llama-quantize --allow-requantize ... Q4_1)"
+fi
+
 # ---------------------------------------------------------------------------------------------
 # 3. Our greedy C-API tool
 TOOL=$PEER_DIR/bin/greedy_tokens
@@ -235,4 +254,5 @@ python3 "$REPO/scripts/peer/peer_bench.py" \
   --gamma "$GAMMA" --spec "$SPEC" --check "$CHECK" --check-tokens "$CHECK_TOKENS" \
   --check-prompts "$CHECK_PROMPTS" --llama-extra "$LLAMA_EXTRA_ARGS" --out "$OUT" \
   --repo "$REPO" --peer-dir "$PEER_DIR" --llama-version "$LLAMA_VERSION" \
-  --pycpp-version "$PYCPP_VERSION" --cmake-line "$CMAKE_LINE" --precision-note "$PRECISION_NOTE"
+  --pycpp-version "$PYCPP_VERSION" --cmake-line "$CMAKE_LINE" --precision-note "$PRECISION_NOTE" \
+  --llama-draft "$LLAMA_DRAFT"

@@ -24,6 +24,9 @@ import time
 # specdec's weights: float32 (default) or native (the GGUF file's own blocks; bit-identical
 # logits, issue 13). From the environment: SPECDEC_DTYPE=native scripts/peer_llamacpp.sh ...
 SPECDEC_DTYPE = os.environ.get("SPECDEC_DTYPE", "float32")
+# The draft model's (default: SPECDEC_DTYPE), e.g. q4_1: requantised at load; llama.cpp's
+# speculative tools then get a Q4_1 copy of the draft file (--llama-draft).
+SPECDEC_DRAFT_DTYPE = os.environ.get("SPECDEC_DRAFT_DTYPE") or SPECDEC_DTYPE
 
 # ----------------------------------------------------------------------------------------------
 # GGUF metadata (only the key/value section; tensors are never read)
@@ -352,13 +355,15 @@ class Bench:
                  + ["-no-cnv", "--no-display-prompt"] + extra, parse_llama_completion),
             ]
         (tname, tpath), (dname, dpath) = tgt, dft
-        spec_ll = lambda tool: (lambda p: [bin_(tool), "-m", tpath, "-md", dpath, "-p", p["text"],
+        ll_dpath = a.llama_draft or dpath
+        spec_ll = lambda tool: (lambda p: [bin_(tool), "-m", tpath, "-md", ll_dpath, "-p", p["text"],
                                            "-n", str(a.n_tokens), "-t", t, "-tb", t, "-td", t, "-tbd", t]
                                 + ctx + sampling + ["--spec-draft-n-max", str(a.gamma)] + extra)
         return [
             ("specdec", lambda p: [a.specdec, "generate", "--model", tpath, "--draft", dpath,
                                    "--strategy", "speculative", "--set", f"gamma={a.gamma}",
-                                   "--set", "temperature=0", "--prompt-file", p["chat_path"]] + common_sd,
+                                   "--set", "temperature=0", "--prompt-file", p["chat_path"],
+                                   "--draft-dtype", SPECDEC_DRAFT_DTYPE] + common_sd,
              parse_specdec),
             # llama-speculative-simple needs the speculator named (its default type is none);
             # llama-speculative loads the draft model itself.
@@ -579,6 +584,8 @@ def main():
     ap.add_argument("--pycpp-version", default="unknown")
     ap.add_argument("--cmake-line", default="")
     ap.add_argument("--precision-note", default="")
+    ap.add_argument("--llama-draft", default="", help="the draft file llama.cpp's speculative tools load "
+                    "(default: the draft model's own)")
     a = ap.parse_args()
     if a.check_tokens <= 0:
         a.check_tokens = a.n_tokens
