@@ -3,6 +3,7 @@
 #include "model/checks.h"
 
 #include <ATen/Parallel.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cctype>
@@ -559,6 +560,11 @@ LoadedModel load(const ModelSpec& spec) {
     SD_CHECK(n_tok <= n_vocab, "model ", spec.name, " (", path, "): the tokenizer has ", n_tok,
              " token ids but the model's embedding only ", n_vocab, " rows");
   }
+#ifdef __GLIBC__
+  // Loading freed its temporary buffers (dequantised or requantised tensors); hand their pages
+  // back, so that they do not stay in the RSS as free heap.
+  malloc_trim(0);
+#endif
   return out;
 }
 
