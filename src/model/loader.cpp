@@ -193,7 +193,8 @@ QuantBlocks gguf_blocks(const io::GgufFile& f, const std::string& name, std::vec
 }
 
 // dtype q4_1: the blocks of `q` requantised to Q4_1, row by row in parallel (dequantised to
-// fp32, then quantised; io/quantize.h). The new blocks live in q.storage until packed.
+// fp32, then quantised; io/quantize.h). The returned blocks own their bytes (`storage`) until
+// they are packed.
 QuantBlocks requantize(const QuantBlocks& q, io::GgmlType to) {
   if (q.type == to) return q;
   SD_CHECK(io::ggml_type_supported(q.type), q.name, ": ggml type ", io::ggml_type_name(q.type),
