@@ -25,7 +25,7 @@
 #   SPECDEC (default REPO/build/specdec), SPECDEC_DTYPE (float32, or native: the GGUF blocks),
 #   SPECDEC_DRAFT_DTYPE (the draft's, default SPECDEC_DTYPE; with q4_1 specdec requantises the
 #   draft to Q4_1 at load, and llama.cpp's speculative tools get the same: a Q4_1 copy of the
-#   draft file made by llama-quantize --allow-requantize).
+#   draft file made by llama-quantize --allow-requantize --pure, every matrix Q4_1 as in specdec).
 #
 # Examples:
 #   scripts/peer_llamacpp.sh                                   # the Qwen pair, F32, full comparison
@@ -217,16 +217,18 @@ LLAMA_DRAFT=
 n_models=$(echo $MODELS | wc -w)
 if [ "${SPECDEC_DRAFT_DTYPE:-}" = q4_1 ] && [ "$n_models" -ge 2 ] && [ "$PRECISION" != f32 ]; then
   d=$(echo $MODELS | cut -d' ' -f1)
-  LLAMA_DRAFT=$PEER_DIR/models/$d.q4_1.gguf
+  LLAMA_DRAFT=$PEER_DIR/models/$d.q4_1-pure.gguf
   if [ ! -f "$LLAMA_DRAFT" ]; then
-    say "Q4_1 copy of the draft $d: llama-quantize --allow-requantize $(readlink -f "$REPO/$(catalog_file "$d")") $LLAMA_DRAFT Q4_1"
+    say "Q4_1 copy of the draft $d: llama-quantize --allow-requantize --pure $(readlink -f "$REPO/$(catalog_file "$d")") $LLAMA_DRAFT Q4_1"
     mkdir -p "$PEER_DIR/models"
-    "$BUILD/bin/llama-quantize" --allow-requantize "$(readlink -f "$REPO/$(catalog_file "$d")")" "$LLAMA_DRAFT.part" Q4_1 \
+    # --pure: every matrix Q4_1, as specdec's dtype q4_1 (without it llama-quantize keeps
+    # the output head at Q8_0).
+    "$BUILD/bin/llama-quantize" --allow-requantize --pure "$(readlink -f "$REPO/$(catalog_file "$d")")" "$LLAMA_DRAFT.part" Q4_1 \
       "$THREADS" > "$PEER_DIR/quantize-$d-q4_1.log" 2>&1 \
       || { tail -20 "$PEER_DIR/quantize-$d-q4_1.log" >&2; die "llama-quantize failed for $d"; }
     mv "$LLAMA_DRAFT.part" "$LLAMA_DRAFT"
   fi
-  PRECISION_NOTE="$PRECISION_NOTE; the draft requantised to Q4_1 by both (specdec --draft-dtype q4_1 at load, llama.cpp a copy made by llama-quantize --allow-requantize ... Q4_1)"
+  PRECISION_NOTE="$PRECISION_NOTE; the draft requantised to Q4_1 by both (specdec --draft-dtype q4_1 at load, llama.cpp a copy made by llama-quantize --allow-requantize --pure ... Q4_1)"
 fi
 
 # ---------------------------------------------------------------------------------------------
