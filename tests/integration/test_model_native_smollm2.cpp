@@ -6,18 +6,23 @@
 #include "model/layer_subset.h"
 #include "native_equals_float32.h"
 
-TEST(NativeSmolLM2, LogitsBitIdenticalToFloat32) {
+// Every test reads SmolLM2's GGUF file (the CI model).
+class NativeSmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+  }
   const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+};
+
+TEST_F(NativeSmolLM2, LogitsBitIdenticalToFloat32) {
   specdec::testing_native::expect_native_equals_float32(path);
 }
 
 // dtype auto, the default: a Llama-family GGUF file loads native (and load() says so); a model
 // that is not a GGUF file loads float32.
-TEST(NativeSmolLM2, AutoIsNativeForGguf) {
+TEST_F(NativeSmolLM2, AutoIsNativeForGguf) {
   using namespace specdec::model;
-  const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
   ModelSpec spec;
   spec.name = "smollm2";
   spec.path = path;
@@ -35,10 +40,8 @@ TEST(NativeSmolLM2, AutoIsNativeForGguf) {
 
 // Resident weight bytes (`specdec models --load`, env.json): float32 holds every tensor of the
 // file once in fp32 (the tied embedding is the output head), native holds the file's blocks.
-TEST(NativeSmolLM2, ResidentWeightBytes) {
+TEST_F(NativeSmolLM2, ResidentWeightBytes) {
   using namespace specdec::model;
-  const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
   auto file = specdec::io::GgufFile::open(path);
   int64_t n_elements = 0, n_file_bytes = 0;
   for (const auto& t : file->tensors()) n_elements += t.n_elements(), n_file_bytes += static_cast<int64_t>(t.n_bytes);
@@ -53,9 +56,7 @@ TEST(NativeSmolLM2, ResidentWeightBytes) {
   EXPECT_EQ(make_layer_subset(native, {0, 1})->resident_weight_bytes(), 0);
 }
 
-TEST(NativeSmolLM2, Int8ActivationsCloseToFloat32) {
-  const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
+TEST_F(NativeSmolLM2, Int8ActivationsCloseToFloat32) {
   // Measured: max |logit diff| 3.70 over the 42 prompt positions, top-1 agreement 0.93, greedy
   // equal for 6 tokens (SmolLM2's activations have outliers that coarsen their 32-value blocks).
   // The portable kernels (no FMA, model/panels.h): 4.26, 0.93, and 2 tokens, the third being
@@ -63,10 +64,8 @@ TEST(NativeSmolLM2, Int8ActivationsCloseToFloat32) {
   specdec::testing_native::expect_native_q8_close_to_float32(path, 8.0f, 2);
 }
 
-TEST(NativeSmolLM2, Q4_1RequantisesEveryMatrixAndStaysClose) {
+TEST_F(NativeSmolLM2, Q4_1RequantisesEveryMatrixAndStaysClose) {
   using namespace specdec::model;
-  const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
   // Every matrix becomes Q4_1: 20 bytes per 32 weights (SmolLM2's own file has a Q8_0
   // embedding, 34 bytes per 32); the norms stay fp32.
   auto file = specdec::io::GgufFile::open(path);
