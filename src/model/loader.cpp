@@ -495,7 +495,9 @@ LoadedModel load(const ModelSpec& spec) {
                         : spec.dtype == "native_q8" ? GgufWeights::kNativeQ8
                         : spec.dtype == "q4_1"      ? GgufWeights::kQ4_1
                                                     : GgufWeights::kDequantised;
-  bool native = weights != GgufWeights::kDequantised;
+  // Whether the model keeps a GGUF file's blocks (every dtype but the dequantised ones); dtype
+  // auto can still choose kNative below, once the file's architecture is known.
+  const auto native = [&weights] { return weights != GgufWeights::kDequantised; };
   const std::string who = "model " + spec.name;
   const at::Device device = parse_device(spec.device, who);
   const bool aten = parse_engine(spec.engine, device, who) == Engine::kAten;
@@ -512,11 +514,11 @@ LoadedModel load(const ModelSpec& spec) {
   if (auto_dtype) out.spec.dtype = "float32";
   // What the ATen engine (llama_aten.h) does not cover: GGUF blocks, GPT-2, the tiny models.
   const std::string on = " (engine " + spec.engine + ", device " + spec.device + ")";
-  SD_CHECK(!aten || !native, who, ": dtype ", spec.dtype, " keeps GGUF blocks for the packed CPU engine; the ATen ",
+  SD_CHECK(!aten || !native(), who, ": dtype ", spec.dtype, " keeps GGUF blocks for the packed CPU engine; the ATen ",
            "engine", on, " needs float32 or bfloat16");
   SD_CHECK(!aten || (path != "tiny-llama" && path != "tiny-gpt2"), who, ": ", path,
            " runs on the packed CPU engine only; the ATen engine", on, " loads Llama-family GGUF files and HF dirs");
-  SD_CHECK(!native || gguf, "model ", spec.name, ": dtype ", spec.dtype, " keeps a GGUF file's own blocks, but '",
+  SD_CHECK(!native() || gguf, "model ", spec.name, ": dtype ", spec.dtype, " keeps a GGUF file's own blocks, but '",
            path, "' is not a GGUF file (use float32 or bfloat16)");
   if (path == "tiny-llama") {
     SD_CHECK(dtype == at::kFloat, "model ", spec.name, ": tiny-llama is float32 only");
@@ -541,11 +543,10 @@ LoadedModel load(const ModelSpec& spec) {
     auto f = io::GgufFile::open(path);
     const std::string arch = f->get_string("general.architecture");
     if (auto_dtype && !aten && arch != "gpt2") {
-      native = true;
       weights = GgufWeights::kNative;
       out.spec.dtype = "native";
     }
-    SD_CHECK(!native || arch != "gpt2", "model ", spec.name, ": dtype ", spec.dtype, " is not implemented for ",
+    SD_CHECK(!native() || arch != "gpt2", "model ", spec.name, ": dtype ", spec.dtype, " is not implemented for ",
              "GPT-2 GGUF files (", path, "); use float32 or bfloat16");
     SD_CHECK(!aten || arch != "gpt2", who, ": GPT-2 (", path, ") has no ATen engine", on,
              "; use engine packed on device cpu");
