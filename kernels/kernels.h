@@ -50,8 +50,8 @@ struct VerifyArgs {
   const int32_t* n_draft = nullptr;       // [B]          ragged draft lengths, 0..gamma
   const float* q = nullptr;               // [B, gamma, V] draft probs (sampling and block modes)
   const float* p = nullptr;               // [B, gamma+1, V] target probs (rows sum to 1)
-  const float* uniforms = nullptr;        // [B, gamma+1] in [0,1] (1 is tolerated: a float
-                                          // uniform may round up): u[i] (i < gamma) decides
+  const double* uniforms = nullptr;       // [B, gamma+1] in [0,1] (53-bit uniforms, as the
+                                          // plain sampler draws; 1 is tolerated): u[i] decides
                                           // position i; u[gamma] drives the final sample
                                           // (residual or bonus: sampling, block, tokens_only);
                                           // tokens_only uses u[i] to sample y_i. Not read in
@@ -62,9 +62,9 @@ struct VerifyArgs {
   // outputs
   int32_t* n_accepted = nullptr;   // [B] out: accepted draft tokens a (0..n_draft[b]); a
                                    // row with bad input gets a negative status instead and
-                                   // the call (CPU) throws specdec::Error naming the entry;
-                                   // CUDA leaves the entry's index in out_tokens[b][0] for
-                                   // check_verify_status
+                                   // the entry's index in out_tokens[b][0] (rest -1), on CPU
+                                   // and CUDA alike; check_verify_status names it (the CPU
+                                   // call also throws specdec::Error at once)
   int32_t* out_tokens = nullptr;   // [B, gamma+1] out: x_0..x_{a-1}, then the resampled/bonus
                                    // token at index a; entries after a are set to -1
 };
@@ -115,7 +115,7 @@ struct TreeVerifyArgs {
   const int32_t* n_nodes = nullptr;  // [B] ragged node counts, 0..N
   const float* q = nullptr;          // [B, N, V] draft probs of each node (sampling mode only)
   const float* p = nullptr;          // [B, N+1, V] target probs: row 0 root, row i+1 node i
-  const float* uniforms = nullptr;   // [B, N+1] in [0, 1]; not read in greedy mode (may be null)
+  const double* uniforms = nullptr;  // [B, N+1] in [0, 1]; not read in greedy mode (may be null)
   double* scratch = nullptr;         // [B, V] sampling mode: the running residual (caller-owned,
                                      // so no allocation happens inside; contents on return are
                                      // undefined)

@@ -40,7 +40,7 @@ struct TreeView {
   int32_t n_nodes = 0;
   const float* q = nullptr;          // [N, V] (sampling mode) else nullptr
   const float* p = nullptr;          // [N+1, V]
-  const float* u = nullptr;          // [N+1] (not read in greedy mode)
+  const double* u = nullptr;         // [N+1] (not read in greedy mode)
   double* scratch = nullptr;         // [V] (sampling mode)
 };
 
@@ -83,7 +83,7 @@ SD_HD inline TreeResult check_tree(const TreeView& t) {
   }
   if (t.mode != VerifyMode::greedy)
     for (int64_t i = 0; i <= t.max_nodes; ++i)
-      if (!(t.u[i] >= 0.0f && t.u[i] <= 1.0f)) return tree_error(kBadUniform, static_cast<int32_t>(i));
+      if (!(t.u[i] >= 0.0 && t.u[i] <= 1.0)) return tree_error(kBadUniform, static_cast<int32_t>(i));
   return TreeResult{};
 }
 
@@ -124,7 +124,7 @@ SD_HD_TEMPLATE_PRAGMA
 template <class Ops>
 SD_HD TreeStep tokens_only_tree_step(const TreeView& t, Ops& ops, int32_t node) {
   const bool has_child = next_child(t, node, node) >= 0;
-  const float u = has_child ? t.u[node + 1] : t.u[t.max_nodes];
+  const double u = has_child ? t.u[node + 1] : t.u[t.max_nodes];
   const int64_t y = ops.sample(tree_p_row(t, node), nullptr, t.n_vocab, u, 1.0);
   if (y < 0) return {-1, -1};
   return {child_with_token(t, node, y), y};
@@ -134,7 +134,7 @@ SD_HD TreeStep tokens_only_tree_step(const TreeView& t, Ops& ops, int32_t node) 
 SD_HD_TEMPLATE_PRAGMA
 template <class Ops>
 SD_HD int64_t sample_target(Ops& ops, const double* r, const float* p_row, const float* q, int64_t n_vocab,
-                            float u, double p_scale) {
+                            double u, double p_scale) {
   return r ? ops.sample(r, q, n_vocab, u, p_scale) : ops.sample(p_row, q, n_vocab, u, p_scale);
 }
 
@@ -150,7 +150,7 @@ template <class Ops>
 SD_HD TreeStep sampling_tree_step(const TreeView& t, Ops& ops, int32_t node) {
   const int64_t V = t.n_vocab;
   const float* p_row = tree_p_row(t, node);  // [V]
-  const float u_final = t.u[t.max_nodes];
+  const double u_final = t.u[t.max_nodes];
   const double* r = nullptr;  // scratch residual once materialised, else the target is p_row
   double z = 1.0;             // mass of the target
   for (int32_t c = next_child(t, node, node); c >= 0;) {
@@ -159,7 +159,7 @@ SD_HD TreeStep sampling_tree_step(const TreeView& t, Ops& ops, int32_t node) {
     const double r_x = r ? r[x] : static_cast<double>(p_row[x]);
     // Accept with probability min(1, (r(x) / z) / q_c(x)); like verify_row, exact for z = 1,
     // accepts q_c(x) = 0 < r(x) and never accepts r(x) = 0.
-    if (static_cast<double>(t.u[c]) * q_c[x] * z < r_x) return {c, x};
+    if (t.u[c] * q_c[x] * z < r_x) return {c, x};
     const int32_t next = next_child(t, node, c);
     const double s = 1.0 / z;
     if (next < 0) {
@@ -169,8 +169,9 @@ SD_HD TreeStep sampling_tree_step(const TreeView& t, Ops& ops, int32_t node) {
       return {-1, y};
     }
     double z_new = materialize_target(ops, r, p_row, q_c, V, s, t.scratch);
-    // Same degenerate case with siblings left: the target is (up to rounding) q_c itself.
-    if (z_new == 0.0) z_new = ops.materialize(q_c, nullptr, V, 1.0, t.scratch);
+    // Same degenerate case with siblings left: the target is (up to rounding) q_c itself, taken
+    // as normalised (z = 1) as p_row is; its float sum may differ from 1 by ~1e-8.
+    if (z_new == 0.0 && ops.materialize(q_c, nullptr, V, 1.0, t.scratch) > 0.0) z_new = 1.0;
     if (!(z_new > 0.0)) return {-1, -1};  // NaN or no mass anywhere
     r = t.scratch, z = z_new, c = next;
   }
@@ -204,11 +205,15 @@ SD_HD TreeResult verify_tree_row(const TreeView& t, Ops& ops) {
 }
 
 // path: [N] accepted nodes root first, then -1; out: [N+1] their tokens, the final token,
-// then -1. On error both are all -1.
+// then -1. On error path is all -1 and out holds the offending entry's index in out[0]
+// (check_tree_status names it), then -1: CPU and CUDA alike.
 SD_HD inline void write_tree_output(const TreeView& t, const TreeResult& res, int32_t* path, int32_t* out) {
   for (int64_t i = 0; i < t.max_nodes; ++i) path[i] = -1;
   for (int64_t i = 0; i <= t.max_nodes; ++i) out[i] = -1;
-  if (res.status != kRowOk) return;
+  if (res.status != kRowOk) {
+    out[0] = res.bad_index;
+    return;
+  }
   int32_t node = res.last_node;
   for (int32_t d = res.n_accepted - 1; d >= 0; --d) {
     path[d] = node;

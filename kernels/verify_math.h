@@ -164,13 +164,13 @@ struct LanePick {
 };
 
 // Inverse CDF over lanes: the lane whose cumulative mass first exceeds u * total.
-// Lanes of zero mass are never picked; u == 1 (a float uniform may round up) falls back to
+// Lanes of zero mass are never picked; u == 1 (tolerated from callers) falls back to
 // the last lane with mass.
 SD_HD inline LanePick pick_lane(const double* mass,  // [kLanes]
-                                float u) {
+                                double u) {
   const double total = lane_total(mass);
   if (!(total > 0.0)) return {-1, 0.0};
-  const double target = static_cast<double>(u) * total;
+  const double target = u * total;
   double cum = 0.0;
   int last = -1;
   SD_NO_UNROLL
@@ -307,7 +307,7 @@ struct RowView {
   int32_t n_draft = 0;
   const float* q = nullptr;        // [gamma, V] (sampling and block modes) else nullptr
   const float* p = nullptr;        // [gamma+1, V]
-  const float* u = nullptr;        // [gamma+1] (not read in greedy mode)
+  const double* u = nullptr;       // [gamma+1] (not read in greedy mode)
 };
 
 SD_HD inline RowView row_view(const VerifyArgs& a, int64_t b) {
@@ -345,7 +345,7 @@ SD_HD inline RowResult check_row(const RowView& r) {
     if (r.draft[i] < 0 || r.draft[i] >= r.n_vocab) return row_error(kBadToken, i);
   if (r.mode != VerifyMode::greedy)
     for (int64_t i = 0; i <= r.gamma; ++i)
-      if (!(r.u[i] >= 0.0f && r.u[i] <= 1.0f)) return row_error(kBadUniform, static_cast<int32_t>(i));
+      if (!(r.u[i] >= 0.0 && r.u[i] <= 1.0)) return row_error(kBadUniform, static_cast<int32_t>(i));
   return RowResult{};
 }
 
@@ -375,7 +375,7 @@ SD_HD inline RowResult check_row(const RowView& r) {
 //     exact arithmetic the walk stops above i and h_i is never used. h_i = 1 (the w -> 1
 //     limit) is taken; should rounding reach it, tau = i and the empty residual falls back to
 //     p_{i+1}, which equals q_{i+1} up to rounding;
-//   * acceptance is u_i < h_i or h_i = 1, so u = 1 (a float uniform may round up) accepts a
+//   * acceptance is u_i < h_i or h_i = 1, so u = 1 (tolerated from callers) accepts a
 //     certain position and u = 0 never accepts h = 0 (a prefix whose residual is empty).
 
 // One step of the weight recursion; w = 0 (an earlier p(x) = 0) stays 0.
@@ -416,13 +416,13 @@ SD_HD RowResult verify_block_row(const RowView& r, Ops& ops) {
   for (int32_t i = r.n_draft; i >= 1; --i) {
     const double w = block_weight(r, i);
     const double h = block_stop_prob(r, ops, i, w);
-    if (static_cast<double>(r.u[i - 1]) < h || h >= 1.0) {
+    if (r.u[i - 1] < h || h >= 1.0) {
       tau = i, w_tau = w;
       break;
     }
   }
   const float* p_next = r.p + static_cast<int64_t>(tau) * V;  // [V] row after the prefix
-  const float u = r.u[r.gamma];
+  const double u = r.u[r.gamma];
   int64_t next = -1;
   if (tau == r.n_draft) {
     next = ops.sample(p_next, nullptr, V, u, 1.0);
@@ -466,9 +466,11 @@ SD_HD RowResult verify_row(const RowView& r, Ops& ops) {
       if (next == x) continue;
     } else if (r.mode == VerifyMode::sampling) {
       const float* q_i = r.q + i * V;  // [V]
-      // Accept iff u < p/q, written as u*q < p: exact in double (a product of two floats),
-      // accepts q(x) = 0 < p(x), and never accepts p(x) = 0.
-      if (static_cast<double>(r.u[i]) * q_i[x] < static_cast<double>(p_i[x])) continue;
+      // Accept iff u < p/q, written as u*q < p in double: accepts q(x) = 0 < p(x) and never
+      // accepts p(x) = 0. u has 53 random bits (a float uniform would give tokens with
+      // p < 2^-24 probability 0 or 2^-24 instead of p); the product rounds only for u within
+      // ~1e-16 (relative) of p/q.
+      if (r.u[i] * q_i[x] < static_cast<double>(p_i[x])) continue;
       next = ops.sample(p_i, q_i, V, r.u[r.gamma], 1.0);
       // Residual mass 0 happens only when p <= q everywhere, i.e. p == q up to rounding:
       // then the residual is p itself.
@@ -491,13 +493,16 @@ SD_HD RowResult verify_row(const RowView& r, Ops& ops) {
   return res;
 }
 
-// out: [gamma+1] -> accepted draft tokens, the next token, then -1. On error all -1.
+// out: [gamma+1] -> accepted draft tokens, the next token, then -1. On error the offending
+// entry's index in out[0] (check_verify_status names it), then -1: CPU and CUDA alike.
 SD_HD inline void write_row_output(const RowView& r, const RowResult& res, int32_t* out) {
   for (int64_t i = 0; i <= r.gamma; ++i) {
     int32_t t = -1;
     if (res.status == kRowOk) {
       if (i < res.n_accepted) t = r.draft[i];
       else if (i == res.n_accepted) t = res.next_token;
+    } else if (i == 0) {
+      t = res.bad_index;
     }
     out[i] = t;
   }

@@ -28,7 +28,8 @@ namespace {
 struct Inputs {
   int64_t B, G, V;
   std::vector<int32_t> draft, n_draft, n_acc, out;
-  std::vector<float> q, p, u;
+  std::vector<float> q, p;
+  std::vector<double> u;
 };
 
 void fill_peaked(float* row, int64_t V, specdec::Rng& rng) {
@@ -41,7 +42,7 @@ Inputs make_inputs(int64_t B, int64_t G, int64_t V, sk::VerifyMode mode) {
   specdec::Rng rng(1234);
   Inputs in{B, G, V, std::vector<int32_t>(B * G), std::vector<int32_t>(B, static_cast<int32_t>(G)),
             std::vector<int32_t>(B), std::vector<int32_t>(B * (G + 1)), std::vector<float>(B * G * V),
-            std::vector<float>(B * (G + 1) * V), std::vector<float>(B * (G + 1))};
+            std::vector<float>(B * (G + 1) * V), std::vector<double>(B * (G + 1))};
   for (int64_t r = 0; r < B * G; ++r) fill_peaked(in.q.data() + r * V, V, rng);
   for (int64_t r = 0; r < B * (G + 1); ++r) fill_peaked(in.p.data() + r * V, V, rng);
   for (int64_t b = 0; b < B; ++b)
@@ -50,7 +51,7 @@ Inputs make_inputs(int64_t B, int64_t G, int64_t V, sk::VerifyMode mode) {
                                                         : in.q.data() + (b * G + i) * V;
       in.draft[b * G + i] = static_cast<int32_t>(specdec::kernels::math::argmax_row(row, V));
     }
-  for (auto& x : in.u) x = rng.uniformf();
+  for (auto& x : in.u) x = rng.uniform();
   return in;
 }
 
@@ -94,7 +95,8 @@ BENCHMARK_CAPTURE(BM_verify, block, sk::VerifyMode::block)->Apply(verify_shapes)
 struct TreeInputs {
   int64_t N, V;
   std::vector<int32_t> tokens, parents, n_nodes, n_acc, path, out;
-  std::vector<float> q, p, u;
+  std::vector<float> q, p;
+  std::vector<double> u;
   std::vector<double> scratch;
 };
 
@@ -102,7 +104,7 @@ TreeInputs make_tree_inputs(int64_t N, int64_t V, sk::VerifyMode mode) {
   specdec::Rng rng(4321);
   TreeInputs in{N, V, std::vector<int32_t>(N), std::vector<int32_t>(N), std::vector<int32_t>(1, static_cast<int32_t>(N)),
                 std::vector<int32_t>(1), std::vector<int32_t>(N), std::vector<int32_t>(N + 1),
-                std::vector<float>(N * V), std::vector<float>((N + 1) * V), std::vector<float>(N + 1),
+                std::vector<float>(N * V), std::vector<float>((N + 1) * V), std::vector<double>(N + 1),
                 std::vector<double>(V)};
   for (int64_t r = 0; r < N; ++r) fill_peaked(in.q.data() + r * V, V, rng);
   for (int64_t r = 0; r <= N; ++r) fill_peaked(in.p.data() + r * V, V, rng);
@@ -115,7 +117,7 @@ TreeInputs make_tree_inputs(int64_t N, int64_t V, sk::VerifyMode mode) {
                        ? static_cast<int32_t>(specdec::kernels::math::argmax_row(row, V))
                        : static_cast<int32_t>(rng.next() % V);
   }
-  for (auto& x : in.u) x = rng.uniformf();
+  for (auto& x : in.u) x = rng.uniform();
   return in;
 }
 

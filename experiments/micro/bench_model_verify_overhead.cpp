@@ -63,13 +63,14 @@ BENCHMARK(BM_decode_step)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::k
 
 struct VerifyInputs {
   std::vector<int32_t> draft, n_draft, n_acc, out;
-  std::vector<float> q, p, u;  // [gamma, V], [gamma+1, V], [gamma+1]
+  std::vector<float> q, p;  // [gamma, V], [gamma+1, V]
+  std::vector<double> u;    // [gamma+1]
 };
 
 VerifyInputs make_inputs(int64_t G, int64_t V, sk::VerifyMode mode) {
   specdec::Rng rng(9);
   VerifyInputs in{std::vector<int32_t>(G), {static_cast<int32_t>(G)}, {0}, std::vector<int32_t>(G + 1),
-                  std::vector<float>(G * V), std::vector<float>((G + 1) * V), std::vector<float>(G + 1)};
+                  std::vector<float>(G * V), std::vector<float>((G + 1) * V), std::vector<double>(G + 1)};
   auto fill = [&](float* row) {  // peaked, like LM outputs
     double s = 0;
     for (int64_t i = 0; i < V; ++i) s += (row[i] = std::pow(rng.uniformf(), 60.0f));
@@ -81,7 +82,7 @@ VerifyInputs make_inputs(int64_t G, int64_t V, sk::VerifyMode mode) {
     const float* row = mode == sk::VerifyMode::greedy ? in.p.data() + i * V : in.q.data() + i * V;
     in.draft[i] = static_cast<int32_t>(sk::math::argmax_row(row, V));
   }
-  for (auto& x : in.u) x = rng.uniformf();
+  for (auto& x : in.u) x = rng.uniform();
   return in;
 }
 

@@ -20,7 +20,7 @@ struct CpuRowOps {
   template <class T>
   int64_t sample(const T* p,      // [V]
                  const float* q,  // [V] or nullptr
-                 int64_t n_vocab, float u, double p_scale = 1.0) const {
+                 int64_t n_vocab, double u, double p_scale = 1.0) const {
     double mass[math::kLanes];
     math::lane_masses_sweep(p, q, n_vocab, mass, p_scale);
     const math::LanePick pick = math::pick_lane(mass, u);

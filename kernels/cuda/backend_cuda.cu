@@ -149,7 +149,7 @@ class CudaBackend final : public Backend {
     VerifyArgs a = host;  // p and q already on the device
     a.draft_tokens = host.draft_tokens ? st.device<int32_t>(o_draft) : nullptr;
     a.n_draft = host.n_draft ? st.device<int32_t>(o_n) : nullptr;
-    a.uniforms = host.uniforms ? st.device<float>(o_u) : nullptr;
+    a.uniforms = host.uniforms ? st.device<double>(o_u) : nullptr;
     a.n_accepted = st.device<int32_t>(o_acc);
     a.out_tokens = st.device<int32_t>(o_out);
     st.upload(0, inputs_end, stream_, who);
@@ -182,7 +182,7 @@ class CudaBackend final : public Backend {
     a.tokens = host.tokens ? st.device<int32_t>(o_tok) : nullptr;
     a.parents = host.parents ? st.device<int32_t>(o_par) : nullptr;
     a.n_nodes = host.n_nodes ? st.device<int32_t>(o_n) : nullptr;
-    a.uniforms = host.uniforms ? st.device<float>(o_u) : nullptr;
+    a.uniforms = host.uniforms ? st.device<double>(o_u) : nullptr;
     a.scratch = nullptr;  // the residual lives in the workspace
     a.n_accepted = st.device<int32_t>(o_acc);
     a.path = st.device<int32_t>(o_path);

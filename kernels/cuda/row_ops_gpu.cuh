@@ -45,7 +45,7 @@ struct GpuRowOps {
   template <class T>
   __device__ int64_t sample(const T* p,      // [V]
                             const float* q,  // [V] or nullptr
-                            int64_t n_vocab, float u, double p_scale = 1.0) {
+                            int64_t n_vocab, double u, double p_scale = 1.0) {
     const int l = threadIdx.x;
     s_mass[l] = math::lane_mass(p, q, n_vocab, l, p_scale);
     __syncthreads();

@@ -25,7 +25,6 @@ __global__ void verify_tree_kernel(TreeVerifyArgs args) {
     args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
     int32_t* out = args.out_tokens + b * (args.max_nodes + 1);
     math::write_tree_output(tree, res, args.path + b * args.max_nodes, out);
-    if (res.status != math::kRowOk) out[0] = res.bad_index;
   }
 }
 

@@ -102,7 +102,7 @@ struct CachedRowOps {
   }
 
   template <class T>
-  __device__ int64_t sample(const T* p, const float* q, int64_t n_vocab, float u, double p_scale = 1.0) {
+  __device__ int64_t sample(const T* p, const float* q, int64_t n_vocab, double u, double p_scale = 1.0) {
     if constexpr (std::is_same<T, float>::value) {
       const int64_t j = row_of(p);
       if (j >= 0 && token && r.mode == VerifyMode::tokens_only && !q &&
@@ -159,7 +159,6 @@ __global__ void verify_walk_kernel(VerifyArgs args, RowCache cache) {
     args.n_accepted[b] = res.status == math::kRowOk ? res.n_accepted : res.status;
     int32_t* out = args.out_tokens + b * (args.gamma + 1);
     math::write_row_output(row, res, out);
-    if (res.status != math::kRowOk) out[0] = res.bad_index;
   }
 }
 

@@ -460,7 +460,8 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
     j["n_accepted"] = s.n_accepted;
     // Everything the cell's figures are computed from (cell_metrics reads it back).
     j["stats"] = {{"n_draft_forwards", s.n_draft_forwards}, {"n_rounds", s.n_rounds},
-                  {"n_tree_rounds", s.n_tree_rounds}, {"accepted_per_position", s.accepted_per_position},
+                  {"n_tree_rounds", s.n_tree_rounds}, {"verify_modes", s.verify_mode_rounds},
+                  {"accepted_per_position", s.accepted_per_position},
                   {"drafted_per_position", s.drafted_per_position}, {"phase_ms", to_json(s.phase_ms)}};
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
   }

@@ -35,7 +35,8 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
       {"strategy", strategy}, {"finish", strategies::to_string(r.finish)}, {"n_prompt", s.n_prompt},
       {"n_generated", s.n_generated}, {"n_target_forwards", s.n_target_forwards},
       {"n_draft_forwards", s.n_draft_forwards}, {"n_drafted", s.n_drafted}, {"n_accepted", s.n_accepted},
-      {"n_rounds", s.n_rounds}, {"n_tree_rounds", s.n_tree_rounds}, {"alpha", s.alpha()}, {"tau", s.tau()},
+      {"n_rounds", s.n_rounds}, {"n_tree_rounds", s.n_tree_rounds}, {"verify_modes", s.verify_mode_rounds},
+      {"alpha", s.alpha()}, {"tau", s.tau()},
       {"accepted_per_position", s.accepted_per_position}, {"drafted_per_position", s.drafted_per_position},
       // ms_<phase> for the phases older readers know; "phases" has them all.
       {"ms_prefill", s.phase_ms.prefill}, {"ms_draft", s.phase_ms.draft}, {"ms_verify", s.phase_ms.verify},

@@ -34,11 +34,13 @@ bool plain(const ForwardOptions& o) {
 
 ForwardResult PrefixReuse::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, KVCache& cache,
                                    const ForwardOptions& options) {
-  // A single sequence, or a ragged batch (each sequence's row is matched on its own).
+  // A single sequence, or a batch, dense or ragged (n_fed): each sequence's row is matched on its
+  // own. Served rows leave a batch ragged, so a batch needs an engine that takes ragged batches.
+  // (A batch of newcomers that all feed the prompt is dense: forward_batch drops n_fed there.)
   const bool ragged = !options.n_fed.empty();
   if (tokens.dim() != 2 || start_pos.size() != static_cast<size_t>(tokens.size(0)) || !plain(options) ||
-      cache.n_layers() != static_cast<int64_t>(k_.size()) || (!ragged && tokens.size(0) != 1) ||
-      (ragged && (options.n_fed.size() != start_pos.size() || !inner_->ragged_batches())))
+      cache.n_layers() != static_cast<int64_t>(k_.size()) || (tokens.size(0) > 1 && !inner_->ragged_batches()) ||
+      (ragged && options.n_fed.size() != start_pos.size()))
     return inner_->forward(tokens, start_pos, cache, options);
   const at::Tensor host = tokens.to(at::kCPU, at::kLong).contiguous();
   const int64_t B = host.size(0), T = host.size(1);
@@ -75,7 +77,7 @@ ForwardResult PrefixReuse::forward(const at::Tensor& tokens, const std::vector<i
     for (int64_t b = 0; b < B; ++b) {
       rest_tokens[b].narrow(0, 0, n[b] - m[b]).copy_(host[b].narrow(0, m[b], n[b] - m[b]));
       from[b] = start_pos[b] + m[b];
-      if (ragged) o.n_fed.push_back(n[b] - m[b]);
+      if (B > 1) o.n_fed.push_back(n[b] - m[b]);
     }
     inner_logits = inner_->forward(rest_tokens.to(tokens.device()), from, cache, o).logits;
   }

@@ -47,25 +47,45 @@ struct SeenIds {
   std::vector<TokenId> ids;
 };
 
-// Rows i = 0..N-1 see context + extra[0..i); the seen set grows by one token per row.
-void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorConfig& cfg,
-                              const Tokens& context, const Tokens& extra) {
+// The draft tokens on the path from the root to node `node` (inclusive), leaf first, each id
+// once and none that the context already holds. parents empty: a chain.
+std::vector<TokenId> new_path_ids(const SeenIds& context, const Tokens& draft, const std::vector<int32_t>& parents,
+                                  int64_t node) {
+  std::vector<TokenId> ids;
+  for (int64_t a = node; a >= 0; a = parents.empty() ? a - 1 : parents[a]) {
+    const TokenId id = draft[a];
+    SD_CHECK(id >= 0 && id < static_cast<int64_t>(context.mark.size()), "repetition penalty: draft token ", id,
+             " outside vocab ", context.mark.size());
+    if (!context.mark[id] && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
+}
+
+// Row 0 sees the context; row i > 0 the context + the path to draft node i - 1.
+void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorConfig& cfg, const Tokens& context,
+                              const Tokens& draft, const std::vector<int32_t>& parents) {
   if (cfg.repetition_penalty == 1.0) return;
   if (!logits.device().is_cpu()) {  // one host pass over a copy (the penalty is a host loop)
     at::Tensor host = logits.cpu();
-    apply_repetition_penalty(host, cfg, context, extra);
+    apply_repetition_penalty(host, cfg, context, draft, parents);
     logits.copy_(host);
     return;
   }
   const int64_t n_rows = logits.size(0), n_vocab = logits.size(1);
-  SD_CHECK(static_cast<int64_t>(extra.size()) + 1 >= n_rows, "repetition penalty: ", n_rows,
-           " rows need at least ", n_rows - 1, " extra tokens, got ", extra.size());
+  SD_CHECK(static_cast<int64_t>(draft.size()) + 1 >= n_rows, "repetition penalty: ", n_rows,
+           " rows need at least ", n_rows - 1, " draft tokens, got ", draft.size());
+  SD_CHECK(parents.empty() || parents.size() == draft.size(), "repetition penalty: ", parents.size(),
+           " parents for ", draft.size(), " draft tokens");
+  for (size_t j = 0; j < parents.size(); ++j)
+    SD_CHECK(parents[j] >= -1 && parents[j] < static_cast<int32_t>(j), "repetition penalty: parents[", j,
+             "] = ", parents[j], " is outside [-1, ", j, ")");
   SeenIds seen(n_vocab);
   for (TokenId id : context) seen.add(id);
+  const float penalty = static_cast<float>(cfg.repetition_penalty);
   float* data = logits.data_ptr<float>();
   for (int64_t i = 0; i < n_rows; ++i) {
-    if (i > 0) seen.add(extra[i - 1]);
-    penalise(data + i * n_vocab, seen.ids, static_cast<float>(cfg.repetition_penalty));
+    penalise(data + i * n_vocab, seen.ids, penalty);
+    if (i > 0) penalise(data + i * n_vocab, new_path_ids(seen, draft, parents, i - 1), penalty);
   }
 }
 
@@ -100,11 +120,11 @@ void apply_min_p(at::Tensor& scores /* [N, V] */, double min_p) {
 }  // namespace
 
 at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
-                          const Tokens& extra) {
+                          const Tokens& draft, const std::vector<int32_t>& parents) {
   check_config(cfg);
   SD_CHECK(logits.dim() == 2, "process_logits: logits must be [N, V], got ", logits.dim(), " dims");
   at::Tensor scores = logits.to(at::kFloat).contiguous().clone();
-  apply_repetition_penalty(scores, cfg, context, extra);
+  apply_repetition_penalty(scores, cfg, context, draft, parents);
   if (cfg.greedy()) return scores;
   if (cfg.temperature != 1.0) scores.div_(cfg.temperature);
   if (cfg.top_k > 0) apply_top_k(scores, cfg.top_k);
@@ -114,8 +134,8 @@ at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, 
 }
 
 at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
-                         const Tokens& extra) {
-  at::Tensor scores = process_logits(logits, cfg, context, extra);
+                         const Tokens& draft, const std::vector<int32_t>& parents) {
+  at::Tensor scores = process_logits(logits, cfg, context, draft, parents);
   if (!cfg.greedy()) return scores.softmax(1);
   // Greedy = the limit temperature -> 0: all mass on the arg-max (first index on ties).
   at::Tensor one_hot = at::zeros_like(scores);

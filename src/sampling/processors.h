@@ -27,12 +27,15 @@ struct ProcessorConfig {
   bool greedy() const { return temperature < k_min_temperature; }
 };
 
-// logits:  [N, V] float32 for N consecutive positions.
-// context: tokens before the first position; for row i the repetition penalty also sees
-//          `extra[0..i)` (the draft tokens that row i's position follows).
+// logits:  [N, V] float32: row 0 follows `context`, row i > 0 follows draft node i - 1.
+// context: the committed tokens before row 0.
+// draft:   [>= N-1] draft tokens; parents: [same] or empty. Node j's parent is parents[j]
+//          (-1: it follows the context), or j - 1 when parents is empty (a chain). Row i > 0
+//          is processed after context + the root-to-node path of node i - 1, exactly the text
+//          plain decoding would have at that position (the repetition penalty sees it all).
 // returns: [N, V] float32 probabilities (one-hot at argmax when cfg.greedy()).
-at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg,
-                         const Tokens& context, const Tokens& extra = {});
+at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                         const Tokens& draft = {}, const std::vector<int32_t>& parents = {});
 
 }  // namespace specdec::sampling
 
@@ -40,10 +43,10 @@ at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg,
 namespace specdec::sampling {
 
 // The chain before softmax: repetition penalty, then (unless greedy) temperature, top-k,
-// top-p, min-p; filtered entries are -inf. Same context/extra convention as probabilities().
-// logits: [N, V] float32 -> returns [N, V] float32 (a new tensor; the input is unchanged).
-at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg,
-                          const Tokens& context, const Tokens& extra = {});
+// top-p, min-p; filtered entries are -inf. Same context/draft/parents convention as
+// probabilities(). logits: [N, V] float32 -> returns [N, V] float32 (a new tensor).
+at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                          const Tokens& draft = {}, const std::vector<int32_t>& parents = {});
 
 // Where the primitives live (one implementation each):
 //   argmax          kernels::math::argmax_row (kernels/verify_math.h): ties -> lowest id,

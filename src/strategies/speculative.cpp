@@ -22,8 +22,7 @@ namespace {
 struct SpecConfig {
   int64_t gamma = 4, gamma_max = 8;
   std::string adaptive = "off";
-  bool block_verify = false;          // verify=block (chains with q; Sun et al. 2025)
-  sampling::ProcessorConfig proc;
+  VerifySetup verify;  // processors, verify=block, the drafter's name
 };
 
 class Speculative : public Strategy {
@@ -35,8 +34,8 @@ class Speculative : public Strategy {
     const std::string verify_mode = p.get_string("verify");
     SD_CHECK(verify_mode == "tokenwise" || verify_mode == "block",
              "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
-    cfg_.block_verify = verify_mode == "block";
-    cfg_.proc = processor_config(p);
+    cfg_.verify.block_verify = verify_mode == "block";
+    cfg_.verify.proc = processor_config(p);
     // The drafter name and every drafter's parameters, before any model is loaded.
     check_drafter_params(p);
     SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),
@@ -52,109 +51,21 @@ class Speculative : public Strategy {
   static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
 
   Result generate(const Request& req, const TokenCallback& on_token) override;
-  // Chains only, through speculative_decode_batch (speculative_batch.cpp).
+  // Chains and trees, through speculative_decode_batch (speculative_batch.cpp).
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    const SpecBatchSetup setup{cfg_.proc, cfg_.block_verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
+    VerifySetup verify = cfg_.verify;
+    verify.drafter = resolve_drafter_name(params_, !requests.empty() && requests[0].draft != nullptr);
+    const SpecBatchSetup setup{verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
     return speculative_decode_batch(setup, requests, options, on_token);
   }
 
  private:
-  std::unique_ptr<Drafter> make_drafter(const Request& req, Rng& rng, int64_t capacity) const;
-  Verdict verify(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p /* [k+1, V] */,
-                 Rng& rng) const;
-  Verdict verify_tree(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p /* [N+1, V] */,
-                      Rng& rng) const;
-
   SpecConfig cfg_;
   Params params_;  // resolved; the drafter reads its own parameters from them
 };
 
-// The registry picks and checks the drafter (drafters/registry.cpp): a draft model's presence
-// and compatibility, the drafter's parameters.
-std::unique_ptr<Drafter> Speculative::make_drafter(const Request& req, Rng& rng, int64_t capacity) const {
-  const DrafterContext ctx{req, params_, cfg_.proc, rng, capacity, cfg_.gamma_max};
-  return strategies::make_drafter(resolve_drafter_name(params_, req.draft != nullptr), ctx);
-}
-
-// Greedy when temperature is 0; lossless rejection sampling (token-wise, or block
-// verification) with a draft distribution; tokens_only (sample y_i ~ p_i, accept while
-// y_i == x_i) for drafts without q. p and q stay on the target's device; the backend of that
-// device runs the kernel and hands back the verdict.
-Verdict Speculative::verify(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p, Rng& rng) const {
-  const int64_t k = d.size(), n_vocab = p.size(1);
-  std::vector<float> uniforms(k + 1);
-  for (auto& u : uniforms) u = rng.uniformf();
-  Verdict v;
-  if (k == 0) {  // plain decoding step
-    v.emitted.push_back(sampling::sample_from(model::on_host(p).data_ptr<float>(), n_vocab, uniforms[0]));
-    return v;
-  }
-  kernels::VerifyArgs args;
-  args.gamma = k;
-  args.vocab = n_vocab;
-  args.mode = chain_verify_mode(cfg_.proc, cfg_.block_verify, d.q.defined());
-  const bool with_q = args.mode == kernels::VerifyMode::sampling || args.mode == kernels::VerifyMode::block;
-  const int32_t n_draft = static_cast<int32_t>(k);
-  int32_t n_accepted = 0;
-  std::vector<int32_t> out(k + 1, -1);
-  args.draft_tokens = d.tokens.data();
-  args.n_draft = &n_draft;
-  args.q = with_q ? d.q.data_ptr<float>() : nullptr;
-  args.p = p.data_ptr<float>();
-  args.uniforms = uniforms.data();
-  args.n_accepted = &n_accepted;
-  args.out_tokens = out.data();
-  backend.verify(args);
-  v.path.resize(n_accepted);
-  std::iota(v.path.begin(), v.path.end(), 0);
-  v.emitted.assign(out.begin(), out.begin() + n_accepted + 1);
-  return v;
-}
-
-// Trees: greedy, multi-draft speculative sampling over siblings (SpecInfer), or tokens_only.
-Verdict Speculative::verify_tree(kernels::Backend& backend, const DraftProposal& d, const at::Tensor& p,
-                                 Rng& rng) const {
-  const int64_t n = d.size(), n_vocab = p.size(1);
-  std::vector<float> uniforms(n + 1);
-  for (auto& u : uniforms) u = rng.uniformf();
-  kernels::TreeVerifyArgs args;
-  args.max_nodes = n;
-  args.vocab = n_vocab;
-  args.mode = tree_verify_mode(cfg_.proc, d.q.defined());
-  const int32_t n_nodes = static_cast<int32_t>(n);
-  int32_t n_accepted = 0;
-  std::vector<int32_t> path(n, -1), out(n + 1, -1);
-  args.tokens = d.tokens.data();
-  args.parents = d.parents.data();
-  args.n_nodes = &n_nodes;
-  args.q = args.mode == kernels::VerifyMode::sampling ? d.q.data_ptr<float>() : nullptr;
-  args.p = p.data_ptr<float>();
-  args.uniforms = uniforms.data();
-  args.n_accepted = &n_accepted;
-  args.path = path.data();
-  args.out_tokens = out.data();
-  backend.verify_tree(args);
-  Verdict v;
-  v.path.assign(path.begin(), path.begin() + n_accepted);
-  v.emitted.assign(out.begin(), out.begin() + n_accepted + 1);
-  return v;
-}
-
 }  // namespace
-
-kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q) {
-  return proc.greedy() ? kernels::VerifyMode::greedy
-         : !has_q      ? kernels::VerifyMode::tokens_only
-         : block_verify ? kernels::VerifyMode::block
-                        : kernels::VerifyMode::sampling;
-}
-
-kernels::VerifyMode tree_verify_mode(const sampling::ProcessorConfig& proc, bool has_q) {
-  return proc.greedy() ? kernels::VerifyMode::greedy
-         : has_q       ? kernels::VerifyMode::sampling
-                       : kernels::VerifyMode::tokens_only;
-}
 
 // The target's view of a tree round: the last committed token is fed first (the root), so
 // node i is fed token i + 1 and its parent moves up by one.
@@ -163,20 +74,6 @@ model::ForwardOptions tree_forward_options(const DraftProposal& d) {
   opt.parents.push_back(-1);
   for (int32_t parent : d.parents) opt.parents.push_back(parent + 1);
   return opt;
-}
-
-// p rows for a tree: row 0 follows the committed sequence, row i + 1 follows node i. The
-// repetition penalty sees each row's own path; without it the rows need no context.
-at::Tensor tree_probabilities(const at::Tensor& logits /* [N+1, V] */, const sampling::ProcessorConfig& proc,
-                              const Tokens& seq, const DraftProposal& d) {
-  if (proc.repetition_penalty == 1.0) return sampling::probabilities(logits, proc, seq);
-  std::vector<at::Tensor> rows;
-  for (int64_t r = 0; r < logits.size(0); ++r) {
-    Tokens path;
-    for (int64_t a = r - 1; a >= 0; a = d.parents[a]) path.insert(path.begin(), d.tokens[a]);
-    rows.push_back(sampling::probabilities(logits.narrow(0, r, 1), proc, seq, path));
-  }
-  return at::cat(rows, 0).contiguous();
 }
 
 // The k likeliest tokens of each row, best first. logits: [n, V]
@@ -207,6 +104,7 @@ void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
   st.n_draft_forwards += d.n_forwards;
   st.n_drafted += d.size();
   st.n_accepted += v.n_accepted();
+  if (v.mode) ++st.verify_mode_rounds[verify_mode_name(*v.mode)];
   const int64_t depth = std::min<int64_t>(max_depth(d), static_cast<int64_t>(st.drafted_per_position.size()));
   for (int64_t i = 0; i < depth; ++i) ++st.drafted_per_position[i];
   for (int64_t i = 0; i < v.n_accepted() && i < depth; ++i) ++st.accepted_per_position[i];
@@ -228,7 +126,10 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
   Rng rng(req.seed);
   const std::shared_ptr<kernels::Backend> backend = req.backend ? req.backend : model::backend_of(req.target->device());
   const int64_t capacity = cache_capacity(req, std::max(cfg_.gamma_max, k_max_draft_nodes) + 1);
-  std::unique_ptr<Drafter> drafter = make_drafter(req, rng, capacity);
+  VerifySetup verify = cfg_.verify;
+  verify.drafter = resolve_drafter_name(params_, req.draft != nullptr);
+  std::unique_ptr<Drafter> drafter =
+      make_drafter(verify.drafter, DrafterContext{req, params_, verify.proc, rng, capacity, cfg_.gamma_max});
   GammaController ctl(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
   st.accepted_per_position.assign(cfg_.gamma_max, 0);
   st.drafted_per_position.assign(cfg_.gamma_max, 0);
@@ -260,9 +161,9 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const at::Tensor logits = forward_tokens(*req.target, cache, fed.data(), k + 1, n - 1, opt);  // [k+1, V]
     const double ms_verify = phase.charge(&PhaseTimes::verify);
     // 3. verify
-    const at::Tensor p = d.is_chain() ? sampling::probabilities(logits, cfg_.proc, seq, d.tokens)
-                                      : tree_probabilities(logits, cfg_.proc, seq, d);  // [k+1, V]
-    const Verdict v = d.is_chain() ? verify(*backend, d, p, rng) : verify_tree(*backend, d, p, rng);
+    //    (each row processed after the committed text + its root-to-node path)
+    const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
+    const Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
     phase.charge(&PhaseTimes::sample);
     if (const int64_t top = drafter->target_topk(); top > 0) drafter->observe(fed, opt.parents, top_tokens(logits, top));
     phase.charge(&PhaseTimes::draft);

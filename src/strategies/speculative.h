@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "strategies/drafters.h"
 
 namespace specdec::tokenizer { class Tokenizer; }
+namespace specdec::kernels { class Backend; }
 
 namespace specdec::strategies {
 
@@ -17,22 +19,34 @@ namespace specdec::strategies {
 struct Verdict {
   std::vector<int32_t> path;  // accepted draft nodes, root first (a chain: 0..a-1)
   Tokens emitted;             // their tokens, then the corrected / bonus token
+  std::optional<kernels::VerifyMode> mode;  // the kernel mode that verified it (none: no draft)
   int64_t n_accepted() const { return static_cast<int64_t>(path.size()); }
 };
 
-// The kernel mode verifying a chain: greedy at temperature 0, else tokens_only for a draft
-// without q, block or token-wise sampling with one.
-kernels::VerifyMode chain_verify_mode(const sampling::ProcessorConfig& proc, bool block_verify, bool has_q);
-// The kernel mode verifying a token tree: greedy at temperature 0, else multi-draft sampling
-// with q, tokens_only without.
-kernels::VerifyMode tree_verify_mode(const sampling::ProcessorConfig& proc, bool has_q);
+// What verification takes from the speculative strategy's resolved configuration.
+struct VerifySetup {
+  sampling::ProcessorConfig proc;
+  bool block_verify = false;  // verify=block
+  std::string drafter;        // the drafter's name, for errors
+};
+
+// The kernel mode verifying proposal d: greedy at temperature 0 (every mode is exactly greedy
+// verification there); else for a chain block (verify=block) or token-wise sampling with q,
+// for a tree multi-draft sampling with q, and tokens_only without q. verify=block with a tree or
+// a chain without q is an error naming the drafter, never a silent fallback.
+kernels::VerifyMode verify_mode(const VerifySetup& cfg, const DraftProposal& d);
+const char* verify_mode_name(kernels::VerifyMode mode);  // "greedy", "sampling", ...
+// Verifies one round of one or more sequences: drafts[i] against p[i] ([k_i + 1, V], the
+// processed target rows on the target's device: row 0 after the committed text, row j + 1
+// after draft node j), with k_i + 1 uniforms (53-bit) drawn from rngs[i] after its draft. A
+// sequence without a draft samples p[i] row 0; the others go to the chain or the tree kernel,
+// grouped by mode, one call per group (verify_round.cpp).
+std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& cfg,
+                                  const std::vector<const DraftProposal*>& drafts, const std::vector<at::Tensor>& p,
+                                  const std::vector<Rng*>& rngs);
 // The target's parents for a tree round's fed tokens [last committed, node 0, ...]
 // (ForwardOptions::parents: the root follows the cache, node i's parent moves up by one).
 model::ForwardOptions tree_forward_options(const DraftProposal& d);
-// p rows for a tree: row 0 follows the committed sequence `seq`, row i + 1 follows node i (the
-// repetition penalty sees each row's own path). logits: [N+1, V] -> [N+1, V]
-at::Tensor tree_probabilities(const at::Tensor& logits, const sampling::ProcessorConfig& proc, const Tokens& seq,
-                              const DraftProposal& d);
 // The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id).
 // logits: [n, V]
 std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k);
@@ -44,8 +58,7 @@ void count_round(Stats& st, const DraftProposal& d, const Verdict& v);
 // What the batched loop needs from the speculative strategy: its resolved configuration; the
 // drafter comes from the registry (make_batch_drafter) as generate()'s does (make_drafter).
 struct SpecBatchSetup {
-  sampling::ProcessorConfig proc;
-  bool block_verify = false;
+  VerifySetup verify;
   int64_t gamma = 4, gamma_max = 8;
   std::string adaptive = "off";
   Params params;  // resolved: the drafter's name and its own parameters

@@ -62,6 +62,9 @@ struct Stats {
   int64_t n_accepted = 0;
   int64_t n_rounds = 0;                        // verification rounds
   int64_t n_tree_rounds = 0;                   // of which verified a token tree (not a chain)
+  // Rounds per kernel mode that verified them ("greedy", "sampling", "tokens_only", "block"):
+  // what verify=... and the drafter's proposals actually ran (temperature 0 is always greedy).
+  std::map<std::string, int64_t> verify_mode_rounds;
   std::vector<int64_t> accepted_per_position;  // [gamma_max]: rounds accepting position i
   std::vector<int64_t> drafted_per_position;   // [gamma_max]: rounds drafting position i
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }

@@ -6,7 +6,9 @@
 //  - greedy speculative decoding equals greedy on the same engine, token for token, for the
 //    chain drafters and for token trees (which compact the device KV cache);
 //  - greedy on the aten engine equals greedy on the packed CPU engine for the test prompts;
-//  - speculative sampling runs and is reproducible with a seed.
+//  - speculative sampling runs and is reproducible with a seed;
+//  - a draft model on the other device (target on cuda, draft on the cpu, and the reverse):
+//    its q reaches the target's kernel on the target's device (needs CUDA on both params).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -114,6 +116,30 @@ TEST_P(OnDevice, SeededSpeculativeSamplingIsReproducible) {
   const Result r2 = create("speculative", p)->generate(req, {});
   EXPECT_EQ(r1.tokens, r2.tokens);
   EXPECT_GT(r1.stats.n_accepted, 0) << "draft = target: nearly every token is accepted";
+}
+
+TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
+  // q lives where the draft model runs; verification reads it on the target's device. Before
+  // the fix a CUDA kernel was handed a host pointer (and the CPU kernel a device one).
+  if (!at::hasCUDA()) {
+    ASSERT_EQ(std::getenv("SPECDEC_REQUIRE_CUDA"), nullptr) << "no CUDA device or no CUDA LibTorch";
+    GTEST_SKIP() << "mixed devices need CUDA";
+  }
+  const std::string other = GetParam() == "cpu" ? "cuda" : "cpu";
+  const model::LoadedModel m = load(GetParam(), "aten"), d = load(other, "aten");
+  ASSERT_NE(m.model->device().type(), d.model->device().type());
+  Request req = request(m, kPrompts[0], 24);
+  req.draft = d.model;
+  req.seed = 3;
+  const Result base = create("greedy", params({}))->generate(req, {});
+  EXPECT_EQ(create("speculative", params({{"drafter", "model"}}))->generate(req, {}).tokens, base.tokens);
+  for (const char* verify : {"tokenwise", "block"}) {
+    const Params p({{"temperature", "0.8"}, {"drafter", "model"}, {"verify", verify}});
+    const Result r1 = create("speculative", p)->generate(req, {});
+    const Result r2 = create("speculative", p)->generate(req, {});
+    EXPECT_EQ(r1.tokens, r2.tokens) << verify;
+    EXPECT_GT(r1.stats.n_accepted, 0) << verify << ": the same weights draft, so most tokens are accepted";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cuda"),

@@ -22,7 +22,7 @@ struct Round {
   T draft = {0, 0};
   V q = {2 / 3.f, 1 / 3.f, 2 / 3.f, 1 / 3.f};
   V p = {1 / 3.f, 2 / 3.f, 1 / 3.f, 2 / 3.f, 1 / 3.f, 2 / 3.f};
-  V u = {0.9f, 0.9f, 0.1f};
+  std::vector<double> u = {0.9, 0.9, 0.1};
   int32_t n_acc = -7;
   T out = T(3, -7);
 

@@ -21,7 +21,8 @@ struct Chain {
   int64_t gamma = 0, vocab = 0;
   sk::VerifyMode mode = sk::VerifyMode::block;
   T draft;
-  V q, p, u;  // [gamma, V], [gamma+1, V], [gamma+1]
+  V q, p;  // [gamma, V], [gamma+1, V]
+  std::vector<double> u;  // [gamma+1]
   int32_t n_acc = -7;
   T out;
 
@@ -45,7 +46,7 @@ struct Chain {
 // q = (2/3, 1/3), gamma = 2. In float, 2/3 is exactly twice 1/3, so the ratios below are exact.
 Chain paper_example(T draft, V u) {
   Chain c;
-  c.gamma = 2, c.vocab = 2, c.draft = draft, c.u = u;
+  c.gamma = 2, c.vocab = 2, c.draft = draft, c.u.assign(u.begin(), u.end());
   const float a = 1.0f / 3.0f, b = 2.0f / 3.0f;
   c.q = {b, a, /**/ b, a};
   c.p = {a, b, /**/ a, b, /**/ a, b};
@@ -177,7 +178,8 @@ TEST(KernelsBlock, RaggedBatchAndErrors) {
   // bonus reveals the p row used: p[n_draft].
   const int64_t B = 3, G = 3, Vn = 6;
   T n_draft = {0, 2, 3}, draft = {99, 99, 99, /**/ 1, 2, 99, /**/ 1, 2, 3}, n_acc(B), out(B * (G + 1));
-  V q(B * G * Vn, 0.0f), p(B * (G + 1) * Vn, 0.0f), u(B * (G + 1), 0.999f);
+  V q(B * G * Vn, 0.0f), p(B * (G + 1) * Vn, 0.0f);
+  std::vector<double> u(B * (G + 1), 0.999);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < G; ++i) q[(b * G + i) * Vn + i + 1] = 1.0f;
     for (int64_t i = 0; i <= G; ++i) p[(b * (G + 1) + i) * Vn + i + 1] = 1.0f;

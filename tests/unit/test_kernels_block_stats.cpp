@@ -32,10 +32,13 @@
 #include "kernels/cpu/row_ops_cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/verify_math.h"
+#include "tests/reference/exact_enumeration.h"
+#include "tests/reference/reference_verifier.h"
 #include "tests/support/kernel_stats.h"
 
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
+namespace ref = specdec::reference;
 
 namespace {
 
@@ -68,7 +71,8 @@ Round run_round(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier
                 const std::vector<int32_t>& ctx, specdec::Rng& rng) {
   const int64_t B = static_cast<int64_t>(ctx.size()), G = gamma, Vn = lm.vocab;
   std::vector<int32_t> draft(B * G), n_draft(B, static_cast<int32_t>(G));
-  std::vector<float> q(B * G * Vn), p(B * (G + 1) * Vn), u(B * (G + 1));
+  std::vector<float> q(B * G * Vn), p(B * (G + 1) * Vn);
+  std::vector<double> u(B * (G + 1));
   for (int64_t b = 0; b < B; ++b) {
     int32_t c = ctx[b];
     for (int64_t i = 0; i <= G; ++i) {
@@ -78,7 +82,7 @@ Round run_round(const Lm& lm, int64_t gamma, sk::VerifyMode mode, const Verifier
       c = draft[b * G + i] = draw(lm.q(pos + i, c), Vn, rng.uniform());
     }
   }
-  for (auto& x : u) x = rng.uniformf();
+  for (auto& x : u) x = rng.uniform();
   Round r{std::vector<int32_t>(B), std::vector<int32_t>(B * (G + 1))};
   sk::VerifyArgs a;
   a.batch = B, a.gamma = G, a.vocab = Vn, a.mode = mode;
@@ -149,46 +153,36 @@ struct UnweightedResidualOps : sk::cpu::CpuRowOps {
 
 // ---- exact expected accepted length ---------------------------------------------------------------
 
-// E[tau] of one round from the start, by enumerating all V^gamma drafts, for token-wise
-// verification (tau >= k iff the first k tokens pass min(1, p/q)) and block verification
-// (the walk i = gamma..1 with the h_i of Sun et al.), in double from the float rows.
+// E[tau] of one round from the start, exactly, for token-wise and block verification: the
+// independent reference verifier (tests/reference/reference_verifier.h, written from the papers)
+// run over every draft (with its probability under q) and every acceptance branch.
 struct ExpectedTau {
   double token_wise = 0, block = 0;
 };
 
-double min_ratio(double w, double p, double q) { return p <= 0 ? 0 : (w * p >= q ? 1 : w * p / q); }
+double expected_accepted(const Lm& lm, int64_t gamma, ref::Mode mode) {
+  double mean = 0;
+  ref::Enumerator e;
+  e.for_each_path(
+      [&](ref::Enumerator& en) {
+        ref::ChainInput in;
+        in.final_u = static_cast<int>(gamma);
+        int32_t prev = static_cast<int32_t>(lm.vocab);  // the start
+        for (int64_t i = 0; i <= gamma; ++i) {
+          in.p.emplace_back(lm.p(i, prev), lm.p(i, prev) + lm.vocab);
+          if (i == gamma) break;
+          in.q.emplace_back(lm.q(i, prev), lm.q(i, prev) + lm.vocab);
+          in.draft.push_back(prev = en.choose(in.q.back()));
+        }
+        ref::EnumerationSource src(en);
+        return ref::verify_chain(mode, in, src).accepted;
+      },
+      [&](int accepted, double prob) { mean += prob * accepted; });
+  return mean;
+}
 
 ExpectedTau exact_tau(const Lm& lm, int64_t gamma) {
-  const int64_t Vn = lm.vocab;
-  ExpectedTau e;
-  std::vector<int32_t> x(gamma, 0), ctx(gamma + 1);
-  for (;;) {
-    double prob = 1, tw = 0, run = 1;
-    std::vector<double> w(gamma + 1, 1.0);
-    ctx[0] = static_cast<int32_t>(Vn);
-    for (int64_t i = 0; i < gamma; ++i) {
-      prob *= lm.q(i, ctx[i])[x[i]];
-      run *= min_ratio(1, lm.p(i, ctx[i])[x[i]], lm.q(i, ctx[i])[x[i]]);
-      tw += run;
-      w[i + 1] = min_ratio(w[i], lm.p(i, ctx[i])[x[i]], lm.q(i, ctx[i])[x[i]]);
-      ctx[i + 1] = x[i];
-    }
-    double rest = 1, blk = 0;  // P(all longer prefixes failed)
-    for (int64_t i = gamma; i >= 1; --i) {
-      double h = w[i];
-      if (i < gamma) {
-        double s = 0;
-        for (int64_t k = 0; k < Vn; ++k) s += std::max(0.0, w[i] * lm.p(i, ctx[i])[k] - lm.q(i, ctx[i])[k]);
-        h = s + 1 - w[i] > 0 ? s / (s + 1 - w[i]) : 1;
-      }
-      blk += rest * h * i, rest *= 1 - h;
-    }
-    e.token_wise += prob * tw, e.block += prob * blk;
-    int64_t k = 0;  // next draft (odometer)
-    while (k < gamma && ++x[k] == Vn) x[k++] = 0;
-    if (k == gamma) break;
-  }
-  return e;
+  return {expected_accepted(lm, gamma, ref::Mode::sampling), expected_accepted(lm, gamma, ref::Mode::block)};
 }
 
 struct MeanDiff {

@@ -82,13 +82,14 @@ void expect_error(Fn fn, const std::string& fragment) {
 struct VerifyInputs {
   int64_t B, G, V;
   std::vector<int32_t> draft, n_draft;
-  std::vector<float> q, p, u;
+  std::vector<float> q, p;
+  std::vector<double> u;
 };
 
 VerifyInputs random_inputs(int64_t B, int64_t G, int64_t V, uint64_t seed) {
   specdec::Rng rng(seed);
   VerifyInputs in{B, G, V, std::vector<int32_t>(B * G), std::vector<int32_t>(B), std::vector<float>(B * G * V),
-                  std::vector<float>(B * (G + 1) * V), std::vector<float>(B * (G + 1))};
+                  std::vector<float>(B * (G + 1) * V), std::vector<double>(B * (G + 1))};
   for (auto* buf : {&in.q, &in.p})
     for (size_t r = 0; r < buf->size() / V; ++r) {
       double s = 0;  // peaked rows so that drafts from the top tokens are often accepted
@@ -97,7 +98,7 @@ VerifyInputs random_inputs(int64_t B, int64_t G, int64_t V, uint64_t seed) {
     }
   for (auto& x : in.draft) x = static_cast<int32_t>(rng.next() % V);
   for (auto& x : in.n_draft) x = static_cast<int32_t>(rng.next() % (G + 1));
-  for (auto& x : in.u) x = rng.uniformf();
+  for (auto& x : in.u) x = rng.uniform();
   return in;
 }
 
@@ -106,7 +107,8 @@ VerifyInputs random_inputs(int64_t B, int64_t G, int64_t V, uint64_t seed) {
 struct TreeInputs {
   int64_t B, N, V;
   std::vector<int32_t> tokens, parents, n_nodes;
-  std::vector<float> q, p, u;
+  std::vector<float> q, p;
+  std::vector<double> u;
   std::vector<double> scratch;
 };
 
@@ -281,7 +283,8 @@ TEST(KernelsCuda, VerifyMatchesCpu) {
       sk::verify_cpu(a);
       DeviceBuffer<int32_t> d_draft(in.draft), d_nd(in.n_draft), d_acc(std::vector<int32_t>(in.B, -9)),
           d_out(std::vector<int32_t>(out_cpu.size(), -9));
-      DeviceBuffer<float> d_q(in.q), d_p(in.p), d_u(in.u);
+      DeviceBuffer<float> d_q(in.q), d_p(in.p);
+    DeviceBuffer<double> d_u(in.u);
       a.draft_tokens = d_draft.ptr, a.n_draft = d_nd.ptr, a.q = d_q.ptr, a.p = d_p.ptr, a.uniforms = d_u.ptr;
       a.n_accepted = d_acc.ptr, a.out_tokens = d_out.ptr;
       // Garbage in the workspace must not matter: the row kernel writes what the walk reads.
@@ -315,7 +318,8 @@ TEST(KernelsCuda, VerifyBadInputComesBackThroughTheOutputs) {
     EXPECT_THROW(sk::verify_cpu(a), specdec::Error);
     DeviceBuffer<int32_t> d_draft(in.draft), d_nd(in.n_draft), d_acc(std::vector<int32_t>(2)),
         d_out(std::vector<int32_t>(6));
-    DeviceBuffer<float> d_q(in.q), d_p(in.p), d_u(in.u);
+    DeviceBuffer<float> d_q(in.q), d_p(in.p);
+    DeviceBuffer<double> d_u(in.u);
     a.draft_tokens = d_draft.ptr, a.n_draft = d_nd.ptr, a.q = d_q.ptr, a.p = d_p.ptr, a.uniforms = d_u.ptr;
     a.n_accepted = d_acc.ptr, a.out_tokens = d_out.ptr;
     DeviceLaunch dl(sk::verify_cuda_workspace_bytes(a));
@@ -345,7 +349,8 @@ TEST(KernelsCuda, TreeVerifyMatchesCpu) {
         sk::verify_tree_cpu(a);
         DeviceBuffer<int32_t> d_tok(t.tokens), d_par(t.parents), d_nn(t.n_nodes), d_acc(acc_cpu),
             d_path(path_cpu), d_out(out_cpu);
-        DeviceBuffer<float> d_q(t.q), d_p(t.p), d_u(t.u);
+        DeviceBuffer<float> d_q(t.q), d_p(t.p);
+        DeviceBuffer<double> d_u(t.u);
         DeviceBuffer<double> d_scratch(t.scratch);
         a.tokens = d_tok.ptr, a.parents = d_par.ptr, a.n_nodes = d_nn.ptr, a.q = d_q.ptr, a.p = d_p.ptr;
         a.uniforms = d_u.ptr, a.scratch = own_scratch ? d_scratch.ptr : nullptr;

@@ -29,7 +29,8 @@ struct TreeCase {
   int64_t batch = 1, max_nodes = 0, vocab = 0;
   sk::VerifyMode mode = sk::VerifyMode::sampling;
   T tokens, parents, n_nodes;  // [B, N], [B, N], [B]
-  V q, p, u;                   // [B, N, V], [B, N+1, V], [B, N+1]
+  V q, p;                      // [B, N, V], [B, N+1, V]
+  std::vector<double> u;       // [B, N+1]
   std::vector<double> scratch; // [B, V]
   T n_acc, path, out;          // [B], [B, N], [B, N+1]
 
@@ -57,7 +58,7 @@ TreeCase one_tree(sk::VerifyMode mode, int64_t vocab, T tokens, T parents, V q, 
   TreeCase c;
   c.max_nodes = static_cast<int64_t>(tokens.size()), c.vocab = vocab, c.mode = mode;
   c.n_nodes = {static_cast<int32_t>(tokens.size())};
-  c.tokens = tokens, c.parents = parents, c.q = q, c.p = p, c.u = u;
+  c.tokens = tokens, c.parents = parents, c.q = q, c.p = p, c.u.assign(u.begin(), u.end());
   return c;
 }
 
@@ -226,7 +227,7 @@ TEST(KernelsTree, ChainEqualsVerifyBitForBit) {
         float& x = c.p[b * (G + 1) * Vn + i];
         x = 0.8f * c.q[b * G * Vn + i] + 0.2f * x;
       }
-    for (auto& x : c.u) x = rng.uniformf();
+    for (auto& x : c.u) x = rng.uniform();
     c.tokens.resize(B * G), c.parents.resize(B * G), c.n_nodes.resize(B);
     for (int64_t b = 0; b < B; ++b) {
       c.n_nodes[b] = static_cast<int32_t>(rng.next() % (G + 1));
@@ -306,10 +307,11 @@ TEST(KernelsTree, CpuOpsAndLaneOpsGiveIdenticalDecisions) {
   specdec::Rng rng(9);
   int n_materialised = 0;
   for (int trial = 0; trial < 10; ++trial) {
-    V q(N * Vn), p((N + 1) * Vn), u(N + 1);
+    V q(N * Vn), p((N + 1) * Vn);
+    std::vector<double> u(N + 1);
     fill_rows(q.data(), N, Vn, rng, 20.0f);
     fill_rows(p.data(), N + 1, Vn, rng, 20.0f);
-    for (auto& x : u) x = rng.uniformf();
+    for (auto& x : u) x = rng.uniform();
     T parents(N), tokens(N);
     random_tree(parents.data(), N, rng);
     for (int64_t i = 0; i < N; ++i) {
@@ -453,7 +455,7 @@ TEST(KernelsTree, BatchRowsAreIndependent) {
   c.q.resize(B * N * Vn), c.p.resize(B * (N + 1) * Vn), c.u.resize(B * (N + 1));
   fill_rows(c.q.data(), B * N, Vn, rng, 20.0f);
   fill_rows(c.p.data(), B * (N + 1), Vn, rng, 20.0f);
-  for (auto& x : c.u) x = rng.uniformf();
+  for (auto& x : c.u) x = rng.uniform();
   c.tokens.resize(B * N), c.parents.resize(B * N), c.n_nodes.resize(B);
   for (int64_t b = 0; b < B; ++b) {
     c.n_nodes[b] = static_cast<int32_t>(rng.next() % (N + 1));
@@ -509,8 +511,10 @@ TEST(KernelsTree, BadInputNamesTheEntry) {
   c.u = {0.5f, 0.5f, 0.5f};
   c.p = {0.5f, 0.5f, 0, 0, /**/ 0.5f, 0.5f, 0, 0, /**/ 0, 0, 0, 0};  // node 1's row (the bonus) is empty
   EXPECT_NE(error_of(c).find("p[0][2]"), std::string::npos) << error_of(c);
-  EXPECT_EQ(c.n_acc[0], math::kNoMass);  // the status is also in n_accepted
-  EXPECT_EQ(c.out, (T{-1, -1, -1}));
+  // The status is also in n_accepted and the entry in out[0], as the CUDA kernel writes them.
+  EXPECT_EQ(c.n_acc[0], math::kNoMass);
+  EXPECT_EQ(c.out, (T{2, -1, -1}));
+  EXPECT_EQ(c.path, (T{-1, -1}));
   c.p = p;
   c.mode = sk::VerifyMode::block;
   EXPECT_NE(error_of(c).find("mode block is not defined for trees"), std::string::npos) << error_of(c);

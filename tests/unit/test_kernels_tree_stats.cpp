@@ -78,7 +78,8 @@ Round run_round(const Lm& lm, const Shape& shape, sk::VerifyMode mode, const Tre
                 const std::vector<int32_t>& ctx, specdec::Rng& rng, bool dependent_siblings) {
   const int64_t B = static_cast<int64_t>(ctx.size()), N = static_cast<int64_t>(shape.parents.size()), Vn = lm.vocab;
   std::vector<int32_t> tokens(B * N), parents(B * N), n_nodes(B, static_cast<int32_t>(N));
-  std::vector<float> q(B * N * Vn), p(B * (N + 1) * Vn), u(B * (N + 1));
+  std::vector<float> q(B * N * Vn), p(B * (N + 1) * Vn);
+  std::vector<double> u(B * (N + 1));
   std::vector<double> scratch(B * Vn);
   for (int64_t b = 0; b < B; ++b) {
     std::copy(lm.p(pos, ctx[b]), lm.p(pos, ctx[b]) + Vn, p.begin() + b * (N + 1) * Vn);
@@ -93,7 +94,7 @@ Round run_round(const Lm& lm, const Shape& shape, sk::VerifyMode mode, const Tre
       std::copy(lm.p(pos + d, tok), lm.p(pos + d, tok) + Vn, p.begin() + (b * (N + 1) + i + 1) * Vn);
     }
   }
-  for (auto& x : u) x = rng.uniformf();
+  for (auto& x : u) x = rng.uniform();
   Round r{std::vector<int32_t>(B), std::vector<int32_t>(B * (N + 1))};
   std::vector<int32_t> path(B * N);
   sk::TreeVerifyArgs a;
@@ -169,7 +170,7 @@ struct StaleResidualOps : sk::cpu::CpuRowOps {
 // Planted bug 3 (tokens_only, by corrupting the input): one uniform for every row of a
 // sequence, so y ~ p at consecutive rows are no longer independent.
 void verify_with_shared_uniform(const sk::TreeVerifyArgs& a) {
-  std::vector<float> u(a.uniforms, a.uniforms + a.batch * (a.max_nodes + 1));
+  std::vector<double> u(a.uniforms, a.uniforms + a.batch * (a.max_nodes + 1));
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t j = 1; j <= a.max_nodes; ++j) u[b * (a.max_nodes + 1) + j] = u[b * (a.max_nodes + 1)];
   sk::TreeVerifyArgs c = a;

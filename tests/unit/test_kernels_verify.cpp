@@ -24,7 +24,8 @@ struct Case {
   int64_t batch = 1, gamma = 0, vocab = 0;
   sk::VerifyMode mode = sk::VerifyMode::sampling;
   std::vector<int32_t> draft, n_draft;  // [B, gamma], [B]
-  std::vector<float> q, p, u;           // [B, gamma, V], [B, gamma+1, V], [B, gamma+1]
+  std::vector<float> q, p;              // [B, gamma, V], [B, gamma+1, V]
+  std::vector<double> u;                // [B, gamma+1]
   std::vector<int32_t> n_acc, out;      // [B], [B, gamma+1]
 
   void run() {
@@ -49,7 +50,7 @@ Case one_row(sk::VerifyMode mode, int64_t gamma, int64_t vocab, std::vector<int3
   c.gamma = gamma, c.vocab = vocab, c.mode = mode;
   c.n_draft = {static_cast<int32_t>(draft.size())};
   draft.resize(gamma, 0);
-  c.draft = draft, c.q = q, c.p = p, c.u = u;
+  c.draft = draft, c.q = q, c.p = p, c.u.assign(u.begin(), u.end());
   return c;
 }
 
@@ -376,9 +377,9 @@ TEST(KernelsVerify, CpuOpsAndLaneOpsGiveIdenticalDecisions) {
     for (int64_t i = 0; i < G; ++i) fill(q.data() + i * n, true);
     for (int64_t i = 0; i <= G; ++i) fill(p.data() + i * n, true);
     std::vector<int32_t> draft(G);
-    std::vector<float> u(G + 1);
+    std::vector<double> u(G + 1);
     for (auto& x : draft) x = static_cast<int32_t>(rng.next() % n);
-    for (auto& v : u) v = rng.uniformf();
+    for (auto& v : u) v = rng.uniform();
     for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::tokens_only,
                       sk::VerifyMode::block}) {
       math::RowView r;
@@ -412,7 +413,7 @@ TEST(KernelsVerify, SameUniformsSameOutputBatchParallel) {
       for (int64_t i = 0; i < n; ++i) (*buf)[r * n + i] = static_cast<float>((*buf)[r * n + i] / s);
     }
   }
-  for (auto& x : c.u) x = rng.uniformf();
+  for (auto& x : c.u) x = rng.uniform();
   c.draft.resize(B * G);
   for (auto& x : c.draft) x = static_cast<int32_t>(rng.next() % n);
   c.n_draft = {5, 4, 3, 2, 1, 0, 5, 5};
@@ -437,7 +438,7 @@ TEST(KernelsVerify, SameUniformsSameOutputBatchParallel) {
     EXPECT_EQ(std::vector<int32_t>(out1.begin() + b * (G + 1), out1.begin() + (b + 1) * (G + 1)), s.out);
   }
   // Other uniforms change the outcome somewhere (the test would notice ignored uniforms).
-  for (auto& x : c.u) x = rng.uniformf();
+  for (auto& x : c.u) x = rng.uniform();
   c.run();
   EXPECT_NE(c.out, out1);
 }
@@ -454,6 +455,51 @@ std::string error_of(Case& c) {
   return "(no error)";
 }
 }  // namespace
+
+TEST(KernelsVerify, BadInputComesBackThroughTheOutputsAsOnCuda) {
+  // Two sequences, the second with a draft token outside [0, V) at position 1: the good one is
+  // complete, the bad one carries its status in n_accepted and the entry in out[0], exactly what
+  // verify_cuda writes (KernelsCuda.VerifyBadInputComesBackThroughTheOutputs compares the two),
+  // and check_verify_status names it from those outputs alone.
+  for (auto mode : {sk::VerifyMode::greedy, sk::VerifyMode::sampling, sk::VerifyMode::block,
+                    sk::VerifyMode::tokens_only}) {
+    const V row = {0.1f, 0.2f, 0.3f, 0.4f};
+    Case c;
+    c.batch = 2, c.gamma = 2, c.vocab = 4, c.mode = mode;
+    c.draft = {3, 3, /**/ 1, 4}, c.n_draft = {2, 2};
+    for (int i = 0; i < 4; ++i) c.q.insert(c.q.end(), row.begin(), row.end());
+    for (int i = 0; i < 6; ++i) c.p.insert(c.p.end(), row.begin(), row.end());
+    c.u = {0.9, 0.9, 0.5, 0.9, 0.9, 0.5};  // every mode accepts 3, 3 (tokens_only: y = 3)
+    EXPECT_NE(error_of(c).find("draft_tokens[1][1]"), std::string::npos) << error_of(c);
+    EXPECT_EQ(c.n_acc, (std::vector<int32_t>{2, math::kBadToken}));
+    EXPECT_EQ(c.out, (std::vector<int32_t>{3, 3, mode == sk::VerifyMode::greedy ? 3 : 2, /**/ 1, -1, -1}));
+    try {
+      sk::check_verify_status(c.n_acc.data(), c.out.data(), 2, 3, "caller");
+      ADD_FAILURE() << "no error";
+    } catch (const specdec::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("caller: draft_tokens[1][1]"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(KernelsVerify, UniformsResolveProbabilitiesBelowTwoToTheMinus24) {
+  // p = (0.5, 1e-9, 0.5): token 1 must be drawn exactly for u in a 1e-9 wide interval around
+  // 0.5. A float uniform cannot tell 0.5 + 1e-8 from 0.5 (its spacing there is ~6e-8), so with
+  // float uniforms token 1 got probability ~4.5e-8 instead of 1e-9; 53-bit uniforms resolve it.
+  const V p = {0.5f, 1e-9f, 0.5f};
+  const double total = 0.5 + double(1e-9f) + 0.5;
+  const std::vector<std::pair<double, int32_t>> cases = {
+      {0.5 / total - 1e-10, 0}, {0.5 / total + 1e-10, 1}, {0.5 + 1e-8, 2}, {0.5 - 1e-8, 0}};
+  for (const auto& [u, expect] : cases) {
+    Case c = one_row(sk::VerifyMode::tokens_only, 0, 3, {}, {}, p, {0.0f});
+    c.u = {u};
+    c.run();
+    EXPECT_EQ(c.out[0], expect) << "u = " << u;
+    c.u = {static_cast<float>(u)};  // the same uniform rounded to float: always 0.5, token 1
+    c.run();
+    EXPECT_EQ(c.out[0], 1) << "float(u) = " << static_cast<float>(u);
+  }
+}
 
 TEST(KernelsVerify, BadInputNamesTheEntry) {
   const V p = {0.5f, 0.5f, 0, 0, /**/ 0.5f, 0.5f, 0, 0};

@@ -75,7 +75,8 @@ Simulation simulate(const Problem& pr, sk::VerifyMode mode, const VerifyFn& veri
   const int64_t B = 1000, G = pr.gamma, Vn = pr.vocab;
   specdec::Rng rng(seed);
   // Every sequence in the batch sees the same p and q (they do not depend on the prefix).
-  std::vector<float> q(B * G * Vn), p(B * (G + 1) * Vn), u(B * (G + 1));
+  std::vector<float> q(B * G * Vn), p(B * (G + 1) * Vn);
+  std::vector<double> u(B * (G + 1));
   for (int64_t b = 0; b < B; ++b) {
     std::copy(pr.q.begin(), pr.q.end(), q.begin() + b * G * Vn);
     std::copy(pr.p.begin(), pr.p.end(), p.begin() + b * (G + 1) * Vn);
@@ -89,7 +90,7 @@ Simulation simulate(const Problem& pr, sk::VerifyMode mode, const VerifyFn& veri
   while (n < kCheckpoints.back()) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < G; ++i) draft[b * G + i] = draw(pr.q.data() + i * Vn, Vn, rng.uniform());
-    for (auto& x : u) x = rng.uniformf();
+    for (auto& x : u) x = rng.uniform();
     sk::VerifyArgs a;
     a.batch = B, a.gamma = G, a.vocab = Vn, a.mode = mode;
     a.draft_tokens = draft.data(), a.n_draft = n_draft.data(), a.q = q.data(), a.p = p.data();

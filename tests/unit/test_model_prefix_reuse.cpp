@@ -106,7 +106,7 @@ TEST_P(PrefixReuseTiny, PassesEverythingElseThrough) {
   auto base = inner();
   const auto prompt = random_ids(6, base->config().n_vocab, 7);
   PrefixReuse reuse(base, prompt);
-  {  // a batch of two
+  if (!base->ragged_batches()) {  // a batch of two on an engine without ragged batches (GPT-2)
     KVCache a = reuse.make_cache(2, 8), b = base->make_cache(2, 8);
     const at::Tensor ids = at::cat({row(prompt), row(prompt)}, 0);
     EXPECT_TRUE(same(reuse.forward(ids, {0, 0}, a), base->forward(ids, {0, 0}, b)));  // same path: equal
@@ -185,6 +185,33 @@ TEST(PrefixReuse, RaggedBatchRowsEqualTheInnerModelBitForBit) {
     }
   }
   EXPECT_EQ(reuse.reused_tokens(), 11 + 4);  // a later start reuses nothing
+}
+
+// A dense batch (no n_fed) of newcomers that all feed the prompt, as forward_batch hands over
+// when every slot joins with the same prompt (the checks' first batch): the prompt is served for
+// each slot and the rest runs as a ragged batch, bit for bit the inner model's. Before, a dense
+// batch went to the inner model whole: every check batch recomputed the prefill 8 times (the
+// quickstart's checks 5x slower).
+TEST(PrefixReuse, DenseBatchOfNewcomersIsServedFromThePrefix) {
+  auto base = make_tiny_llama(tiny_llama_config(), 3);
+  const int64_t V = base->config().n_vocab;
+  const auto prompt = random_ids(9, V, 31);
+  PrefixReuse reuse(base, prompt);
+  const int64_t B = 3, T = 11;  // slot 0: the prompt + 2 tokens; 1: another text; 2: like slot 0
+  at::Tensor ids = at::zeros({B, T}, at::kLong);
+  for (int64_t i = 0; i < B; ++i) {
+    std::vector<int64_t> fed = i == 1 ? random_ids(T, V, 32) : prompt;
+    if (i != 1) for (int64_t x : random_ids(2, V, 33)) fed.push_back(x);
+    ids[i].copy_(row(fed)[0]);
+  }
+  KVCache a = reuse.make_cache(B, 16), b = base->make_cache(B, 16);
+  EXPECT_TRUE(same(reuse.forward(ids, {0, 0, 0}, a), base->forward(ids, {0, 0, 0}, b)));
+  EXPECT_EQ(reuse.reused_tokens(), 2 * 9);
+  const at::Tensor next = at::tensor(random_ids(B, V, 34), at::kLong).view({B, 1});
+  EXPECT_TRUE(same(reuse.forward(next, {T, T, T}, a), base->forward(next, {T, T, T}, b)));
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t l = 0; l < a.n_layers(); ++l)
+      EXPECT_TRUE(same(a.k(l)[i].narrow(1, 0, T + 1), b.k(l)[i].narrow(1, 0, T + 1))) << "slot " << i;
 }
 
 TEST(PrefixReuse, TellsWhetherItsModelTakesRaggedBatches) {

@@ -1,0 +1,175 @@
+// One round's verification for one sequence or a batch (speculative.h: verify_round): the kernel
+// mode of each proposal, the kernel inputs packed on the target's device (p, q, tokens, 53-bit
+// uniforms) and one kernel call per (shape, mode) group. Speculative::generate calls it with one
+// sequence, speculative_decode_batch with all active ones, so both verify alike.
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/backend.h"
+#include "model/device.h"
+#include "strategies/speculative.h"
+
+namespace specdec::strategies {
+namespace {
+
+// The padded kernel inputs of a group of sequences (`rows`, indices into drafts): W = the
+// longest draft; tokens and node counts; p [R, W + 1, V]; q [R, W, V] (with_q); uniforms
+// [R, W + 1]. Both kernels read the final sample's uniform from column W, so each sequence's
+// last uniform goes there and a row sees exactly the uniforms of its batch-1 call. p and q end
+// up on p's device (the target's): a draft model on another device hands its q over here.
+struct Packed {
+  int64_t W = 0;
+  std::vector<int32_t> tokens, n_draft;
+  at::Tensor p, q;
+  std::vector<double> uniforms;
+};
+
+Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<at::Tensor>& p,
+            const std::vector<std::vector<double>>& u, const std::vector<size_t>& rows, bool with_q) {
+  Packed k;
+  const int64_t R = static_cast<int64_t>(rows.size()), V = p[rows[0]].size(1);
+  for (size_t i : rows) k.W = std::max(k.W, drafts[i]->size());
+  const int64_t W = k.W;
+  k.tokens.assign(R * W, 0);
+  k.n_draft.resize(R);
+  k.uniforms.assign(R * (W + 1), 0.5);  // entries past a sequence's draft are never read
+  const at::TensorOptions on = p[rows[0]].options();
+  if (R == 1) {  // one sequence (batch-1 decoding): the rows as they are, no padded copy
+    k.p = p[rows[0]].contiguous();
+    if (with_q) k.q = drafts[rows[0]]->q.to(on.device()).contiguous();
+  } else {
+    k.p = at::zeros({R, W + 1, V}, on);
+    if (with_q) k.q = at::zeros({R, W, V}, on);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const size_t i = rows[r];
+    const DraftProposal& d = *drafts[i];
+    const int64_t n = d.size();
+    std::copy(d.tokens.begin(), d.tokens.end(), k.tokens.begin() + r * W);
+    k.n_draft[r] = static_cast<int32_t>(n);
+    std::copy(u[i].begin(), u[i].begin() + n, k.uniforms.begin() + r * (W + 1));
+    k.uniforms[r * (W + 1) + W] = u[i][n];
+    if (R == 1) continue;
+    k.p[r].narrow(0, 0, n + 1).copy_(p[i]);
+    if (with_q) k.q[r].narrow(0, 0, n).copy_(d.q);  // copy_ crosses devices
+  }
+  return k;
+}
+
+// Verifies a group of chains with the chain kernel (ragged n_draft), one call.
+void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const std::vector<const DraftProposal*>& drafts,
+                   const std::vector<at::Tensor>& p, const std::vector<std::vector<double>>& u,
+                   const std::vector<size_t>& rows, std::vector<Verdict>& out) {
+  const bool with_q = mode == kernels::VerifyMode::sampling || mode == kernels::VerifyMode::block;
+  Packed k = pack(drafts, p, u, rows, with_q);
+  const int64_t B = static_cast<int64_t>(rows.size()), G = k.W;
+  std::vector<int32_t> n_accepted(B, 0), emitted(B * (G + 1), -1);
+  kernels::VerifyArgs args;
+  args.batch = B;
+  args.gamma = G;
+  args.vocab = k.p.size(-1);
+  args.mode = mode;
+  args.draft_tokens = k.tokens.data();
+  args.n_draft = k.n_draft.data();
+  args.q = with_q ? k.q.data_ptr<float>() : nullptr;
+  args.p = k.p.data_ptr<float>();
+  args.uniforms = k.uniforms.data();
+  args.n_accepted = n_accepted.data();
+  args.out_tokens = emitted.data();
+  backend.verify(args);
+  for (int64_t r = 0; r < B; ++r) {
+    Verdict& v = out[rows[r]];
+    v.mode = mode;
+    v.path.resize(n_accepted[r]);
+    for (int32_t j = 0; j < n_accepted[r]; ++j) v.path[j] = j;
+    v.emitted.assign(emitted.begin() + r * (G + 1), emitted.begin() + r * (G + 1) + n_accepted[r] + 1);
+  }
+}
+
+// Verifies a group of token trees with the tree kernel (ragged n_nodes), one call.
+void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std::vector<const DraftProposal*>& drafts,
+                  const std::vector<at::Tensor>& p, const std::vector<std::vector<double>>& u,
+                  const std::vector<size_t>& rows, std::vector<Verdict>& out) {
+  const bool with_q = mode == kernels::VerifyMode::sampling;
+  Packed k = pack(drafts, p, u, rows, with_q);
+  const int64_t B = static_cast<int64_t>(rows.size()), N = k.W;
+  std::vector<int32_t> parents(B * N, -1), n_accepted(B, 0), path(B * N, -1), emitted(B * (N + 1), -1);
+  for (int64_t r = 0; r < B; ++r) {
+    const std::vector<int32_t>& par = drafts[rows[r]]->parents;
+    std::copy(par.begin(), par.end(), parents.begin() + r * N);
+  }
+  kernels::TreeVerifyArgs args;
+  args.batch = B;
+  args.max_nodes = N;
+  args.vocab = k.p.size(-1);
+  args.mode = mode;
+  args.tokens = k.tokens.data();
+  args.parents = parents.data();
+  args.n_nodes = k.n_draft.data();
+  args.q = with_q ? k.q.data_ptr<float>() : nullptr;
+  args.p = k.p.data_ptr<float>();
+  args.uniforms = k.uniforms.data();
+  args.n_accepted = n_accepted.data();
+  args.path = path.data();
+  args.out_tokens = emitted.data();
+  backend.verify_tree(args);
+  for (int64_t r = 0; r < B; ++r) {
+    Verdict& v = out[rows[r]];
+    v.mode = mode;
+    v.path.assign(path.begin() + r * N, path.begin() + r * N + n_accepted[r]);
+    v.emitted.assign(emitted.begin() + r * (N + 1), emitted.begin() + r * (N + 1) + n_accepted[r] + 1);
+  }
+}
+
+}  // namespace
+
+const char* verify_mode_name(kernels::VerifyMode mode) {
+  switch (mode) {
+    case kernels::VerifyMode::greedy: return "greedy";
+    case kernels::VerifyMode::sampling: return "sampling";
+    case kernels::VerifyMode::tokens_only: return "tokens_only";
+    case kernels::VerifyMode::block: return "block";
+  }
+  return "unknown";
+}
+
+kernels::VerifyMode verify_mode(const VerifySetup& cfg, const DraftProposal& d) {
+  if (cfg.proc.greedy()) return kernels::VerifyMode::greedy;  // every mode is exactly this at T = 0
+  const bool has_q = d.q.defined();
+  if (cfg.block_verify) {
+    SD_CHECK(d.is_chain() && has_q, "speculative: verify=block serves chains with a draft distribution q, but "
+             "drafter '", cfg.drafter, "' proposed ", d.is_chain() ? "a chain without q" : "a token tree",
+             " (at temperature > 0 block verification needs the model or layer_skip drafter, or the tree "
+             "drafter with tree_budget=0 and tree_branching of 1s); use verify=tokenwise for this drafter");
+    return kernels::VerifyMode::block;
+  }
+  return has_q ? kernels::VerifyMode::sampling : kernels::VerifyMode::tokens_only;
+}
+
+std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& cfg,
+                                  const std::vector<const DraftProposal*>& drafts, const std::vector<at::Tensor>& p,
+                                  const std::vector<Rng*>& rngs) {
+  const size_t n = drafts.size();
+  std::vector<Verdict> out(n);
+  std::vector<std::vector<double>> u(n);
+  std::vector<std::vector<size_t>> chains(4), trees(4);  // by kernels::VerifyMode
+  for (size_t i = 0; i < n; ++i) {
+    const DraftProposal& d = *drafts[i];
+    u[i].resize(d.size() + 1);
+    for (auto& x : u[i]) x = rngs[i]->uniform();
+    if (d.size() == 0) {  // plain decoding step
+      out[i].emitted.push_back(sampling::sample_from(p[i], u[i][0]));
+      continue;
+    }
+    const auto mode = static_cast<size_t>(verify_mode(cfg, d));
+    (d.is_chain() ? chains : trees)[mode].push_back(i);
+  }
+  for (size_t m = 0; m < chains.size(); ++m) {
+    const auto mode = static_cast<kernels::VerifyMode>(m);
+    if (!chains[m].empty()) verify_chains(backend, mode, drafts, p, u, chains[m], out);
+    if (!trees[m].empty()) verify_trees(backend, mode, drafts, p, u, trees[m], out);
+  }
+  return out;
+}
+
+}  // namespace specdec::strategies

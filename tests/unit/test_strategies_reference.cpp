@@ -1,0 +1,160 @@
+// The speculative strategy's verification against the independent reference (tests/reference/,
+// which shares no code with src/ or kernels/), as a round runs it:
+//  - the target rows it verifies: sampling::probabilities over a chain or a tree, each row after
+//    the committed text + its root-to-node path, equal the reference processors' rows (the same
+//    zero pattern; values to float rounding);
+//  - verify_round (the one verification of Speculative::generate and the batched loop) returns
+//    exactly the reference's accepted count, path and tokens on the same rows and the same
+//    53-bit uniforms, drawn from the round's Rng, for chains (greedy, token-wise, tokens_only,
+//    block) and trees (greedy, multi-draft sampling, tokens_only).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "model/device.h"
+#include "sampling/processors.h"
+#include "strategies/speculative.h"
+#include "tests/reference/reference_processors.h"
+#include "tests/reference/reference_verifier.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+namespace ref = specdec::reference;
+
+namespace {
+
+constexpr int64_t kVocab = 16;  // <= 256: the kernels' lane order is index order there
+
+struct Chain {
+  std::string name;
+  sampling::ProcessorConfig cfg;
+  ref::Processors ref;
+};
+
+std::vector<Chain> processor_chains() {
+  std::vector<Chain> c(6);
+  c[0].name = "temperature 0.8", c[0].cfg.temperature = c[0].ref.temperature = 0.8;
+  c[1].name = "penalty 1.5", c[1].cfg.repetition_penalty = c[1].ref.repetition_penalty = 1.5;
+  c[2].name = "penalty + top-k 4", c[2] = c[1], c[2].cfg.top_k = c[2].ref.top_k = 4;
+  c[3].name = "top-p 0.8", c[3].cfg.top_p = c[3].ref.top_p = 0.8;
+  c[4].name = "min-p 0.1", c[4].cfg.min_p = c[4].ref.min_p = 0.1;
+  c[5].name = "penalty + temperature 0.7 + top-p 0.9", c[5] = c[1];
+  c[5].cfg.temperature = c[5].ref.temperature = 0.7, c[5].cfg.top_p = c[5].ref.top_p = 0.9;
+  return c;
+}
+
+// A random proposal of n nodes: a chain (parents empty) or a tree; small token ids so that paths
+// repeat tokens (the repetition penalty then matters).
+DraftProposal random_draft(Rng& rng, int64_t n, bool tree) {
+  DraftProposal d;
+  for (int64_t i = 0; i < n; ++i) {
+    d.tokens.push_back(static_cast<TokenId>(rng.next() % 6));
+    if (tree) d.parents.push_back(static_cast<int32_t>(rng.next() % (i + 1)) - 1);
+  }
+  return d;
+}
+
+std::vector<int> path_context(const Tokens& context, const DraftProposal& d, int64_t row) {
+  std::vector<int> path;
+  for (int64_t a = row - 1; a >= 0; a = d.is_chain() ? a - 1 : d.parents[a]) path.insert(path.begin(), d.tokens[a]);
+  std::vector<int> out(context.begin(), context.end());
+  out.insert(out.end(), path.begin(), path.end());
+  return out;
+}
+
+ref::Row row_of(const at::Tensor& t, int64_t r) {  // [N, V] float -> row r in double
+  const at::Tensor x = t[r].to(at::kDouble).contiguous();
+  return ref::Row(x.data_ptr<double>(), x.data_ptr<double>() + x.numel());
+}
+
+TEST(StrategiesReference, ProcessedRowsEqualTheReferenceProcessorsAlongEachPath) {
+  Rng rng(21);
+  const Tokens context = {2, 3, 2, 9};
+  int64_t compared = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const DraftProposal d = random_draft(rng, 1 + static_cast<int64_t>(rng.next() % 7), trial % 3 != 0);
+    const at::Tensor logits = at::randn({d.size() + 1, kVocab}) * 3.0;
+    for (const Chain& c : processor_chains()) {
+      const at::Tensor p = sampling::probabilities(logits, c.cfg, context, d.tokens, d.parents);
+      for (int64_t r = 0; r <= d.size(); ++r) {
+        const ref::Row want = ref::process(row_of(logits, r), path_context(context, d, r), c.ref);
+        const ref::Row got = row_of(p, r);
+        for (int64_t k = 0; k < kVocab; ++k) {
+          ASSERT_EQ(got[k] > 0, want[k] > 0) << c.name << " trial " << trial << " row " << r << " token " << k;
+          ASSERT_NEAR(got[k], want[k], 2e-6) << c.name << " trial " << trial << " row " << r << " token " << k;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 3000);
+}
+
+// The reference's verdict on one proposal, from the uniforms verify_round draws (k + 1 of them,
+// the last for the final sample).
+ref::Outcome reference_verdict( ref::Mode mode, const DraftProposal& d, const at::Tensor& p,
+                               const std::vector<double>& u) {
+  ref::UniformSource src(u.data(), static_cast<int>(u.size()));
+  std::vector<ref::Row> p_rows, q_rows;
+  for (int64_t r = 0; r <= d.size(); ++r) p_rows.push_back(row_of(p, r));
+  for (int64_t r = 0; d.q.defined() && r < d.size(); ++r) q_rows.push_back(row_of(d.q, r));
+  const std::vector<int> tokens(d.tokens.begin(), d.tokens.end());
+  if (d.is_chain())
+    return ref::verify_chain(mode, ref::ChainInput{tokens, q_rows, p_rows, static_cast<int>(d.size())}, src);
+  const std::vector<int> parents(d.parents.begin(), d.parents.end());
+  return ref::verify_tree(mode, ref::TreeInput{tokens, parents, q_rows, p_rows, static_cast<int>(d.size())}, src);
+}
+
+ref::Mode ref_mode(kernels::VerifyMode m) {
+  switch (m) {
+    case kernels::VerifyMode::greedy: return ref::Mode::greedy;
+    case kernels::VerifyMode::sampling: return ref::Mode::sampling;
+    case kernels::VerifyMode::tokens_only: return ref::Mode::tokens_only;
+    case kernels::VerifyMode::block: return ref::Mode::block;
+  }
+  return ref::Mode::greedy;
+}
+
+TEST(StrategiesReference, VerifyRoundEqualsTheReferenceDrawByDraw) {
+  const auto backend = model::backend_of(at::Device(at::kCPU));
+  Rng gen(33);
+  std::map<std::string, int64_t> cases, partial;
+  for (int trial = 0; trial < 700000; ++trial) {  // ~100k per mode
+    const bool tree = trial % 2 == 1, with_q = trial % 3 != 0, block = !tree && trial % 4 == 0;
+    DraftProposal d = random_draft(gen, 1 + static_cast<int64_t>(gen.next() % 5), tree);
+    VerifySetup setup;
+    setup.proc.temperature = trial % 7 == 0 ? 0.0 : 0.9;
+    setup.proc.repetition_penalty = 1.3;
+    setup.block_verify = block && with_q;
+    const Tokens context = {1, 2};
+    // p peaked enough that drafts are often accepted; q the draft's rows for the drafted tokens.
+    const at::Tensor p = sampling::probabilities(at::randn({d.size() + 1, kVocab}) * 2.0, setup.proc, context,
+                                                 d.tokens, d.parents);
+    if (with_q) {
+      d.q = at::softmax(at::randn({d.size(), kVocab}) * 2.0, 1);
+      for (int64_t i = 0; i < d.size(); ++i)
+        if (gen.next() % 2) d.q[i][d.tokens[i]] += 0.5;  // the drafted token likelier
+      d.q = d.q / d.q.sum(1, true);
+    }
+    const kernels::VerifyMode mode = verify_mode(setup, d);
+    Rng rng(1000 + trial), copy(1000 + trial);
+    const Verdict v = verify_round(*backend, setup, {&d}, {p}, {&rng})[0];
+    std::vector<double> u(d.size() + 1);
+    for (double& x : u) x = copy.uniform();
+    const ref::Outcome want = reference_verdict(ref_mode(mode), d, p, u);
+    const std::string what = std::string(tree ? "tree " : "chain ") + verify_mode_name(mode);
+    ASSERT_EQ(v.n_accepted(), want.accepted) << what << " trial " << trial;
+    ASSERT_EQ(std::vector<int>(v.emitted.begin(), v.emitted.end()), want.tokens) << what << " trial " << trial;
+    if (tree) ASSERT_EQ(std::vector<int>(v.path.begin(), v.path.end()), want.path) << what << " trial " << trial;
+    ++cases[what];
+    partial[what] += v.n_accepted() > 0 && v.n_accepted() < d.size();
+  }
+  for (const char* what : {"chain greedy", "chain sampling", "chain tokens_only", "chain block", "tree greedy",
+                           "tree sampling", "tree tokens_only"}) {
+    EXPECT_GE(cases[what], 50000) << what;
+    EXPECT_GT(partial[what], 2000) << what << ": too few partial acceptances to test the residuals";
+  }
+}
+
+}  // namespace
