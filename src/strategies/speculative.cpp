@@ -160,8 +160,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     phase.charge(&PhaseTimes::other);
     const at::Tensor logits = forward_tokens(*req.target, cache, fed.data(), k + 1, n - 1, opt);  // [k+1, V]
     const double ms_verify = phase.charge(&PhaseTimes::verify);
-    // 3. verify
-    //    (each row processed after the committed text + its root-to-node path)
+    // 3. verify, each row processed after the committed text + its own root-to-node path
     const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
     const Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
     phase.charge(&PhaseTimes::sample);

@@ -115,8 +115,8 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     const bool prefill =
         std::any_of(active.begin(), active.end(), [](const SpecSequence* s) { return !s->prefill.empty(); });
     const double ms_verify = phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
-    // 3. verify: the chains in one kernel call, the trees in another (per verify mode)
-    //    (each row processed after the committed text + its root-to-node path)
+    // 3. verify: the chains in one kernel call, the trees in another (per verify mode), each
+    //    row processed after the committed text + its own root-to-node path
     std::vector<at::Tensor> p, rows;
     std::vector<const DraftProposal*> ds;
     std::vector<Rng*> rngs;

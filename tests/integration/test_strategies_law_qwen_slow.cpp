@@ -7,10 +7,11 @@
 // Power: N is computed from the exact law before sampling (samples_for_power): the smallest N
 // at which EVERY law at total variation 0.05 from the exact one (on the chi-square's cells)
 // is rejected with probability >= 0.8 (noncentral chi-square, noncentrality >= N (2 TV)^2).
-// For a law of 5-10 outcomes that is N ~ 1700-2100; the test prints N, the cells, the power
-// and that of the worst case of the family "0.05 moved from one outcome to another, or spread
-// over the rest". The planted bug (ts::ResidualAsPBackend: the correction token after a
-// rejection sampled from p, not the residual) must fail at kBugSamples.
+// For 5-10 cells that is N ~ 1700-2150 (20 cells: 2800). The test prints N, the cells, that
+// power and the one for the worst case of the family "0.05 moved from one outcome to
+// another, or spread over the rest". The planted bug (ts::ResidualAsPBackend: the correction token after a
+// rejection sampled from p, not the residual) must fail at N / 2 samples (on SmolLM2 it moves
+// the law by TV 0.25-0.3; half of N still has ~99% power at TV 0.1 should the pair agree more).
 //
 // Needs models/qwen2.5-coder-{0.5b,1.5b}-instruct.gguf (~2 GB; scripts/fetch_models.sh);
 // skips with a message when they are missing.
@@ -31,7 +32,6 @@ namespace ts = specdec::test_support;
 
 namespace {
 
-constexpr int64_t kBugSamples = 150;
 constexpr int64_t kMaxSamples = 20000;  // a law too spread to test in hours fails instead
 constexpr int64_t kBatch = 16;
 constexpr double kLevel = 0.01;
@@ -126,8 +126,9 @@ TEST_P(QwenLaw, FollowsTheExactProcessedLaw) {
 }
 
 TEST_P(QwenLaw, APlantedResidualBugFails) {
+  ASSERT_LE(rig().n, kMaxSamples) << "see FollowsTheExactProcessedLaw";
   auto bug = std::make_shared<ts::ResidualAsPBackend>(model::backend_of(rig().target.model->device()));
-  const ts::Samples s = draw(GetParam(), kBugSamples, bug);
+  const ts::Samples s = draw(GetParam(), rig().n / 2, bug);
   expect_path(GetParam(), s);
   EXPECT_LT(ts::report_law(GetParam() + " with the planted bug", rig().exact, s), kLevel);
 }

@@ -2,19 +2,23 @@
 // that SmolLM2-135M generates after kPrompt at T = 0.7, top-p 0.8 and repetition penalty 1.3,
 // drawn through chain (tokenwise), block and static-tree (multi-draft) verification with a
 // draft that disagrees (SmolLM2 without layers 20 and 25: alpha ~0.6, so rejections and
-// residual samples are frequent), follow the exact law of the processed target (enumerated
-// with tests/support/spec_distribution.h: exact_joint_shared). Chi-square goodness of fit at
-// level 0.01 per test; the total variation between the empirical and exact law is printed.
-// A planted bug (the correction token after a rejection sampled from p instead of the
-// residual, ts::ResidualAsPBackend) must fail the same check.
+// residual samples are frequent), follow the exact law of the processed target (enumerated by
+// tests/support/spec_distribution.h: exact_joint_shared). One chi-square goodness of fit per
+// path at level 0.01 (a single test over all cells, so no Bonferroni; the seeds are fixed, so
+// a build passes or fails deterministically); the total variation (TV) between the empirical
+// and exact law is printed. A planted bug (the correction token after a rejection sampled
+// from p instead of the residual: ts::ResidualAsPBackend) must fail the same check.
 //
-// Power (PowerAtTotalVariation005 computes and checks it): the law has 8 outcomes, all their
-// own cells at these N (df 7). At N = kSamples = 600 the least power over EVERY law at TV 0.05
-// on those cells (noncentrality >= N (2 TV)^2, Cauchy-Schwarz) is ~0.23; for the worst case of
-// the family "0.05 moved from one outcome to another, or spread proportionally over the rest"
-// (spread from the likeliest) it is ~0.25. That is what fits CI's ~3 minutes on 2 cores;
-// 80% power at TV 0.05 needs N ~ 1900 (SPECDEC_LAW_FULL_POWER=1 runs that N, ~3x longer).
-// The planted bug moves the law by TV ~0.2: at kBugSamples its p-values are < 1e-10.
+// Power (PowerAtTotalVariation005 computes it): the law has 8 outcomes; at N = kSamples = 600
+// they make 7 cells (the rarest pooled), df 6. The least power over EVERY law at TV 0.05 on
+// those cells (noncentrality >= N (2 TV)^2, Cauchy-Schwarz) is 0.19; for the worst case of
+// the family "0.05 moved from one outcome to another, or from one spread over the rest in
+// proportion" (spread from the likeliest) it is 0.21. That is what fits CI's ~3 minutes on 2
+// cores (the file takes ~130 s: a sample costs ~40 ms on a chain, ~90 ms on a tree, in the
+// forwards and the top-p sort of 49k logits per row). 80% power at TV 0.05 needs N = 2000
+// (SPECDEC_LAW_FULL_POWER=1 runs that, ~3x longer); CI's N has 80% power at TV ~0.09.
+// The planted bug moves the law by TV ~0.3 (chain, block) and ~0.25 (tree), noncentrality
+// ~0.5 N and ~0.3 N: at kBugSamples = 150 it fails with power > 0.999 (p ~1e-8 .. 1e-15).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -111,6 +115,8 @@ TEST(SmolLM2Law, SharedPrefixEnumerationEqualsFreshForwards) {
   }
   EXPECT_NEAR(total, 1.0, 1e-5);
   std::printf("support: %zu outcomes\n", rig().exact.size());
+  for (const auto& [t, p] : rig().exact)
+    std::printf("  %.4f [%s]\n", p, smollm2().tokenizer->decode(Tokens(t.begin(), t.end())).c_str());
 }
 
 // The stated power at kSamples (header comment), and the N for 80% power.
