@@ -139,8 +139,8 @@ kernels::VerifyMode verify_mode(const VerifySetup& cfg, const DraftProposal& d) 
   if (cfg.block_verify) {
     SD_CHECK(d.is_chain() && has_q, "speculative: verify=block serves chains with a draft distribution q, but "
              "drafter '", cfg.drafter, "' proposed ", d.is_chain() ? "a chain without q" : "a token tree",
-             " (at temperature > 0 block verification needs the model or layer_skip drafter, or the tree "
-             "drafter with tree_budget=0 and tree_branching of 1s); use verify=tokenwise for this drafter");
+             " (at temperature > 0 block verification needs a drafter of chains with q: model or layer_skip); "
+             "use verify=tokenwise for this drafter");
     return kernels::VerifyMode::block;
   }
   return has_q ? kernels::VerifyMode::sampling : kernels::VerifyMode::tokens_only;
