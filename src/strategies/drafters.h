@@ -112,6 +112,9 @@ struct DrafterInfo {
   std::string description;               // one line
   std::vector<ParamSpec> params;         // the drafter's own parameters, with defaults
   bool needs_draft_model = false;        // true: Request::draft must be set
+  // true: at temperature > 0 it proposes chains with q, which block verification (verify=block)
+  // needs; `specdec validate` refuses verify=block with any other drafter there.
+  bool chains_with_q = false;
   std::function<std::unique_ptr<Drafter>(const DrafterContext&)> factory;
   // Optional: drafters for `batch` slots of `capacity` cache positions each that share their
   // model forwards. Returns null when it cannot serve this batch (then one `factory` drafter

@@ -46,6 +46,13 @@ class Speculative : public Strategy {
              ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
     SD_CHECK(cfg_.adaptive == "off" || cfg_.adaptive == "hf" || cfg_.adaptive == "cost",
              "speculative: adaptive_gamma must be off, hf or cost, got '", cfg_.adaptive, "'");
+    // verify=block with a drafter that never proposes chains with q, known before any model is
+    // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
+    // whether a draft model is given.
+    const std::string drafter = p.get_string("drafter");
+    if (cfg_.verify.block_verify && !cfg_.verify.proc.greedy() && drafter != "auto" &&
+        !find_drafter(drafter).chains_with_q)
+      refuse_block_verify(drafter, "proposes none at temperature " + p.get_string("temperature"));
   }
 
   static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)

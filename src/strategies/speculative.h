@@ -36,6 +36,9 @@ struct VerifySetup {
 // a chain without q is an error naming the drafter, never a silent fallback.
 kernels::VerifyMode verify_mode(const VerifySetup& cfg, const DraftProposal& d);
 const char* verify_mode_name(kernels::VerifyMode mode);  // "greedy", "sampling", ...
+// The named error for verify=block with a drafter that does not propose chains with q (`what`
+// it did), listing the drafters that do (DrafterInfo::chains_with_q).
+[[noreturn]] void refuse_block_verify(const std::string& drafter, const std::string& what);
 // Verifies one round of one or more sequences: drafts[i] against p[i] ([k_i + 1, V], the
 // processed target rows on the target's device: row 0 after the committed text, row j + 1
 // after draft node j), with k_i + 1 uniforms (53-bit) drawn from rngs[i] after its draft. A

@@ -133,14 +133,21 @@ const char* verify_mode_name(kernels::VerifyMode mode) {
   return "unknown";
 }
 
+void refuse_block_verify(const std::string& drafter, const std::string& what) {
+  std::string serve;
+  for (const DrafterInfo& info : all_drafters())
+    if (info.chains_with_q) serve += (serve.empty() ? "" : ", ") + info.name;
+  fail("speculative: verify=block serves chains with a draft distribution q, but drafter '", drafter, "' ", what,
+       " (block verification at temperature > 0 needs a drafter of chains with q: ", serve,
+       "); use verify=tokenwise for this drafter");
+}
+
 kernels::VerifyMode verify_mode(const VerifySetup& cfg, const DraftProposal& d) {
   if (cfg.proc.greedy()) return kernels::VerifyMode::greedy;  // every mode is exactly this at T = 0
   const bool has_q = d.q.defined();
   if (cfg.block_verify) {
-    SD_CHECK(d.is_chain() && has_q, "speculative: verify=block serves chains with a draft distribution q, but "
-             "drafter '", cfg.drafter, "' proposed ", d.is_chain() ? "a chain without q" : "a token tree",
-             " (at temperature > 0 block verification needs a drafter of chains with q: model or layer_skip); "
-             "use verify=tokenwise for this drafter");
+    if (!d.is_chain() || !has_q)
+      refuse_block_verify(cfg.drafter, d.is_chain() ? "proposed a chain without q" : "proposed a token tree");
     return kernels::VerifyMode::block;
   }
   return has_q ? kernels::VerifyMode::sampling : kernels::VerifyMode::tokens_only;

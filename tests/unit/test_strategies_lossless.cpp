@@ -142,14 +142,23 @@ TEST(Lossless, EachRowIsProcessedAfterTheCommittedTextAndItsOwnPath) {
 TEST(Lossless, BlockVerificationOfAProposalItCannotServeIsANamedError) {
   Request req = tiny_request(16);
   req.draft = tiny(12);
-  // At temperature > 0: a chain without q (ngram) and a token tree are refused by name...
+  // At temperature > 0 a drafter without chains with q is refused by name when the strategy is
+  // created (before any model: `specdec validate`), listing the drafters that serve...
   for (const char* drafter : {"ngram", "tree"}) {
     const Values v = with(drafter_values(drafter), {{"temperature", "0.8"}, {"verify", "block"}});
-    const std::string msg = error_of([&] { create("speculative", P(v))->generate(req, {}); });
+    const std::string msg = error_of([&] { create("speculative", P(v)); });
     EXPECT_NE(msg.find("verify=block serves chains with a draft distribution"), std::string::npos) << msg;
     EXPECT_NE(msg.find(std::string("drafter '") + drafter + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("chains with q: model, layer_skip"), std::string::npos) << msg;
     EXPECT_NE(msg.find("verify=tokenwise"), std::string::npos) << msg;
   }
+  // ...and `auto` (here ngram: no draft model) by the round that proposed a chain without q.
+  Request no_draft = req;
+  no_draft.draft = nullptr;
+  const std::string msg = error_of([&] {
+    create("speculative", P({{"temperature", "0.8"}, {"verify", "block"}}))->generate(no_draft, {});
+  });
+  EXPECT_NE(msg.find("drafter 'ngram' proposed a chain without q"), std::string::npos) << msg;
   // ...while a draft model's chain is block-verified, and says so.
   const Request& r = req;
   const Result ok = create("speculative", P({{"temperature", "0.8"}, {"verify", "block"}, {"drafter", "model"}}))

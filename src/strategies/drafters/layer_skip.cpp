@@ -129,6 +129,7 @@ std::unique_ptr<BatchDrafter> make_layer_skip_batch(const Request& first, const 
 DrafterInfo layer_skip_drafter_info() {
   DrafterInfo info;
   info.name = "layer_skip";
+  info.chains_with_q = true;
   info.description = "self-speculation: the target with some layers skipped drafts (shared weights; skip set "
                      "given or searched on the prompt, SWIFT-style)";
   info.params = {

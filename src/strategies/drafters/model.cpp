@@ -222,6 +222,7 @@ DrafterInfo model_drafter_info() {
   info.name = "model";
   info.description = "a smaller causal LM (--draft) samples each draft token from its processed distribution q";
   info.needs_draft_model = true;
+  info.chains_with_q = true;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     return std::make_unique<ModelDrafter>(ctx.request.draft, ctx.proc, ctx.rng, ctx.capacity);
   };
