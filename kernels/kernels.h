@@ -41,6 +41,9 @@ enum class VerifyMode {
                 // sampling's. Chains only (verify_*); row logic in verify_math.h
 };
 
+// "greedy", "sampling", "tokens_only", "block" (messages, stats).
+const char* mode_name(VerifyMode mode);
+
 struct VerifyArgs {
   int64_t batch = 1;               // B
   int64_t gamma = 0;               // max draft length

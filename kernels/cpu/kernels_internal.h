@@ -6,8 +6,6 @@
 
 namespace specdec::kernels::detail {
 
-const char* mode_name(VerifyMode mode);
-
 // Checks sizes and pointers (not the data): throws specdec::Error naming the field.
 void check_verify_args(const VerifyArgs& args, const char* who);
 // Throws specdec::Error for a row status < 0 from math::verify_row / math::check_row.

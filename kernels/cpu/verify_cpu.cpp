@@ -11,8 +11,6 @@
 
 namespace specdec::kernels {
 
-namespace detail {
-
 const char* mode_name(VerifyMode m) {
   switch (m) {
     case VerifyMode::greedy: return "greedy";
@@ -22,6 +20,8 @@ const char* mode_name(VerifyMode m) {
   }
   return "unknown";
 }
+
+namespace detail {
 
 void check_verify_args(const VerifyArgs& a, const char* who) {
   SD_CHECK(a.batch >= 0, who, ": batch = ", a.batch, " must be >= 0");

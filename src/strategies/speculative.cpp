@@ -111,7 +111,7 @@ void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
   st.n_draft_forwards += d.n_forwards;
   st.n_drafted += d.size();
   st.n_accepted += v.n_accepted();
-  if (v.mode) ++st.verify_mode_rounds[verify_mode_name(*v.mode)];
+  if (v.mode) ++st.verify_mode_rounds[kernels::mode_name(*v.mode)];
   const int64_t depth = std::min<int64_t>(max_depth(d), static_cast<int64_t>(st.drafted_per_position.size()));
   for (int64_t i = 0; i < depth; ++i) ++st.drafted_per_position[i];
   for (int64_t i = 0; i < v.n_accepted() && i < depth; ++i) ++st.accepted_per_position[i];

@@ -35,7 +35,6 @@ struct VerifySetup {
 // for a tree multi-draft sampling with q, and tokens_only without q. verify=block with a tree or
 // a chain without q is an error naming the drafter, never a silent fallback.
 kernels::VerifyMode verify_mode(const VerifySetup& cfg, const DraftProposal& d);
-const char* verify_mode_name(kernels::VerifyMode mode);  // "greedy", "sampling", ...
 // The named error for verify=block with a drafter that does not propose chains with q (`what`
 // it did), listing the drafters that do (DrafterInfo::chains_with_q).
 [[noreturn]] void refuse_block_verify(const std::string& drafter, const std::string& what);

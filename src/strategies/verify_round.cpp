@@ -123,16 +123,6 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
 
 }  // namespace
 
-const char* verify_mode_name(kernels::VerifyMode mode) {
-  switch (mode) {
-    case kernels::VerifyMode::greedy: return "greedy";
-    case kernels::VerifyMode::sampling: return "sampling";
-    case kernels::VerifyMode::tokens_only: return "tokens_only";
-    case kernels::VerifyMode::block: return "block";
-  }
-  return "unknown";
-}
-
 void refuse_block_verify(const std::string& drafter, const std::string& what) {
   std::string serve;
   for (const DrafterInfo& info : all_drafters())

@@ -143,7 +143,7 @@ TEST(StrategiesReference, VerifyRoundEqualsTheReferenceDrawByDraw) {
     std::vector<double> u(d.size() + 1);
     for (double& x : u) x = copy.uniform();
     const ref::Outcome want = reference_verdict(ref_mode(mode), d, p, u);
-    const std::string what = std::string(tree ? "tree " : "chain ") + verify_mode_name(mode);
+    const std::string what = std::string(tree ? "tree " : "chain ") + kernels::mode_name(mode);
     ASSERT_EQ(v.n_accepted(), want.accepted) << what << " trial " << trial;
     ASSERT_EQ(std::vector<int>(v.emitted.begin(), v.emitted.end()), want.tokens) << what << " trial " << trial;
     if (tree) ASSERT_EQ(std::vector<int>(v.path.begin(), v.path.end()), want.path) << what << " trial " << trial;
