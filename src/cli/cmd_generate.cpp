@@ -27,7 +27,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "auto", draft_dtype,
-              device = "cpu", engine = "auto", trace;
+              device = "cpu", engine = "auto", graphs = "auto", trace;
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
   int64_t seed = 0;  // read signed so that a negative value is an error, not a wrapped 2^64 - 1
@@ -65,6 +65,7 @@ model::LoadedModel load_model(const std::string& name, const std::string& dtype,
   spec.dtype = dtype;
   spec.device = o.device;
   spec.engine = o.engine;
+  spec.graphs = o.graphs;
   return model::load(spec);
 }
 
@@ -179,9 +180,11 @@ int cmd_generate(const Args& args) {
        "activations: lossy, a cheaper draft)")
       ("draft-dtype", po::value(&o.draft_dtype), "dtype of the --draft model (default: --dtype)")
       ("device", po::value(&o.device)->default_value("cpu"), "where the models run: cpu | cuda | cuda:N (CUDA: needs a LibTorch "
-       "with CUDA; never run on a GPU by this project)")
+       "with CUDA)")
       ("engine", po::value(&o.engine)->default_value("auto"), "model engine: auto (packed on cpu, aten elsewhere) | packed (the "
        "CPU kernels) | aten (LibTorch ops on the device; on cpu: the GPU path's CPU twin)")
+      ("graphs", po::value(&o.graphs)->default_value("auto"), "engine aten: fixed-shape steps captured as CUDA graphs "
+       "(auto: on for cuda | on: also on cpu, uncaptured, the GPU path's twin | off)")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")
       ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line")

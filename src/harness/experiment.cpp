@@ -159,7 +159,7 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
   if (n.IsScalar()) {
     m.name = n.Scalar();
   } else {
-    c.check_keys(n, path, {"name", "dtype", "threads", "seed", "device", "engine"});
+    c.check_keys(n, path, {"name", "dtype", "threads", "seed", "device", "engine", "graphs"});
     if (!n["name"]) c.bad(path + ".name", "missing (a catalog name, a model path or tiny-llama)");
     m.name = c.str(n["name"], path + ".name");
     if (n["dtype"]) m.dtype = c.str(n["dtype"], path + ".dtype");
@@ -167,6 +167,7 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
     if (n["seed"]) m.seed = static_cast<uint64_t>(c.integer(n["seed"], path + ".seed", 0, INT64_MAX));
     if (n["device"]) m.device = c.str(n["device"], path + ".device");
     if (n["engine"]) m.engine = c.str(n["engine"], path + ".engine");
+    if (n["graphs"]) m.graphs = c.str(n["graphs"], path + ".graphs");
   }
   if (m.name.empty()) c.bad(path, "empty model name");
   if (m.dtype != "auto" && m.dtype != "float32" && m.dtype != "bfloat16" && m.dtype != "native" &&
@@ -179,15 +180,18 @@ ModelChoice parse_model(const Ctx& c, const YAML::Node& n, const std::string& pa
   }
   if (m.engine != "auto" && m.engine != "packed" && m.engine != "aten")
     c.bad(path + ".engine", "unknown engine '" + m.engine + "' (valid: auto, packed, aten)");
+  if (m.graphs != "auto" && m.graphs != "on" && m.graphs != "off")
+    c.bad(path + ".graphs", "unknown value '" + m.graphs + "' (valid: auto, on, off)");
   return m;
 }
 
 void parse_models(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
-  c.check_keys(n, "models", {"target", "draft", "dtype", "threads", "device", "engine"});
+  c.check_keys(n, "models", {"target", "draft", "dtype", "threads", "device", "engine", "graphs"});
   ModelChoice defaults;
   if (n["dtype"]) defaults.dtype = c.str(n["dtype"], "models.dtype");
   if (n["device"]) defaults.device = c.str(n["device"], "models.device");
   if (n["engine"]) defaults.engine = c.str(n["engine"], "models.engine");
+  if (n["graphs"]) defaults.graphs = c.str(n["graphs"], "models.graphs");
   if (n["threads"]) defaults.threads = static_cast<int>(c.integer(n["threads"], "models.threads", 0, 1024));
   if (!n["target"]) c.bad("models.target", "missing");
   cfg.target = parse_model(c, n["target"], "models.target", defaults);
@@ -710,7 +714,7 @@ namespace {
 void emit_model(YAML::Emitter& e, const ModelChoice& m) {
   e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "dtype" << YAML::Value
     << m.dtype << YAML::Key << "threads" << YAML::Value << m.threads << YAML::Key << "seed" << YAML::Value << m.seed
-    << YAML::Key << "device" << YAML::Value << m.device << YAML::Key << "engine" << YAML::Value << m.engine
+    << YAML::Key << "device" << YAML::Value << m.device << YAML::Key << "engine" << YAML::Value << m.engine << YAML::Key << "graphs" << YAML::Value << m.graphs
     << YAML::EndMap;
 }
 }  // namespace

@@ -21,6 +21,7 @@ struct ModelChoice {
   uint64_t seed = 0;              // tiny random models only
   std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N" (model/device.h)
   std::string engine = "auto";    // "auto" | "packed" | "aten" (model/causal_lm.h ModelSpec)
+  std::string graphs = "auto";    // "auto" | "on" | "off" (ModelSpec::graphs)
 };
 
 struct PromptItem {

@@ -81,6 +81,7 @@ model::LoadedModel load_one(const ModelChoice& m, bool oversubscribe) {
   spec.seed = m.seed;
   spec.device = m.device;
   spec.engine = m.engine;
+  spec.graphs = m.graphs;
   return model::load(spec);
 }
 
@@ -92,7 +93,8 @@ Models load_models(const ExperimentConfig& cfg, bool oversubscribe) {
     const auto& d = *cfg.draft;
     // Self-drafting: the same weights serve both roles; each strategy run has its own caches.
     const bool same = d.name == cfg.target.name && d.dtype == cfg.target.dtype && d.seed == cfg.target.seed &&
-                      d.device == cfg.target.device && d.engine == cfg.target.engine;
+                      d.device == cfg.target.device && d.engine == cfg.target.engine &&
+                      d.graphs == cfg.target.graphs;
     m.draft = same ? m.target : load_one(d, oversubscribe);
   }
   return m;

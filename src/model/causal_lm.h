@@ -138,6 +138,9 @@ struct ModelSpec {
   std::string engine = "auto";    // "auto" | "packed" | "aten". packed: the CPU kernels of
                                   // llama.h / gpt2.h; aten: llama_aten.h (ATen ops on `device`,
                                   // Llama family only); auto: packed on cpu, aten elsewhere
+  std::string graphs = "auto";    // "auto" | "on" | "off": the ATen engine's static steps,
+                                  // captured as CUDA graphs on a GPU (llama_aten.h); on the
+                                  // CPU uncaptured, the GPU path's twin. auto: on for cuda
 };
 
 struct LoadedModel {

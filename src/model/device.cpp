@@ -1,6 +1,8 @@
 // Device names and the bridge to kernels::Backend (device.h).
 #include "model/device.h"
 
+#include "core/host_reads.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -31,6 +33,52 @@ std::shared_ptr<kernels::Backend> backend_of(const at::Device& device) {
   return kernels::backend_for(kernels_device(device));
 }
 
-at::Tensor on_host(const at::Tensor& t) { return t.is_cpu() ? t : t.cpu(); }
+at::Tensor on_host(const at::Tensor& t) {
+  count_host_read();
+  if (t.is_cpu()) return t;
+  at::Tensor host = t.cpu();  // waits for the stream: the queued checks' flags are in
+  checks_after_read();
+  return host;
+}
+
+at::Tensor to_host_async(const at::Tensor& t) {
+  if (t.is_cpu()) return t;
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(t, /*non_blocking=*/true);
+  return host;
+}
+
+namespace {
+struct PendingCheck {
+  at::Tensor bad, bad_host;  // [] bool on the device; its pinned host copy, filled asynchronously
+  std::function<void()> on_bad;
+};
+thread_local std::vector<PendingCheck> t_pending;
+}  // namespace
+
+void check_later(const at::Tensor& bad, std::function<void()> on_bad) {
+  if (bad.is_cpu()) {
+    if (bad.item<bool>()) on_bad();
+    return;
+  }
+  at::Tensor host = at::empty({}, at::TensorOptions().dtype(at::kBool).pinned_memory(true));
+  host.copy_(bad, /*non_blocking=*/true);
+  t_pending.push_back({bad, host, std::move(on_bad)});
+}
+
+void checks_after_read(bool synced) {
+  if (t_pending.empty()) return;
+  std::vector<PendingCheck> pending;
+  pending.swap(t_pending);
+  if (!synced) {  // one read of all the flags
+    std::vector<at::Tensor> flags;
+    for (const PendingCheck& c : pending) flags.push_back(c.bad.view({1}));
+    count_host_read();
+    const at::Tensor host = at::cat(flags).cpu();
+    for (size_t i = 0; i < pending.size(); ++i) pending[i].bad_host = host[i];
+  }
+  for (PendingCheck& c : pending)
+    if (c.bad_host.item<bool>()) c.on_bad();
+}
 
 }  // namespace specdec::model

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/checks.h"
 #include "model/loader.h"
+#include "model/step_graph.h"
 
 namespace specdec::model {
 
@@ -20,11 +22,14 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return x * at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps) * w;
 }
 
-// y = x W^T (+ b): x [N, in] fp32 -> [N, out] fp32. bf16 weights take x rounded to bf16.
+// y = x W^T (+ b): x [N, in] fp32 -> [N, out]. bf16 weights take x rounded to bf16 and give
+// bf16 results: exact in fp32, so every consumer either promotes them in its own kernel (an
+// fp32 add_, RoPE's products with fp32 tables) or takes them .to(kFloat) where it needs fp32
+// storage; each launch saved is time on a GPU (a step is ~50 launches per layer).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  at::Tensor y = w.scalar_type() == at::kFloat ? at::linear(x, w)
-                                                : at::linear(x.to(w.scalar_type()), w).to(at::kFloat);
-  return b.defined() ? y.add_(b) : y;
+  if (w.scalar_type() == at::kFloat) return b.defined() ? at::linear(x, w).add_(b) : at::linear(x, w);
+  const at::Tensor y = at::linear(x.to(w.scalar_type()), w);
+  return b.defined() ? y.to(at::kFloat).add_(b) : y;
 }
 
 // HF rotate_half on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
@@ -50,12 +55,28 @@ struct Step {
   at::Tensor mask;              // [B, 1, 1, T, S] fp32: 0 where the row attends, -inf elsewhere
 };
 
+// A static step: one captured graph for a (cache, batch, bucket of fed tokens, outputs) key.
+// Its inputs are one int64 buffer: [seq | slot | position | tree base | token id] each [B*Tb],
+// then the ancestor matrix [Tb, Tb] (1 where column k is row t or an ancestor of it).
+struct StaticStep {
+  std::vector<const void*> cache_id;  // the data pointers of the cache's K and V tensors
+  int64_t B = 0, Tb = 0, S = 0;  // S: the cache's slots, which every row's attention spans
+  std::vector<int64_t> layers;
+  int64_t hidden_layer = -1;
+  bool final_hidden = false, logits = true;
+  std::unique_ptr<StepGraph> graph;
+  ForwardResult out;  // [B, Tb, ...]: written by every run (graph memory when captured)
+};
+
+// Fed-token counts of the static steps: exact up to 8 (chains of gamma <= 7), then ~1.5x apart.
+constexpr int64_t k_step_buckets[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128};
+
 class LlamaAtenModel final : public CausalLM {
  public:
-  LlamaAtenModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype, at::Device device)
+  LlamaAtenModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype, at::Device device, bool static_steps)
       // "cuda" without an index means the current device: name it, so that device() equals the
       // device of every tensor made on it (cuda:0, not cuda).
-      : cfg_(cfg), device_(at::empty({0}, at::TensorOptions().device(device)).device()) {
+      : cfg_(cfg), device_(at::empty({0}, at::TensorOptions().device(device)).device()), static_steps_(static_steps) {
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
     const auto wdt = at::TensorOptions().dtype(dtype).device(device_);
     for (auto& L : t.layers) {
@@ -83,8 +104,18 @@ class LlamaAtenModel final : public CausalLM {
   const ModelConfig& config() const override { return cfg_; }
   at::Device device() const override { return device_; }
 
+  // With static steps, caches are pooled: capacity rounded up to 256 slots, and a cache no one
+  // holds any more is handed out again, so that the next generation replays the graphs captured
+  // on it instead of capturing new ones.
   KVCache make_cache(int64_t batch, int64_t max_seq) const override {
-    return KVCache(cfg_.n_layers, batch, cfg_.n_kv_heads, max_seq, cfg_.head_dim, at::kFloat, device_);
+    if (!static_steps_) return KVCache(cfg_.n_layers, batch, cfg_.n_kv_heads, max_seq, cfg_.head_dim, at::kFloat, device_);
+    const int64_t cap = (max_seq + 255) / 256 * 256;
+    for (const KVCache& c : cache_pool_) {
+      KVCache& pooled = const_cast<KVCache&>(c);  // read-only here: use_count of its tensors
+      if (c.batch() == batch && c.max_seq() == cap && pooled.k(0).use_count() == 1) return c;  // lengths 0
+    }
+    cache_pool_.emplace_back(cfg_.n_layers, batch, cfg_.n_kv_heads, cap, cfg_.head_dim, at::kFloat, device_);
+    return cache_pool_.back();
   }
 
   int64_t weight_bytes() const override {
@@ -109,9 +140,16 @@ class LlamaAtenModel final : public CausalLM {
                         const ForwardOptions& options) override;
 
  private:
-  void ensure_rope_table(int64_t n_pos);
+  bool ensure_rope_table(int64_t n_pos);
   Step make_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, const ForwardOptions& opt);
-  at::Tensor attention(const Layer& w, int64_t layer, const at::Tensor& xn, KVCache& cache);
+  at::Tensor attention(const Step& s, const Layer& w, int64_t layer, const at::Tensor& xn, KVCache& cache);
+  // The layers, norm and head over one step's inputs: device work only (what a graph captures).
+  ForwardResult run_layers(const at::Tensor& ids, const Step& s, KVCache& cache, const ForwardOptions& opt);
+  // The static-step path: nullptr when this forward cannot take it (then the eager path runs).
+  StaticStep* static_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, KVCache& cache,
+                          const ForwardOptions& opt);
+  ForwardResult forward_static(StaticStep& st, const at::Tensor& host_tokens, const std::vector<int64_t>& start_pos,
+                               KVCache& cache, const ForwardOptions& opt);
 
   ModelConfig cfg_;
   at::Device device_;
@@ -121,17 +159,21 @@ class LlamaAtenModel final : public CausalLM {
   at::Tensor output_;     // [V, d] in the weight dtype (tok_embd_ itself when tied and fp32)
   at::Tensor inv_freq_;   // [hd/2] fp32, host
   at::Tensor cos_, sin_;  // [n_pos, hd/2] fp32 tables on the device, grown on demand
-  Step step_;
+  bool static_steps_ = false;                       // ModelSpec::graphs
+  std::vector<std::unique_ptr<StaticStep>> steps_;  // captured steps, newest last
+  mutable std::vector<KVCache> cache_pool_;         // make_cache with static steps
 };
 
-void LlamaAtenModel::ensure_rope_table(int64_t n_pos) {
-  if (cos_.defined() && cos_.size(0) >= n_pos) return;
+// Returns true when the tables were (re)allocated.
+bool LlamaAtenModel::ensure_rope_table(int64_t n_pos) {
+  if (cos_.defined() && cos_.size(0) >= n_pos) return false;
   const int64_t n = std::max<int64_t>(n_pos, cos_.defined() ? 2 * cos_.size(0) : 256);
   // fp32 products position * inv_freq as HF (and llama.cpp's table) computes them, on the host
   // so that every device starts from the same angles.
   const at::Tensor ang = at::outer(at::arange(n, at::kFloat), inv_freq_);  // [n, hd/2]
   cos_ = ang.cos().to(device_);
   sin_ = ang.sin().to(device_);
+  return true;
 }
 
 // Host index vectors -> device tensors, once per forward: one copy for the per-row indices,
@@ -190,15 +232,16 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
 }
 
 // xn: [B*T, d] -> [B*T, d]. Writes the rows' K/V into their cache slots, then attends.
-at::Tensor LlamaAtenModel::attention(const Layer& w, int64_t layer, const at::Tensor& xn, KVCache& cache) {
+at::Tensor LlamaAtenModel::attention(const Step& s, const Layer& w, int64_t layer, const at::Tensor& xn,
+                                     KVCache& cache) {
   using at::indexing::Slice;
-  const Step& s = step_;
   const int64_t B = s.B, T = s.T, n = B * T, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   const int64_t hd = cfg_.head_dim, G = H / Hkv, q_dim = H * hd, kv_dim = Hkv * hd;
-  const at::Tensor qkv = project(xn, w.wqkv, w.bqkv);  // [n, q_dim + 2 kv_dim]
-  const at::Tensor q = rope(qkv.narrow(1, 0, q_dim).reshape({n, H, hd}), s.cos, s.sin);
-  const at::Tensor k = rope(qkv.narrow(1, q_dim, kv_dim).reshape({n, Hkv, hd}), s.cos, s.sin);
-  const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, Hkv, hd});
+  const at::Tensor qkv = project(xn, w.wqkv, w.bqkv);  // [n, q_dim + 2 kv_dim], fp32 or bf16
+  // RoPE once over the query and key heads together ([n, H + Hkv, hd], fp32 out).
+  const at::Tensor qk = rope(qkv.narrow(1, 0, q_dim + kv_dim).view({n, H + Hkv, hd}), s.cos, s.sin);
+  const at::Tensor q = qk.narrow(1, 0, H), k = qk.narrow(1, H, Hkv);
+  const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, Hkv, hd}).to(at::kFloat);
   // cache[seq[i], :, slot[i], :] = k[i]: the (sequence, slot) pairs are distinct.
   cache.k(layer).index_put_({s.seq, Slice(), s.slot}, k);
   cache.v(layer).index_put_({s.seq, Slice(), s.slot}, v);
@@ -218,6 +261,142 @@ at::Tensor LlamaAtenModel::attention(const Layer& w, int64_t layer, const at::Te
   return project(out, w.wo);
 }
 
+ForwardResult LlamaAtenModel::run_layers(const at::Tensor& ids, const Step& s, KVCache& cache,
+                                         const ForwardOptions& opt) {
+  const int64_t B = s.B, T = s.T, ff = cfg_.d_ff;
+  at::Tensor x = at::embedding(tok_embd_, ids);  // [B*T, d], a fresh tensor: updated in place
+  ForwardResult res;
+  const auto shape = [&](const at::Tensor& t) { return t.view({B, T, t.size(1)}); };
+  size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);
+    if (run) {
+      if (!opt.layers.empty()) ++next_listed;
+      const Layer& w = layers_[l];
+      x.add_(attention(s, w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
+      const at::Tensor gu = project(rms_norm(x, w.ffn_norm, cfg_.norm_eps), w.w_gate_up).to(at::kFloat);  // [B*T, 2 d_ff]
+      x.add_(project(at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff)), w.w_down));
+    }
+    if (l == opt.hidden_layer) res.layer_hidden = shape(x.clone());
+  }
+  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
+  if (opt.final_hidden) res.hidden = shape(xn);
+  if (opt.logits) res.logits = shape(project(xn, output_).to(at::kFloat));  // [B, T, V] fp32
+  return res;
+}
+
+// A static step serves a forward whose fed tokens fit a bucket and the cache: chains and
+// whole trees (one tree for every sequence), any layer subset and outputs; not trees grown
+// over several forwards (tree_cached) nor per-sequence trees. Fed row t < T of sequence b
+// gets slot start_pos[b] + t as in the eager path; the bucket's padding rows (t >= T) write
+// their K/V to the slots after them, past the sequence's new length (so never read), and
+// attend only to themselves.
+StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, KVCache& cache,
+                                        const ForwardOptions& opt) {
+  if (!static_steps_ || opt.tree_cached != 0 || !opt.n_fed.empty()) return nullptr;
+  if (!opt.parents.empty() && static_cast<int64_t>(opt.parents.size()) != T) return nullptr;
+  const int64_t* bucket = std::lower_bound(std::begin(k_step_buckets), std::end(k_step_buckets), T);
+  if (bucket == std::end(k_step_buckets)) return nullptr;
+  const int64_t Tb = *bucket, S = cache.max_seq();
+  if (*std::max_element(start_pos.begin(), start_pos.end()) + Tb > S) return nullptr;
+  int64_t max_pos = S;
+  for (int64_t p : opt.positions) max_pos = std::max(max_pos, p + 1);
+  if (ensure_rope_table(max_pos)) steps_.clear();  // new tables: the captured steps read the old ones
+  std::vector<const void*> id;
+  for (int64_t l = 0; l < cache.n_layers(); ++l) {
+    id.push_back(cache.k(l).data_ptr());
+    id.push_back(cache.v(l).data_ptr());
+  }
+  for (auto& st : steps_)
+    if (st->cache_id == id && st->B == B && st->Tb == Tb && st->S == S && st->layers == opt.layers &&
+        st->hidden_layer == opt.hidden_layer && st->final_hidden == opt.final_hidden && st->logits == opt.logits)
+      return st.get();
+  // A cache that is gone cannot come back at the same addresses with another meaning: its
+  // steps go when too many pile up (pooled caches keep theirs).
+  if (steps_.size() >= 64) steps_.erase(steps_.begin());
+  auto st = std::make_unique<StaticStep>();
+  st->cache_id = std::move(id);
+  st->B = B;
+  st->Tb = Tb;
+  st->S = S;
+  st->layers = opt.layers;
+  st->hidden_layer = opt.hidden_layer;
+  st->final_hidden = opt.final_hidden;
+  st->logits = opt.logits;
+  st->graph = std::make_unique<StepGraph>(device_, 5 * B * Tb + Tb * Tb);
+  steps_.push_back(std::move(st));
+  return steps_.back().get();
+}
+
+ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& host_tokens,
+                                             const std::vector<int64_t>& start_pos, KVCache& cache,
+                                             const ForwardOptions& opt) {
+  const int64_t B = st.B, T = host_tokens.size(1), Tb = st.Tb, n = B * Tb, S = cache.max_seq();
+  // The inputs, built on the host and uploaded in one copy.
+  const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
+  const at::Tensor tok = host_tokens.to(at::kLong).contiguous();
+  const int64_t* ids = tok.data_ptr<int64_t>();
+  std::vector<int64_t> in(5 * n + Tb * Tb, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < Tb; ++t) {
+      const int64_t i = b * Tb + t;
+      in[i] = b;
+      in[n + i] = start_pos[b] + t;
+      in[2 * n + i] = t < T ? pos[b * T + t] : start_pos[b] + t;
+      in[3 * n + i] = start_pos[b];
+      in[4 * n + i] = t < T ? ids[b * T + t] : 0;
+    }
+  }
+  int64_t* anc = in.data() + 5 * n;  // [Tb, Tb]
+  if (opt.parents.empty()) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k <= t; ++k) anc[t * Tb + k] = 1;
+  } else {
+    std::vector<int64_t> a, begin;
+    tree_ancestors(opt.parents, a, begin);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = begin[t]; k < begin[t + 1]; ++k) anc[t * Tb + a[k]] = 1;
+  }
+  for (int64_t t = T; t < Tb; ++t) anc[t * Tb + t] = 1;
+  st.graph->upload(in);
+  // The step: device work on the input buffer only (it is what the graph captures).
+  const auto step = [&, this] {
+    const at::Tensor x = st.graph->inputs();
+    Step s;
+    s.B = B;
+    s.T = Tb;
+    s.S = S;
+    s.seq = x.narrow(0, 0, n);
+    s.slot = x.narrow(0, n, n);
+    const at::Tensor p = x.narrow(0, 2 * n, n), base = x.narrow(0, 3 * n, n), tokens = x.narrow(0, 4 * n, n);
+    const at::Tensor a = x.narrow(0, 5 * n, Tb * Tb).view({1, Tb, Tb}).to(at::kBool).expand({B, Tb, Tb});
+    const int64_t half = cfg_.head_dim / 2;
+    s.cos = cos_.index_select(0, p).view({n, 1, half});
+    s.sin = sin_.index_select(0, p).view({n, 1, half});
+    // Key slot j holds node j - base of the fed block: before it the prefix, which every row
+    // sees; inside it, a row sees its ancestors (a chain: every earlier row) and itself.
+    const at::Tensor node = at::arange(S, x.options()).view({1, 1, S}) - base.view({B, Tb, 1});  // [B, Tb, S]
+    const at::Tensor inside = (node >= 0) & (node < Tb);
+    const at::Tensor visible = (node < 0) | (at::gather(a, 2, node.clamp(0, Tb - 1)) & inside);
+    s.mask = at::zeros({B, Tb, S}, at::TensorOptions().dtype(at::kFloat).device(device_))
+                 .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
+                 .view({B, 1, 1, Tb, S});
+    st.out = run_layers(tokens, s, cache, opt);
+  };
+  std::string why;
+  if (!st.graph->run(step, &why)) {
+    // This call's outputs came from an eager run; later forwards take the eager path.
+    log::warn("llama aten engine: CUDA graph capture failed, running without graphs: ", why);
+    static_steps_ = false;
+    steps_.clear();
+  }
+  // The caller gets its own tensors: the step's are overwritten by the next replay.
+  const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(1, 0, T).clone() : t; };
+  ForwardResult res{rows(st.out.logits), rows(st.out.hidden), rows(st.out.layer_hidden)};
+  for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
+  return res;
+}
+
 ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                       KVCache& cache, const ForwardOptions& opt) {
   const std::string who = "llama aten forward";
@@ -231,36 +410,18 @@ ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vecto
       SD_CHECK(t->scalar_type() == at::kFloat && t->device() == device_ && t->is_contiguous(), who,
                ": the KV cache must be contiguous float32 on ", device_.str(), " (make_cache), got ",
                at::toString(t->scalar_type()), " on ", t->device().str());
-  const int64_t B = host_tokens.size(0), T = host_tokens.size(1), ff = cfg_.d_ff;
-  step_ = make_step(B, T, start_pos, opt);
-  const at::Tensor ids = tokens.to(device_, at::kLong).reshape({-1});
-  at::Tensor x = at::embedding(tok_embd_, ids);  // [B*T, d], a fresh tensor: updated in place
-  ForwardResult res;
-  const auto shape = [&](const at::Tensor& t) { return t.view({B, T, t.size(1)}); };
-  size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
-  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);
-    if (run) {
-      if (!opt.layers.empty()) ++next_listed;
-      const Layer& w = layers_[l];
-      x.add_(attention(w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
-      const at::Tensor gu = project(rms_norm(x, w.ffn_norm, cfg_.norm_eps), w.w_gate_up);  // [B*T, 2 d_ff]
-      x.add_(project(at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff)), w.w_down));
-    }
-    if (l == opt.hidden_layer) res.layer_hidden = shape(x.clone());
-  }
-  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
-  if (opt.final_hidden) res.hidden = shape(xn);
-  if (opt.logits) res.logits = shape(project(xn, output_));  // [B, T, V] fp32
+  const int64_t B = host_tokens.size(0), T = host_tokens.size(1);
+  if (StaticStep* st = static_step(B, T, start_pos, cache, opt)) return forward_static(*st, host_tokens, start_pos, cache, opt);
+  const Step s = make_step(B, T, start_pos, opt);
+  ForwardResult res = run_layers(tokens.to(device_, at::kLong).reshape({-1}), s, cache, opt);
   for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
-  step_ = Step();  // drop the per-forward tensors
   return res;
 }
 
 }  // namespace
 
 std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors tensors, at::ScalarType dtype,
-                                          at::Device device) {
+                                          at::Device device, bool static_steps) {
   const std::string who = "llama aten engine";
   SD_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, who, ": weight dtype ", at::toString(dtype),
            " is not supported (float32 or bfloat16)");
@@ -281,7 +442,7 @@ std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors t
   }
   check_llama(cfg, tensors);
   check_device(device, who);
-  return std::make_shared<LlamaAtenModel>(cfg, std::move(tensors), dtype, device);
+  return std::make_shared<LlamaAtenModel>(cfg, std::move(tensors), dtype, device, static_steps);
 }
 
 }  // namespace specdec::model

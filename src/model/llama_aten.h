@@ -28,7 +28,11 @@ namespace specdec::model {
 // (at::kFloat or at::kBFloat16), norms, embedding and KV cache in fp32, all on `device`.
 // Same checks as make_llama (check_llama). Tensors holding GGUF blocks (dtype native /
 // native_q8) are refused with a named error: only the packed CPU engine runs them.
+// static_steps (ModelSpec::graphs): forwards that fit a bucket of fed tokens run as fixed-shape
+// steps over the whole cache, captured as CUDA graphs on a GPU (step_graph.h); on the CPU the
+// same steps run uncaptured (the GPU path's twin). Attention then spans every cache slot
+// (masked), so a row's logits may differ from the eager path's in the last bits.
 std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors tensors,
-                                          at::ScalarType dtype, at::Device device);
+                                          at::ScalarType dtype, at::Device device, bool static_steps = false);
 
 }  // namespace specdec::model

@@ -293,11 +293,12 @@ std::shared_ptr<CausalLM> load_llama_gguf(const io::GgufFile& f, at::ScalarType 
   return make_llama(c, std::move(t), dtype);
 }
 
-std::shared_ptr<CausalLM> load_llama_gguf_aten(const io::GgufFile& f, at::ScalarType dtype, at::Device device) {
+std::shared_ptr<CausalLM> load_llama_gguf_aten(const io::GgufFile& f, at::ScalarType dtype, at::Device device,
+                                               bool static_steps) {
   check_device(device, "file " + f.path());  // before reading gigabytes
   ModelConfig c;
   LlamaTensors t = read_llama_gguf(f, GgufWeights::kDequantised, c);
-  return make_llama_aten(c, std::move(t), dtype, device);
+  return make_llama_aten(c, std::move(t), dtype, device, static_steps);
 }
 
 namespace {
@@ -442,11 +443,11 @@ std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir, at::ScalarTy
 }
 
 std::shared_ptr<CausalLM> load_llama_hf_dir_aten(const std::string& dir, at::ScalarType dtype,
-                                                 at::Device device) {
+                                                 at::Device device, bool static_steps) {
   check_device(device, "dir " + dir);
   ModelConfig c;
   LlamaTensors t = read_llama_hf_dir(dir, c);
-  return make_llama_aten(c, std::move(t), dtype, device);
+  return make_llama_aten(c, std::move(t), dtype, device, static_steps);
 }
 
 void check_device(const at::Device& device, const std::string& who) {
@@ -502,6 +503,13 @@ LoadedModel load(const ModelSpec& spec) {
   const at::Device device = parse_device(spec.device, who);
   const bool aten = parse_engine(spec.engine, device, who) == Engine::kAten;
   check_device(device, who);
+  SD_CHECK(spec.graphs == "auto" || spec.graphs == "on" || spec.graphs == "off", who, ": graphs '", spec.graphs,
+           "' is not valid (use auto, on or off)");
+  SD_CHECK(spec.graphs != "on" || aten, who, ": graphs on needs the ATen engine (engine aten, or a cuda device), got engine ",
+           spec.engine, " on ", spec.device);
+  // Static, graph-captured steps: on by default where they pay (CUDA); on the CPU they are the
+  // GPU path's twin, for tests and comparisons.
+  const bool static_steps = spec.graphs == "on" || (spec.graphs == "auto" && aten && device.is_cuda());
   LoadedModel out;
   out.spec = spec;
   const std::string& path = spec.path;
@@ -532,7 +540,7 @@ LoadedModel load(const ModelSpec& spec) {
     SD_CHECK(!aten || type != "gpt2", who, ": GPT-2 (", path, ") has no ATen engine", on,
              "; use engine packed on device cpu");
     out.model = type == "gpt2" ? load_gpt2_hf_dir(path, dtype)
-                : aten         ? load_llama_hf_dir_aten(path, dtype, device)
+                : aten         ? load_llama_hf_dir_aten(path, dtype, device, static_steps)
                                : load_llama_hf_dir(path, dtype);
     const std::string tok = path + "/tokenizer.json";
     SD_CHECK(fs::exists(tok), "model dir ", path, ": tokenizer.json is missing");
@@ -551,7 +559,7 @@ LoadedModel load(const ModelSpec& spec) {
     SD_CHECK(!aten || arch != "gpt2", who, ": GPT-2 (", path, ") has no ATen engine", on,
              "; use engine packed on device cpu");
     out.model = arch == "gpt2" ? load_gpt2_gguf(*f, dtype)
-                : aten         ? load_llama_gguf_aten(*f, dtype, device)
+                : aten         ? load_llama_gguf_aten(*f, dtype, device, static_steps)
                                : load_llama_gguf(*f, dtype, weights);
     out.tokenizer = tokenizer::Tokenizer::from_gguf(*f);
   }

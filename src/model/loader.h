@@ -36,11 +36,11 @@ std::shared_ptr<CausalLM> load_llama_hf_dir(const std::string& dir,
                                             at::ScalarType dtype = at::kFloat);
 
 // The same two, built as the ATen engine (llama_aten.h) with linear weights in dtype
-// (kFloat or kBFloat16) and everything on `device`.
+// (kFloat or kBFloat16) and everything on `device`; static_steps as make_llama_aten's.
 std::shared_ptr<CausalLM> load_llama_gguf_aten(const io::GgufFile& file, at::ScalarType dtype,
-                                               at::Device device);
+                                               at::Device device, bool static_steps = false);
 std::shared_ptr<CausalLM> load_llama_hf_dir_aten(const std::string& dir, at::ScalarType dtype,
-                                                 at::Device device);
+                                                 at::Device device, bool static_steps = false);
 
 // Throws "<who>: device cuda requested, but ..." unless `device` is usable here: the CPU, or
 // CUDA compiled into this LibTorch with a device of that index present.

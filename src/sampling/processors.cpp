@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_reads.h"
 #include "kernels/verify_math.h"
+#include "model/device.h"
 
 namespace specdec::sampling {
 namespace {
@@ -65,12 +67,6 @@ std::vector<TokenId> new_path_ids(const SeenIds& context, const Tokens& draft, c
 void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorConfig& cfg, const Tokens& context,
                               const Tokens& draft, const std::vector<int32_t>& parents) {
   if (cfg.repetition_penalty == 1.0) return;
-  if (!logits.device().is_cpu()) {  // one host pass over a copy (the penalty is a host loop)
-    at::Tensor host = logits.cpu();
-    apply_repetition_penalty(host, cfg, context, draft, parents);
-    logits.copy_(host);
-    return;
-  }
   const int64_t n_rows = logits.size(0), n_vocab = logits.size(1);
   SD_CHECK(static_cast<int64_t>(draft.size()) + 1 >= n_rows, "repetition penalty: ", n_rows,
            " rows need at least ", n_rows - 1, " draft tokens, got ", draft.size());
@@ -82,11 +78,28 @@ void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorCo
   SeenIds seen(n_vocab);
   for (TokenId id : context) seen.add(id);
   const float penalty = static_cast<float>(cfg.repetition_penalty);
-  float* data = logits.data_ptr<float>();
-  for (int64_t i = 0; i < n_rows; ++i) {
-    penalise(data + i * n_vocab, seen.ids, penalty);
-    if (i > 0) penalise(data + i * n_vocab, new_path_ids(seen, draft, parents, i - 1), penalty);
+  if (logits.device().is_cpu()) {
+    float* data = logits.data_ptr<float>();
+    for (int64_t i = 0; i < n_rows; ++i) {
+      penalise(data + i * n_vocab, seen.ids, penalty);
+      if (i > 0) penalise(data + i * n_vocab, new_path_ids(seen, draft, parents, i - 1), penalty);
+    }
+    return;
   }
+  // On a device: the same (row, id) entries, distinct, each scaled as penalise does (one
+  // multiply or divide in float32, so the result equals the host's bit for bit); the index
+  // lists go up, nothing comes back.
+  std::vector<int64_t> entries;  // row * V + id
+  for (int64_t i = 0; i < n_rows; ++i) {
+    for (TokenId id : seen.ids) entries.push_back(i * n_vocab + id);
+    if (i > 0)
+      for (TokenId id : new_path_ids(seen, draft, parents, i - 1)) entries.push_back(i * n_vocab + id);
+  }
+  if (entries.empty()) return;
+  const at::Tensor at_idx = at::tensor(entries, at::kLong).to(logits.device());
+  at::Tensor flat = logits.view({-1});
+  const at::Tensor v = flat.index_select(0, at_idx);
+  flat.index_copy_(0, at_idx, at::where(v < 0, v * penalty, v / penalty));
 }
 
 // HF TopKLogitsWarper: remove scores strictly below the k-th largest (ties survive).
@@ -145,7 +158,11 @@ at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, c
 
 at::Tensor argmax_rows(const at::Tensor& rows) {
   SD_CHECK(rows.dim() == 2, "argmax_rows: expected [N, V], got ", rows.dim(), " dims");
-  const at::Tensor x = rows.cpu().to(at::kFloat).contiguous();  // the scan runs on the host
+  SD_CHECK(rows.size(1) > 0, "argmax_rows: empty rows");
+  // On a device, on the device (at::argmax also gives the first of tied maxima); rows there
+  // are finite (check_finite_logits) or -inf where a processor removed a token.
+  if (!rows.is_cpu()) return at::argmax(rows.to(at::kFloat), 1);
+  const at::Tensor x = rows.to(at::kFloat).contiguous();  // the scan runs on the host
   const int64_t n_rows = x.size(0), n_vocab = x.size(1);
   SD_CHECK(n_vocab > 0, "argmax_rows: empty rows");
   at::Tensor out = at::empty({n_rows}, at::kLong);
@@ -156,7 +173,13 @@ at::Tensor argmax_rows(const at::Tensor& rows) {
 }
 
 TokenId greedy_token(const at::Tensor& logits_row_in, const ProcessorConfig& cfg, const Tokens& context) {
-  const at::Tensor logits_row = logits_row_in.cpu();  // the scan runs on the host
+  if (!logits_row_in.is_cpu()) {  // on the device; one read: the token
+    at::Tensor row = logits_row_in.to(at::kFloat).contiguous().clone().view({1, -1});
+    apply_repetition_penalty(row, cfg, context, {}, {});
+    return static_cast<TokenId>(model::on_host(argmax_rows(row)).item<int64_t>());
+  }
+  count_host_read();  // what a device pays for the token (core/host_reads.h)
+  const at::Tensor& logits_row = logits_row_in;  // the scan runs on the host
   SD_CHECK(logits_row.dim() == 1 && logits_row.scalar_type() == at::kFloat && logits_row.is_contiguous(),
            "greedy_token: expected a contiguous float [V] row");
   const int64_t n_vocab = logits_row.size(0);
@@ -180,7 +203,7 @@ TokenId sample_from(const float* probs, int64_t n_vocab, double u) {
 TokenId sample_from(const at::Tensor& probs, double u) {
   SD_CHECK(probs.dim() >= 1 && probs.numel() == probs.size(-1), "sample_from: expected one probability row, got ",
            probs.sizes());
-  const at::Tensor row = probs.cpu().to(at::kFloat).contiguous();
+  const at::Tensor row = model::on_host(probs).to(at::kFloat).contiguous();
   return sample_from(row.data_ptr<float>(), row.numel(), u);
 }
 

@@ -98,14 +98,39 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
 
 // One pass over the rows (a few microseconds per decode step at V = 49,152); only on failure
 // do we look for the first bad entry, to name it.
-void check_finite_logits(const at::Tensor& logits_in, const model::CausalLM& model, const TokenId* ids,
-                         int64_t start_pos) {
-  // On a GPU one reduction on the device answers; the rows come to the host only to name the entry.
-  if (!logits_in.is_cpu() && at::isfinite(logits_in).all().item<bool>()) return;
-  const at::Tensor logits = model::on_host(logits_in);
-  const int64_t n = logits.size(0), n_vocab = logits.size(1);
+namespace {
+// The first non-finite entry of logits [n, V] (host), named; none: returns.
+void name_non_finite(const at::Tensor& logits, const model::ModelConfig& cfg, const std::vector<TokenId>& ids,
+                     int64_t start_pos) {
+  const int64_t n = logits.size(0), n_vocab = logits.size(1), total = n * n_vocab;
   const float* p = logits.data_ptr<float>();
-  const int64_t total = n * n_vocab;
+  for (int64_t i = 0; i < total; ++i) {
+    if (std::isfinite(p[i])) continue;
+    const int64_t row = i / n_vocab;
+    fail(cfg.arch, " model (", cfg.n_layers, " layers, vocabulary ", n_vocab, ") produced non-finite logits: ", p[i],
+         " for vocabulary entry ", i % n_vocab, " at position ", start_pos + row, " (token index ", row,
+         " of this forward, token id ", row < static_cast<int64_t>(ids.size()) ? ids[row] : -1,
+         "); the weights or the model config (e.g. norm epsilon) are corrupt");
+  }
+}
+}  // namespace
+
+// One pass over the rows (a few microseconds per decode step at V = 49,152); only on failure
+// do we look for the first bad entry, to name it.
+void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model, const TokenId* ids,
+                         int64_t start_pos) {
+  const std::vector<TokenId> fed = ids ? std::vector<TokenId>(ids, ids + logits.size(0)) : std::vector<TokenId>();
+  if (!logits.is_cpu()) {
+    // On a device one reduction answers, and its flag rides with the loop's next read
+    // (model::check_later): no round trip of its own. The rows come to the host only to name
+    // the entry.
+    const model::ModelConfig cfg = model.config();
+    model::check_later(at::isfinite(logits).all().logical_not(),
+                       [logits, cfg, fed, start_pos] { name_non_finite(logits.cpu(), cfg, fed, start_pos); });
+    return;
+  }
+  const float* p = logits.data_ptr<float>();
+  const int64_t total = logits.numel();
   // inf and NaN are the floats whose exponent bits are all ones; OR-reducing that test over
   // the bit patterns is an integer reduction, which the compiler vectorises.
   uint32_t bad = 0;
@@ -114,15 +139,7 @@ void check_finite_logits(const at::Tensor& logits_in, const model::CausalLM& mod
     std::memcpy(&bits, p + i, sizeof bits);
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
-  if (!bad) return;
-  for (int64_t i = 0; i < total; ++i) {
-    if (std::isfinite(p[i])) continue;
-    const int64_t row = i / n_vocab;
-    fail(model.config().arch, " model (", model.config().n_layers, " layers, vocabulary ", n_vocab,
-         ") produced non-finite logits: ", p[i], " for vocabulary entry ", i % n_vocab, " at position ",
-         start_pos + row, " (token index ", row, " of this forward, token id ", ids ? ids[row] : -1,
-         "); the weights or the model config (e.g. norm epsilon) are corrupt");
-  }
+  if (bad) name_non_finite(logits, model.config(), fed, start_pos);
 }
 
 int64_t cache_capacity(const Request& req, int64_t slack) {
@@ -135,6 +152,7 @@ int64_t cache_capacity(const Request& req, int64_t slack) {
 }
 
 Result make_result(const StopTracker& tracker, Stats stats, const Stopwatch& clock) {
+  model::checks_after_read(/*synced=*/false);  // a forward no read followed: its check (model::check_later)
   Result r;
   r.tokens = tracker.tokens();
   r.text = tracker.text();

@@ -83,13 +83,15 @@ model::ForwardOptions tree_forward_options(const DraftProposal& d) {
   return opt;
 }
 
-// The k likeliest tokens of each row, best first. logits: [n, V]
-std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k) {
+at::Tensor top_token_ids(const at::Tensor& logits, int64_t k) {
   // k = 1 is the argmax: take the project's one (ties -> lowest id), which at::topk does not
   // promise.
-  const at::Tensor ids = model::on_host(k == 1 ? sampling::argmax_rows(logits).unsqueeze(1)
-                                               : std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1)))
-                             .contiguous();  // [n, k]
+  return model::to_host_async(k == 1 ? sampling::argmax_rows(logits).unsqueeze(1)
+                                     : std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1)));
+}
+
+std::vector<Tokens> token_rows(const at::Tensor& ids_in) {
+  const at::Tensor ids = ids_in.contiguous();  // [n, k]
   std::vector<Tokens> out(ids.size(0));
   const int64_t* p = ids.data_ptr<int64_t>();
   for (int64_t r = 0; r < ids.size(0); ++r) out[r].assign(p + r * ids.size(1), p + (r + 1) * ids.size(1));
@@ -169,9 +171,11 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const double ms_verify = phase.charge(&PhaseTimes::verify);
     // 3. verify, each row processed after the committed text + its own root-to-node path
     const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
+    const int64_t top = drafter->target_topk();  // the target's top tokens ride with the verdict
+    const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
     const Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
     phase.charge(&PhaseTimes::sample);
-    if (const int64_t top = drafter->target_topk(); top > 0) drafter->observe(fed, opt.parents, top_tokens(logits, top));
+    if (top > 0) drafter->observe(fed, opt.parents, token_rows(top_ids));
     phase.charge(&PhaseTimes::draft);
     // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
     for (TokenId t : v.emitted) {

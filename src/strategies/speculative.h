@@ -49,9 +49,12 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& 
 // The target's parents for a tree round's fed tokens [last committed, node 0, ...]
 // (ForwardOptions::parents: the root follows the cache, node i's parent moves up by one).
 model::ForwardOptions tree_forward_options(const DraftProposal& d);
-// The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id).
-// logits: [n, V]
-std::vector<Tokens> top_tokens(const at::Tensor& logits, int64_t k);
+// The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id), in two
+// halves so that they cost no read of their own: top_token_ids queues them for the host
+// (model::to_host_async) before the round's verdict is read; token_rows takes them after.
+// logits: [n, V] -> [n, k] int64 on the host, complete after the next read.
+at::Tensor top_token_ids(const at::Tensor& logits, int64_t k);
+std::vector<Tokens> token_rows(const at::Tensor& ids);
 // Longest root-to-leaf path of a proposal (a chain: its length).
 int64_t max_depth(const DraftProposal& d);
 // Counts one verification round into the statistics (per position = per depth for trees).

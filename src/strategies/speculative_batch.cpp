@@ -117,13 +117,15 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     const double ms_verify = phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
     // 3. verify: the chains in one kernel call, the trees in another (per verify mode), each
     //    row processed after the committed text + its own root-to-node path
-    std::vector<at::Tensor> p, rows;
+    std::vector<at::Tensor> p, rows, top_ids;  // top_ids: the target's top tokens, riding with the verdict
     std::vector<const DraftProposal*> ds;
     std::vector<Rng*> rngs;
     for (size_t i = 0; i < active.size(); ++i) {
       const SpecSequence& s = *active[i];
       rows.push_back(logits[slot_of[i]].narrow(0, static_cast<int64_t>(s.prefill.size()), s.d.size() + 1));
       p.push_back(sampling::probabilities(rows.back(), cfg.verify.proc, s.seq, s.d.tokens, s.d.parents));  // [k+1, V]
+      const int64_t top = s.drafter->target_topk();
+      top_ids.push_back(top > 0 ? top_token_ids(rows.back(), top) : at::Tensor());
       ds.push_back(&s.d);
       rngs.push_back(s.rng.get());
     }
@@ -135,7 +137,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       if (const int64_t top = s.drafter->target_topk(); top > 0) {
         const Tokens scored(fed[b].begin() + static_cast<int64_t>(s.prefill.size()), fed[b].end());
         s.drafter->observe(scored, s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents,
-                           top_tokens(rows[i], top));
+                           token_rows(top_ids[i]));
       }
       phase.charge(&PhaseTimes::draft);
       // 4. accept token by token; 5. roll back the sequence's cache slot and its drafter (a

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/host_reads.h"
 #include "kernels/backend.h"
 #include "model/device.h"
 #include "strategies/speculative.h"
@@ -77,6 +78,8 @@ void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const st
   args.n_accepted = n_accepted.data();
   args.out_tokens = emitted.data();
   backend.verify(args);
+  count_host_read();  // the verdict: the CUDA backend's one synchronising copy back
+  model::checks_after_read();  // the logits' finiteness flags came in before it
   for (int64_t r = 0; r < B; ++r) {
     Verdict& v = out[rows[r]];
     v.mode = mode;
@@ -113,6 +116,8 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
   args.path = path.data();
   args.out_tokens = emitted.data();
   backend.verify_tree(args);
+  count_host_read();  // the verdict: the CUDA backend's one synchronising copy back
+  model::checks_after_read();  // the logits' finiteness flags came in before it
   for (int64_t r = 0; r < B; ++r) {
     Verdict& v = out[rows[r]];
     v.mode = mode;

@@ -107,6 +107,17 @@ TEST_F(BadInputsSmolLM2, PromptBeyondContextIsAnError) {
   EXPECT_NE(m.all.find("max_new_tokens (100000) exceeds the model context of 8192"), std::string::npos) << m.all;
 }
 
+// --graphs (the ATen engine's static steps): a value it does not know, and static steps asked of
+// the packed CPU engine, are named errors, before anything is generated.
+TEST_F(BadInputsSmolLM2, GraphsValueAndEngineAreNamed) {
+  const Output o = run({"generate", "--model", "smollm2-135m", "--prompt", "hi", "--graphs", "maybe"});
+  EXPECT_EQ(o.code, 1) << o.all;
+  EXPECT_NE(o.all.find("graphs 'maybe' is not valid (use auto, on or off)"), std::string::npos) << o.all;
+  const Output p = run({"generate", "--model", "smollm2-135m", "--prompt", "hi", "--graphs", "on"});
+  EXPECT_EQ(p.code, 1) << p.all;
+  EXPECT_NE(p.all.find("graphs on needs the ATen engine"), std::string::npos) << p.all;
+}
+
 TEST_F(BadInputsSmolLM2, NonUtf8PromptGenerates) {
   write(sandbox() / "latin1.txt", std::string("Caf\xe9 cr\xe8me \xff\xfe na\xefve"));
   const Output o = run({"generate", "--model", "smollm2-135m", "--prompt-file", (sandbox() / "latin1.txt").string(),

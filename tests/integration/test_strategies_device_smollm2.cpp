@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/host_reads.h"
 #include "model/causal_lm.h"
 #include "model/layer_subset.h"
 #include "strategies/registry.h"
@@ -26,15 +27,20 @@ namespace {
 
 const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
 
+// device: "cpu", "cuda" (static steps captured as CUDA graphs: graphs auto), or "cpu_graphs"
+// (the same static steps on the CPU, uncaptured: the graph path's twin in CI).
 model::LoadedModel load(const std::string& device, const std::string& engine) {
   model::ModelSpec spec;
   spec.name = "smollm2-135m";
   spec.path = kModel;
   spec.threads = 2;
-  spec.device = device;
+  spec.device = device == "cpu_graphs" ? "cpu" : device;
   spec.engine = engine;
+  if (device == "cpu_graphs") spec.graphs = "on";
   return model::load(spec);
 }
+
+bool is_cuda(const std::string& param) { return param.rfind("cuda", 0) == 0; }
 
 Params params(std::map<std::string, std::string> p) {
   if (!p.count("temperature")) p["temperature"] = "0";
@@ -45,7 +51,7 @@ class OnDevice : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(kModel)) << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
-    if (GetParam() != "cpu" && !at::hasCUDA()) {
+    if (is_cuda(GetParam()) && !at::hasCUDA()) {
       // scripts/test.sh --gpu sets SPECDEC_REQUIRE_CUDA: there a missing CUDA is a failure.
       ASSERT_EQ(std::getenv("SPECDEC_REQUIRE_CUDA"), nullptr) << "no CUDA device or no CUDA LibTorch";
       GTEST_SKIP() << "no CUDA device / no CUDA LibTorch here";
@@ -69,7 +75,7 @@ const char* kPrompts[] = {
 
 TEST_P(OnDevice, GreedySpeculativeEqualsGreedyForChainsAndTrees) {
   const model::LoadedModel m = load(GetParam(), "aten");
-  ASSERT_EQ(m.model->device().is_cuda(), GetParam() != "cpu");
+  ASSERT_EQ(m.model->device().is_cuda(), is_cuda(GetParam()));
   // A draft that disagrees with the target often enough: SmolLM2 without 5 of its 30 layers.
   std::vector<int64_t> keep;
   for (int64_t l = 0; l < 30; ++l)
@@ -125,7 +131,7 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
     ASSERT_EQ(std::getenv("SPECDEC_REQUIRE_CUDA"), nullptr) << "no CUDA device or no CUDA LibTorch";
     GTEST_SKIP() << "mixed devices need CUDA";
   }
-  const std::string other = GetParam() == "cpu" ? "cuda" : "cpu";
+  const std::string other = is_cuda(GetParam()) ? "cpu" : "cuda";
   const model::LoadedModel m = load(GetParam(), "aten"), d = load(other, "aten");
   ASSERT_NE(m.model->device().type(), d.model->device().type());
   Request req = request(m, kPrompts[0], 24);
@@ -142,7 +148,39 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cuda"),
+// Every host read of device data goes through one counter (core/host_reads.h), on the CPU too,
+// so these bounds hold for the GPU whatever device runs them. Greedy: one read per step (the
+// token; the logits' finiteness flag rides with it, model::check_later). A speculative round
+// with a drafter that runs on the host, chains (ngram, suffix) or trees (recycling, which also
+// takes the target's top-k rows: they ride with the verdict, model::to_host_async): one read,
+// the verdict; acceptance, residual sampling, rollback and tree compaction stay on the device.
+// A draft model adds one per drafted token (its loop is on the host).
+TEST_P(OnDevice, HostReadsPerStepAndRound) {
+  const model::LoadedModel m = load(GetParam(), "aten");
+  const int64_t r0 = host_reads();
+  const Result g = create("greedy", params({}))->generate(request(m, kPrompts[1], 24), {});
+  const int64_t greedy_reads = host_reads() - r0;
+  EXPECT_EQ(greedy_reads, g.stats.n_target_forwards);
+  std::printf("host reads (%s): greedy %lld for %lld steps\n", GetParam().c_str(), static_cast<long long>(greedy_reads),
+              static_cast<long long>(g.stats.n_target_forwards));
+  // drafter -> reads per round allowed
+  for (const auto& [drafter, per_round] : std::vector<std::pair<std::string, int64_t>>{
+           {"ngram", 1}, {"suffix", 1}, {"recycling", 1}, {"model", 1 + 4}}) {
+    Request req = request(m, kPrompts[1], 24);
+    req.draft = m.model;
+    const int64_t r1 = host_reads();
+    const Result r = create("speculative", params({{"drafter", drafter}, {"gamma", "4"}}))->generate(req, {});
+    const int64_t reads = host_reads() - r1;
+    ASSERT_GT(r.stats.n_rounds, 0) << drafter;
+    EXPECT_EQ(r.tokens, g.tokens) << drafter;
+    EXPECT_LE(reads, per_round * r.stats.n_rounds) << drafter << ": " << reads << " reads in " << r.stats.n_rounds << " rounds";
+    std::printf("host reads (%s): speculative %s %lld for %lld rounds (%lld tree rounds)\n", GetParam().c_str(),
+                drafter.c_str(), static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds),
+                static_cast<long long>(r.stats.n_tree_rounds));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cpu_graphs", "cuda"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,0 +1,169 @@
+// The ATen engine's step costs on a device, with and without static (graph-captured) steps:
+// decode (1 fed token, then the arg-max read back: what a greedy step pays) and the verify
+// curve (k fed tokens of a chain after 512 tokens of context, k = 1..128; a speculative
+// round's target step). Random weights of a real model's shape, generated on the device, so
+// that the GPU machine needs no model file. Weights' bytes over the device's bandwidth give
+// the floor; `graphs=off` is the eager path in the same run.
+//
+//   build/bench/bench_model_steps --device=cuda --shapes=smollm2,qwen2.5-1.5b --dtype=bfloat16
+//       [--benchmark_out=steps.json --benchmark_out_format=json]
+//   build/bench/bench_model_steps --device=cpu --shapes=tiny       # the CPU twin, a smoke run
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+#include "model/llama_aten.h"
+#include "model/loader.h"
+
+namespace {
+
+using namespace specdec;
+
+struct Shape {
+  int64_t vocab, d, layers, heads, kv_heads, ff;
+  double rope_theta;
+};
+
+const std::map<std::string, Shape>& shapes() {
+  static const std::map<std::string, Shape> s = {
+      {"smollm2", {49152, 576, 30, 9, 3, 1536, 1e5}},           // SmolLM2-135M
+      {"qwen2.5-1.5b", {151936, 1536, 28, 12, 2, 8960, 1e6}},  // Qwen2.5(-Coder)-1.5B
+      {"tiny", {512, 64, 2, 4, 2, 128, 1e4}},                  // a smoke test anywhere
+  };
+  return s;
+}
+
+std::shared_ptr<model::CausalLM> random_model(const Shape& s, at::ScalarType dtype, at::Device device, bool graphs) {
+  model::ModelConfig c;
+  c.arch = "llama";
+  c.n_vocab = s.vocab;
+  c.n_ctx = 4096;
+  c.d_model = s.d;
+  c.n_layers = s.layers;
+  c.n_heads = s.heads;
+  c.n_kv_heads = s.kv_heads;
+  c.head_dim = s.d / s.heads;
+  c.d_ff = s.ff;
+  c.rope_theta = s.rope_theta;
+  c.norm_eps = 1e-6;
+  at::manual_seed(1);
+  const auto w = [&](int64_t rows, int64_t cols) {
+    return at::randn({rows, cols}, at::TensorOptions().device(device).dtype(dtype)).mul_(0.02);
+  };
+  const auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().device(device)); };
+  model::LlamaTensors t;
+  t.tok_embd = at::randn({s.vocab, s.d}, at::TensorOptions().device(device)).mul_(0.02);
+  const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    model::LlamaLayerTensors L;
+    L.attn_norm = ones(s.d);
+    L.ffn_norm = ones(s.d);
+    L.wq = w(q, s.d);
+    L.wk = w(kv, s.d);
+    L.wv = w(kv, s.d);
+    L.wo = w(s.d, q);
+    L.w_gate = w(s.ff, s.d);
+    L.w_up = w(s.ff, s.d);
+    L.w_down = w(s.d, s.ff);
+    t.layers.push_back(std::move(L));
+  }
+  t.out_norm = ones(s.d);  // tied head: the embedding
+  return model::make_llama_aten(c, std::move(t), dtype, device, graphs);
+}
+
+// One step as the decode loop takes it: the forward, the arg-max on the device, one read.
+int64_t step(model::CausalLM& m, model::KVCache& cache, const at::Tensor& tokens, int64_t start) {
+  const at::Tensor logits = m.forward(tokens, {start}, cache);  // [1, k, V]
+  return logits.select(1, logits.size(1) - 1).argmax(-1).item<int64_t>();
+}
+
+// Time per iteration = ms per token; GB_per_s = the weights' bytes read per second.
+void bench_decode(benchmark::State& state, model::CausalLM* m, int64_t prompt, int64_t n_new) {
+  model::KVCache cache = m->make_cache(1, prompt + n_new + 8);
+  const at::Tensor p = at::randint(m->config().n_vocab, {1, prompt}, at::kLong);
+  int64_t tok = step(*m, cache, p, 0);
+  int64_t pos = prompt, n = 0;
+  for (auto _ : state) {
+    // One token per iteration at positions prompt .. prompt + n_new - 1, then from the start.
+    if (pos == prompt + n_new) pos = prompt;
+    tok = step(*m, cache, at::full({1, 1}, tok, at::kLong), pos++);
+    ++n;
+  }
+  state.counters["GB_per_s"] = benchmark::Counter(double(m->weight_bytes()) * double(n) * 1e-9, benchmark::Counter::kIsRate);
+}
+
+void bench_verify(benchmark::State& state, model::CausalLM* m, int64_t context, int64_t k) {
+  model::KVCache cache = m->make_cache(1, context + 160);
+  const at::Tensor p = at::randint(m->config().n_vocab, {1, context}, at::kLong);
+  step(*m, cache, p, 0);
+  const at::Tensor fed = at::randint(m->config().n_vocab, {1, k}, at::kLong);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(step(*m, cache, fed, context));
+    cache.truncate(0, context);
+  }
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = std::min(s.find(',', a), s.size());
+    if (b > a) out.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", graphs_list = "on,off";
+  int64_t context = 512, n_new = 128;
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto val = [&](const char* key, std::string& out) {
+      const std::string k = std::string("--") + key + "=";
+      if (a.rfind(k, 0) != 0) return false;
+      out = a.substr(k.size());
+      return true;
+    };
+    std::string num;
+    if (val("device", device) || val("shapes", shape_list) || val("dtype", dtype_name) || val("graphs", graphs_list)) continue;
+    if (val("context", num)) { context = std::stoll(num); continue; }
+    if (val("new_tokens", num)) { n_new = std::stoll(num); continue; }
+    rest.push_back(argv[i]);
+  }
+  int n_rest = static_cast<int>(rest.size());
+  benchmark::Initialize(&n_rest, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n_rest, rest.data())) return 1;
+  const at::Device dev(device);
+  const at::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
+  std::vector<std::shared_ptr<model::CausalLM>> keep;  // alive until the benchmarks have run
+  for (const std::string& name : split(shape_list)) {
+    const auto it = shapes().find(name);
+    if (it == shapes().end()) {
+      std::fprintf(stderr, "bench_model_steps: unknown shape '%s' (smollm2, qwen2.5-1.5b, tiny)\n", name.c_str());
+      return 2;
+    }
+    for (const std::string& g : split(graphs_list)) {
+      keep.push_back(random_model(it->second, dtype, dev, g == "on"));
+      model::CausalLM* m = keep.back().get();
+      const std::string tag = name + "/" + dtype_name + "/graphs:" + g;
+      benchmark::RegisterBenchmark(("decode/" + tag).c_str(), bench_decode, m, int64_t{16}, n_new)
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+      for (int64_t k : {1, 2, 4, 8, 16, 32, 64, 128})
+        benchmark::RegisterBenchmark(("verify/" + tag + "/ctx:" + std::to_string(context) + "/k:" + std::to_string(k)).c_str(),
+                                     bench_verify, m, context, k)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
