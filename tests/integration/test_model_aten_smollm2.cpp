@@ -41,7 +41,9 @@ int64_t argmax_last(const at::Tensor& logits) {  // [1, T, V] -> argmax of the l
   return logits[0][logits.size(1) - 1].argmax().item<int64_t>();
 }
 
-class SmolLM2Aten : public ::testing::Test {
+// Each test runs twice: the eager path (graphs off) and the static steps (graphs on: on the CPU
+// uncaptured, the steps a GPU captures as CUDA graphs).
+class SmolLM2Aten : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     if (!std::filesystem::exists(kModel)) return;
@@ -55,46 +57,50 @@ class SmolLM2Aten : public ::testing::Test {
     spec.threads = 2;
     LoadedModel m = load(spec);
     aten_ = m.model;
+    spec.graphs = "on";
+    aten_graphs_ = load(spec).model;
     tokenizer_ok_ = m.tokenizer != nullptr;
   }
   static void TearDownTestSuite() {
     packed_.reset();
     aten_.reset();
+    aten_graphs_.reset();
   }
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(kModel)) << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
-    ASSERT_TRUE(packed_ && aten_);
+    ASSERT_TRUE(packed_ && aten_ && aten_graphs_);
   }
+  static std::shared_ptr<CausalLM> aten_of(const std::string& graphs) { return graphs == "on" ? aten_graphs_ : aten_; }
   static KVCache prefilled(CausalLM& m, const std::vector<int64_t>& prompt, int64_t capacity) {
     KVCache cache = m.make_cache(1, capacity);
     m.forward(ids_tensor(prompt), {0}, cache);
     return cache;
   }
-  static inline std::shared_ptr<CausalLM> packed_, aten_;
+  static inline std::shared_ptr<CausalLM> packed_, aten_, aten_graphs_;
   static inline bool tokenizer_ok_ = false;
 };
 
-TEST_F(SmolLM2Aten, LoadsOnTheCpuWithItsTokenizer) {
+TEST_P(SmolLM2Aten, LoadsOnTheCpuWithItsTokenizer) {
   EXPECT_TRUE(tokenizer_ok_);
-  EXPECT_EQ(aten_->device(), at::Device(at::kCPU));
-  EXPECT_EQ(aten_->config().n_layers, packed_->config().n_layers);
-  EXPECT_EQ(aten_->weight_bytes(), packed_->weight_bytes());  // fp32 [out, in] either way
-  KVCache c = aten_->make_cache(1, 8);
-  EXPECT_EQ(c.k(0).device(), aten_->device());
+  EXPECT_EQ(aten_of(GetParam())->device(), at::Device(at::kCPU));
+  EXPECT_EQ(aten_of(GetParam())->config().n_layers, packed_->config().n_layers);
+  EXPECT_EQ(aten_of(GetParam())->weight_bytes(), packed_->weight_bytes());  // fp32 [out, in] either way
+  KVCache c = aten_of(GetParam())->make_cache(1, 8);
+  EXPECT_EQ(c.k(0).device(), aten_of(GetParam())->device());
   EXPECT_EQ(c.k(0).scalar_type(), at::kFloat);
 }
 
 // Prefill, four decode steps, a 5-row verification, then a rollback by two and another
 // verification over the rolled-back slots: logits of both engines within kTol.
-TEST_F(SmolLM2Aten, PrefillDecodeAndVerifyMatchThePackedEngine) {
+TEST_P(SmolLM2Aten, PrefillDecodeAndVerifyMatchThePackedEngine) {
   const int64_t P = static_cast<int64_t>(kPrompt.size());
-  KVCache cp = packed_->make_cache(1, 64), ca = aten_->make_cache(1, 64);
+  KVCache cp = packed_->make_cache(1, 64), ca = aten_of(GetParam())->make_cache(1, 64);
   float worst = 0;
   auto both = [&](const std::vector<int64_t>& tokens, int64_t start) {
     const at::Tensor a = packed_->forward(ids_tensor(tokens), {start}, cp);
-    const at::Tensor b = aten_->forward(ids_tensor(tokens), {start}, ca);
+    const at::Tensor b = aten_of(GetParam())->forward(ids_tensor(tokens), {start}, ca);
     EXPECT_EQ(b.scalar_type(), at::kFloat);
-    EXPECT_EQ(b.device(), aten_->device());
+    EXPECT_EQ(b.device(), aten_of(GetParam())->device());
     EXPECT_EQ(ca.length(0), start + static_cast<int64_t>(tokens.size()));
     EXPECT_EQ(cp.lengths(), ca.lengths());
     worst = std::max(worst, max_diff(a, b));
@@ -110,7 +116,7 @@ TEST_F(SmolLM2Aten, PrefillDecodeAndVerifyMatchThePackedEngine) {
 }
 
 // Greedy decoding with each engine on its own: the same 32 tokens.
-TEST_F(SmolLM2Aten, Greedy32TokensEqualThePackedEngine) {
+TEST_P(SmolLM2Aten, Greedy32TokensEqualThePackedEngine) {
   auto greedy = [&](CausalLM& m) {
     KVCache cache = m.make_cache(1, 64);
     std::vector<int64_t> out;
@@ -121,14 +127,43 @@ TEST_F(SmolLM2Aten, Greedy32TokensEqualThePackedEngine) {
     }
     return out;
   };
-  EXPECT_EQ(greedy(*aten_), greedy(*packed_));
+  EXPECT_EQ(greedy(*aten_of(GetParam())), greedy(*packed_));
+}
+
+// Fed-token counts between the static steps' buckets (10 -> 12, 13 -> 16): the padding rows
+// must neither be seen by the real rows nor disturb the cache they leave behind. Logits of a
+// chain, then of a tree, against the packed engine, then a decode step after both.
+TEST_P(SmolLM2Aten, ChainsAndTreesBetweenBucketsMatchThePackedEngine) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size()), V = packed_->config().n_vocab;
+  std::mt19937 gen(11);
+  const auto random_ids = [&](int64_t n) {
+    std::vector<int64_t> ids(n);
+    for (auto& t : ids) t = std::uniform_int_distribution<int64_t>(0, V - 1)(gen);
+    return ids;
+  };
+  CausalLM& aten = *aten_of(GetParam());
+  KVCache ca = prefilled(aten, kPrompt, P + 40), cp = prefilled(*packed_, kPrompt, P + 40);
+  const std::vector<int64_t> chain = random_ids(10);
+  float worst = max_diff(aten.forward(ids_tensor(chain), {P}, ca), packed_->forward(ids_tensor(chain), {P}, cp));
+  ForwardOptions opt;
+  for (int32_t t = 0; t < 13; ++t) opt.parents.push_back(std::uniform_int_distribution<int32_t>(-1, t - 1)(gen));
+  const std::vector<int64_t> tree = random_ids(13);
+  worst = std::max(worst, max_diff(aten.forward(ids_tensor(tree), {P + 10}, ca, opt).logits,
+                                   packed_->forward(ids_tensor(tree), {P + 10}, cp, opt).logits));
+  // Keep the tree's first node only, then one more token: its row sees the prompt, the chain
+  // and that node, not the padding slots the bucket wrote.
+  ca.truncate(0, P + 11);
+  cp.truncate(0, P + 11);
+  worst = std::max(worst, max_diff(aten.forward(ids_tensor({42}), {P + 11}, ca), packed_->forward(ids_tensor({42}), {P + 11}, cp)));
+  EXPECT_LT(worst, kTol);
+  std::printf("between buckets (%s): max |aten - packed| = %.3g (threshold %.3g)\n", GetParam().c_str(), worst, kTol);
 }
 
 // A random token tree: each node's row equals its root-to-node path fed as a chain through
 // the same engine (within kTol, and the same argmax); the tree's rows also match the packed
 // engine's tree forward. Then the same tree grown over two forwards (tree_cached).
-TEST_F(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
-  const int64_t P = static_cast<int64_t>(kPrompt.size()), V = aten_->config().n_vocab, n = 12;
+TEST_P(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size()), V = aten_of(GetParam())->config().n_vocab, n = 12;
   std::mt19937 gen(5);
   std::vector<int32_t> parents(n);
   for (int64_t t = 0; t < n; ++t) parents[t] = std::uniform_int_distribution<int32_t>(-1, int32_t(t) - 1)(gen);
@@ -136,8 +171,8 @@ TEST_F(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
   for (auto& t : tokens) t = std::uniform_int_distribution<int64_t>(0, V - 1)(gen);
   ForwardOptions opt;
   opt.parents = parents;
-  KVCache ca = prefilled(*aten_, kPrompt, P + n), cp = prefilled(*packed_, kPrompt, P + n);
-  const at::Tensor tree = aten_->forward(ids_tensor(tokens), {P}, ca, opt).logits[0];  // [n, V]
+  KVCache ca = prefilled(*aten_of(GetParam()), kPrompt, P + n), cp = prefilled(*packed_, kPrompt, P + n);
+  const at::Tensor tree = aten_of(GetParam())->forward(ids_tensor(tokens), {P}, ca, opt).logits[0];  // [n, V]
   EXPECT_EQ(ca.length(0), P + n);
   float worst_chain = 0, worst_packed = max_diff(tree, packed_->forward(ids_tensor(tokens), {P}, cp, opt).logits[0]);
   int64_t max_depth = 0;
@@ -145,8 +180,8 @@ TEST_F(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
     std::vector<int64_t> path;
     for (int64_t a = node; a >= 0; a = parents[a]) path.insert(path.begin(), tokens[a]);
     max_depth = std::max<int64_t>(max_depth, static_cast<int64_t>(path.size()));
-    KVCache chain_cache = prefilled(*aten_, kPrompt, P + n);
-    const at::Tensor chain = aten_->forward(ids_tensor(path), {P}, chain_cache)[0];
+    KVCache chain_cache = prefilled(*aten_of(GetParam()), kPrompt, P + n);
+    const at::Tensor chain = aten_of(GetParam())->forward(ids_tensor(path), {P}, chain_cache)[0];
     const at::Tensor row = chain[static_cast<int64_t>(path.size()) - 1];
     worst_chain = std::max(worst_chain, max_diff(tree[node], row));
     EXPECT_EQ(tree[node].argmax().item<int64_t>(), row.argmax().item<int64_t>()) << "node " << node;
@@ -155,14 +190,14 @@ TEST_F(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
   EXPECT_LT(worst_chain, kTol);
   EXPECT_LT(worst_packed, kTol);
   // Grown in two forwards: nodes 0..5, then 6..11 with tree_cached = 6.
-  KVCache grown = prefilled(*aten_, kPrompt, P + n);
+  KVCache grown = prefilled(*aten_of(GetParam()), kPrompt, P + n);
   ForwardOptions first, second;
   first.parents.assign(parents.begin(), parents.begin() + 6);
   second.parents = parents;
   second.tree_cached = 6;
-  const at::Tensor a = aten_->forward(ids_tensor({tokens.begin(), tokens.begin() + 6}), {P}, grown, first).logits[0];
+  const at::Tensor a = aten_of(GetParam())->forward(ids_tensor({tokens.begin(), tokens.begin() + 6}), {P}, grown, first).logits[0];
   const at::Tensor b =
-      aten_->forward(ids_tensor({tokens.begin() + 6, tokens.end()}), {P + 6}, grown, second).logits[0];
+      aten_of(GetParam())->forward(ids_tensor({tokens.begin() + 6, tokens.end()}), {P + 6}, grown, second).logits[0];
   const float worst_grown = max_diff(at::cat({a, b}), tree);
   EXPECT_LT(worst_grown, kTol);
   std::printf("tree of %lld nodes (depth %lld): max |tree - chain| = %.3g, |aten - packed| = %.3g, "
@@ -174,15 +209,15 @@ TEST_F(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
 // A layer subset with hidden outputs: logits, the final normed hidden state and the residual
 // stream after a layer all match the packed engine (hidden states relative to their size:
 // the residual stream of this model reaches values in the hundreds).
-TEST_F(SmolLM2Aten, LayerSubsetAndHiddenOutputsMatchThePackedEngine) {
-  const int64_t P = static_cast<int64_t>(kPrompt.size()), L = aten_->config().n_layers;
+TEST_P(SmolLM2Aten, LayerSubsetAndHiddenOutputsMatchThePackedEngine) {
+  const int64_t P = static_cast<int64_t>(kPrompt.size()), L = aten_of(GetParam())->config().n_layers;
   ForwardOptions opt;
   for (int64_t l = 0; l < L; l += 3) opt.layers.push_back(l);
   opt.final_hidden = true;
   opt.hidden_layer = L / 2;
-  KVCache ca = prefilled(*aten_, kPrompt, P + 4), cp = prefilled(*packed_, kPrompt, P + 4);
+  KVCache ca = prefilled(*aten_of(GetParam()), kPrompt, P + 4), cp = prefilled(*packed_, kPrompt, P + 4);
   const std::vector<int64_t> tokens = {198, 262, 446};
-  const ForwardResult a = aten_->forward(ids_tensor(tokens), {P}, ca, opt);
+  const ForwardResult a = aten_of(GetParam())->forward(ids_tensor(tokens), {P}, ca, opt);
   const ForwardResult b = packed_->forward(ids_tensor(tokens), {P}, cp, opt);
   ASSERT_TRUE(a.logits.defined() && a.hidden.defined() && a.layer_hidden.defined());
   const float logits = max_diff(a.logits, b.logits);
@@ -192,35 +227,35 @@ TEST_F(SmolLM2Aten, LayerSubsetAndHiddenOutputsMatchThePackedEngine) {
   EXPECT_LT(hidden, 1e-5f);
   EXPECT_LT(layer, 1e-5f);
   // The skipped layers matter (the subset is not the full model).
-  KVCache full = prefilled(*aten_, kPrompt, P + 4);
-  EXPECT_GT(max_diff(aten_->forward(ids_tensor(tokens), {P}, full), a.logits), 1.0f);
+  KVCache full = prefilled(*aten_of(GetParam()), kPrompt, P + 4);
+  EXPECT_GT(max_diff(aten_of(GetParam())->forward(ids_tensor(tokens), {P}, full), a.logits), 1.0f);
   // Hidden states only: no logits.
   opt.logits = false;
-  EXPECT_FALSE(aten_->forward(ids_tensor(tokens), {P}, ca, opt).logits.defined());
+  EXPECT_FALSE(aten_of(GetParam())->forward(ids_tensor(tokens), {P}, ca, opt).logits.defined());
   std::printf("layer subset: max |aten - packed| logits %.3g, hidden %.3g (relative), layer %lld %.3g "
               "(relative)\n", logits, hidden, static_cast<long long>(L / 2), layer);
 }
 
 // Two sequences of different lengths in one batch (start positions 12 and 7 while decoding)
 // give the rows each gives alone.
-TEST_F(SmolLM2Aten, RaggedBatchEqualsSequencesAlone) {
+TEST_P(SmolLM2Aten, RaggedBatchEqualsSequencesAlone) {
   const int64_t P0 = static_cast<int64_t>(kPrompt.size()), P1 = static_cast<int64_t>(kPrompt2.size());
   const std::vector<int64_t> tail0(kPrompt.begin() + P1, kPrompt.end());  // 5 tokens
   const std::vector<int64_t> fed0 = {198, 262, 446}, fed1 = {90, 2730, 28};
-  KVCache batch = aten_->make_cache(2, 32);
+  KVCache batch = aten_of(GetParam())->make_cache(2, 32);
   // Both prompts' first 7 tokens, then the first prompt's last 5 while the second rewrites its
   // own last 5 (the same tokens at the same slots), then three tokens each at 12 and 7.
-  aten_->forward(at::cat({ids_tensor({kPrompt.begin(), kPrompt.begin() + P1}), ids_tensor(kPrompt2)}), {0, 0},
+  aten_of(GetParam())->forward(at::cat({ids_tensor({kPrompt.begin(), kPrompt.begin() + P1}), ids_tensor(kPrompt2)}), {0, 0},
                  batch);
   const at::Tensor r1 =
-      aten_->forward(at::cat({ids_tensor(tail0), ids_tensor({kPrompt2.begin() + 2, kPrompt2.end()})}), {P1, 2}, batch);
+      aten_of(GetParam())->forward(at::cat({ids_tensor(tail0), ids_tensor({kPrompt2.begin() + 2, kPrompt2.end()})}), {P1, 2}, batch);
   ASSERT_EQ(batch.lengths(), (std::vector<int64_t>{P0, P1}));
-  const at::Tensor r2 = aten_->forward(at::cat({ids_tensor(fed0), ids_tensor(fed1)}), {P0, P1}, batch);
+  const at::Tensor r2 = aten_of(GetParam())->forward(at::cat({ids_tensor(fed0), ids_tensor(fed1)}), {P0, P1}, batch);
   ASSERT_EQ(batch.lengths(), (std::vector<int64_t>{P0 + 3, P1 + 3}));
-  KVCache c0 = aten_->make_cache(1, 32), c1 = aten_->make_cache(1, 32);
-  const at::Tensor s0 = aten_->forward(ids_tensor(kPrompt), {0}, c0)[0];  // [12, V]
-  const at::Tensor s1 = aten_->forward(ids_tensor(kPrompt2), {0}, c1)[0];  // [7, V]
-  const at::Tensor d0 = aten_->forward(ids_tensor(fed0), {P0}, c0)[0], d1 = aten_->forward(ids_tensor(fed1), {P1}, c1)[0];
+  KVCache c0 = aten_of(GetParam())->make_cache(1, 32), c1 = aten_of(GetParam())->make_cache(1, 32);
+  const at::Tensor s0 = aten_of(GetParam())->forward(ids_tensor(kPrompt), {0}, c0)[0];  // [12, V]
+  const at::Tensor s1 = aten_of(GetParam())->forward(ids_tensor(kPrompt2), {0}, c1)[0];  // [7, V]
+  const at::Tensor d0 = aten_of(GetParam())->forward(ids_tensor(fed0), {P0}, c0)[0], d1 = aten_of(GetParam())->forward(ids_tensor(fed1), {P1}, c1)[0];
   const float worst = std::max({max_diff(r1[0], s0.narrow(0, P1, P0 - P1)), max_diff(r1[1], s1.narrow(0, 2, P1 - 2)),
                                 max_diff(r2[0], d0), max_diff(r2[1], d1)});
   EXPECT_LT(worst, kTol);
@@ -230,21 +265,25 @@ TEST_F(SmolLM2Aten, RaggedBatchEqualsSequencesAlone) {
 }
 
 // bf16 linear weights on the same file: close to fp32 and the same next token.
-TEST_F(SmolLM2Aten, Bf16WeightsStayCloseToFloat32) {
+TEST_P(SmolLM2Aten, Bf16WeightsStayCloseToFloat32) {
   ModelSpec spec;
   spec.name = "smollm2-bf16";
   spec.path = kModel;
   spec.engine = "aten";
   spec.dtype = "bfloat16";
   spec.threads = 2;
+  spec.graphs = GetParam();
   const auto bf16 = load(spec).model;
-  KVCache c1 = aten_->make_cache(1, 16), c2 = bf16->make_cache(1, 16);
-  const at::Tensor a = aten_->forward(ids_tensor(kPrompt), {0}, c1), b = bf16->forward(ids_tensor(kPrompt), {0}, c2);
+  KVCache c1 = aten_of(GetParam())->make_cache(1, 16), c2 = bf16->make_cache(1, 16);
+  const at::Tensor a = aten_of(GetParam())->forward(ids_tensor(kPrompt), {0}, c1), b = bf16->forward(ids_tensor(kPrompt), {0}, c2);
   EXPECT_EQ(argmax_last(a), argmax_last(b));
   const float d = max_diff(a, b);
   EXPECT_LT(d, 2.0f);  // bf16: ~0.4% per weight and activation, over 30 layers
   std::printf("bf16 vs fp32 (aten): max |diff| = %.3g, bf16 weight bytes %lld vs %lld\n", d,
-              static_cast<long long>(bf16->weight_bytes()), static_cast<long long>(aten_->weight_bytes()));
+              static_cast<long long>(bf16->weight_bytes()), static_cast<long long>(aten_of(GetParam())->weight_bytes()));
 }
+
+INSTANTIATE_TEST_SUITE_P(Graphs, SmolLM2Aten, ::testing::Values("off", "on"),
+                         [](const auto& info) { return "graphs_" + std::string(info.param); });
 
 }  // namespace
