@@ -13,7 +13,9 @@
 #      test_model_aten_smollm2 bench_model_steps (those that exist);
 #   5. runs the CUDA and device tests with SPECDEC_REQUIRE_CUDA=1 (gtest XML);
 #   6. build-gpu/bench/bench_model_steps: decode and verify-curve step costs of the SmolLM2 and
-#      Qwen2.5-1.5B shapes (random bf16 weights), static steps on and off -> $OUT/steps.json;
+#      Qwen2.5-1.5B shapes (random bf16 weights), static steps on and off, and
+#      bench_strategies_loop: the speculative loop with synthetic acceptance against Leviathan's
+#      prediction from the measured step costs -> $OUT/steps.json;
 #   7. scripts/peer/hf_gpu_decode.py, the Hugging Face reference (eager and static cache +
 #      torch.compile, same shapes) -> $OUT/hf.json;
 #   8. `specdec generate` on cuda vs cpu: tokens of greedy, speculative (ngram, layer_skip, tree)
@@ -64,7 +66,8 @@ LOGS=$(mktemp -d /tmp/specdec_gpu_logs.XXXXXX)
 mkdir -p "$LOGS/xml"
 MODEL=models/smollm2-135m-instruct.gguf
 TARGETS_FIRST=(test_kernels_cuda)
-TARGETS_REST=(specdec test_model_aten test_strategies_device_smollm2 test_model_aten_smollm2 bench_model_steps)
+TARGETS_REST=(specdec test_model_aten test_strategies_device_smollm2 test_model_aten_smollm2 bench_model_steps
+              bench_strategies_loop)
 
 declare -A RESULT NOTE
 ORDER=()
@@ -346,6 +349,21 @@ if want bench; then
     run "bench_model_steps" 240 "$BUILD/bench/bench_model_steps" --device="$DEVICE" --shapes="${BENCH_SHAPES:-smollm2,qwen2.5-1.5b}" \
         --dtype=bfloat16 --benchmark_out="$OUT/steps.json" --benchmark_out_format=json
   else record "bench_model_steps" "NOT BUILT" "(no $BUILD/bench/bench_model_steps)"; fi
+  if [ -x "$BUILD/bench/bench_strategies_loop" ]; then
+    # The speculative loop with synthetic acceptance against Leviathan's prediction from the step
+    # costs measured in the same process; its rows join steps.json (8 files come back at most).
+    run "bench_strategies_loop" 150 "$BUILD/bench/bench_strategies_loop" --device="$DEVICE" \
+        --shapes="${BENCH_SHAPES:-smollm2,qwen2.5-1.5b}" --dtype=bfloat16 \
+        --benchmark_out="$LOGS/loop.json" --benchmark_out_format=json
+    "$PYBIN" - "$OUT/steps.json" "$LOGS/loop.json" <<'EOF'
+import json, os, sys
+steps, loop = sys.argv[1:3]
+if os.path.exists(loop):
+    d = json.load(open(steps)) if os.path.exists(steps) else {"benchmarks": []}
+    d["benchmarks"] += json.load(open(loop)).get("benchmarks", [])
+    json.dump(d, open(steps, "w"), indent=1)
+EOF
+  else record "bench_strategies_loop" "NOT BUILT" "(no $BUILD/bench/bench_strategies_loop)"; fi
 fi
 
 # ================================================================= 7. Hugging Face reference

@@ -16,65 +16,15 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
-#include "model/llama_aten.h"
-#include "model/loader.h"
+#include "experiments/micro/random_shapes.h"
 
 namespace {
 
 using namespace specdec;
-
-struct Shape {
-  int64_t vocab, d, layers, heads, kv_heads, ff;
-  double rope_theta;
-};
-
-const std::map<std::string, Shape>& shapes() {
-  static const std::map<std::string, Shape> s = {
-      {"smollm2", {49152, 576, 30, 9, 3, 1536, 1e5}},           // SmolLM2-135M
-      {"qwen2.5-1.5b", {151936, 1536, 28, 12, 2, 8960, 1e6}},  // Qwen2.5(-Coder)-1.5B
-      {"tiny", {512, 64, 2, 4, 2, 128, 1e4}},                  // a smoke test anywhere
-  };
-  return s;
-}
-
-std::shared_ptr<model::CausalLM> random_model(const Shape& s, at::ScalarType dtype, at::Device device, bool graphs) {
-  model::ModelConfig c;
-  c.arch = "llama";
-  c.n_vocab = s.vocab;
-  c.n_ctx = 4096;
-  c.d_model = s.d;
-  c.n_layers = s.layers;
-  c.n_heads = s.heads;
-  c.n_kv_heads = s.kv_heads;
-  c.head_dim = s.d / s.heads;
-  c.d_ff = s.ff;
-  c.rope_theta = s.rope_theta;
-  c.norm_eps = 1e-6;
-  at::manual_seed(1);
-  const auto w = [&](int64_t rows, int64_t cols) {
-    return at::randn({rows, cols}, at::TensorOptions().device(device).dtype(dtype)).mul_(0.02);
-  };
-  const auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().device(device)); };
-  model::LlamaTensors t;
-  t.tok_embd = at::randn({s.vocab, s.d}, at::TensorOptions().device(device)).mul_(0.02);
-  const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-  for (int64_t l = 0; l < s.layers; ++l) {
-    model::LlamaLayerTensors L;
-    L.attn_norm = ones(s.d);
-    L.ffn_norm = ones(s.d);
-    L.wq = w(q, s.d);
-    L.wk = w(kv, s.d);
-    L.wv = w(kv, s.d);
-    L.wo = w(s.d, q);
-    L.w_gate = w(s.ff, s.d);
-    L.w_up = w(s.ff, s.d);
-    L.w_down = w(s.d, s.ff);
-    t.layers.push_back(std::move(L));
-  }
-  t.out_norm = ones(s.d);  // tied head: the embedding
-  return model::make_llama_aten(c, std::move(t), dtype, device, graphs);
-}
+using bench::random_model;
+using bench::shape_names;
+using bench::shapes;
+using bench::split;
 
 // One step as the decode loop takes it: the forward, the arg-max on the device, one read.
 int64_t step(model::CausalLM& m, model::KVCache& cache, const at::Tensor& tokens, int64_t start) {
@@ -108,17 +58,6 @@ void bench_verify(benchmark::State& state, model::CausalLM* m, int64_t context, 
   }
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    const size_t b = std::min(s.find(',', a), s.size());
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,7 +87,7 @@ int main(int argc, char** argv) {
   for (const std::string& name : split(shape_list)) {
     const auto it = shapes().find(name);
     if (it == shapes().end()) {
-      std::fprintf(stderr, "bench_model_steps: unknown shape '%s' (smollm2, qwen2.5-1.5b, tiny)\n", name.c_str());
+      std::fprintf(stderr, "bench_model_steps: unknown shape '%s' (%s)\n", name.c_str(), shape_names().c_str());
       return 2;
     }
     for (const std::string& g : split(graphs_list)) {

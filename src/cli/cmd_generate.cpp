@@ -149,6 +149,9 @@ int run_generate(const GenerateOptions& o) {
   if (o.json) std::cout << harness::generation_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_stats_line(r, o.strategy);
   if (o.stats && !o.json) print_phase_table(r.stats);
+  if (r.stats.synthetic_acceptance >= 0)
+    std::cerr << "synthetic_acceptance=" << r.stats.synthetic_acceptance
+              << ": benchmarking the loop; drafts were accepted at random, the tokens are NOT the target's\n";
   if (!o.trace.empty()) {
     const std::string json_path = harness::write_trace(o.trace, trace_json(o, params, resolved, text, req, r));
     std::cerr << "trace: wrote " << o.trace << " and " << json_path << " (" << req.trace->n_rounds() << " rounds)\n";

@@ -22,6 +22,7 @@ namespace {
 struct SpecConfig {
   int64_t gamma = 4, gamma_max = 8;
   std::string adaptive = "off";
+  double synthetic = -1;  // synthetic_acceptance; < 0: off (verification decides)
   VerifySetup verify;  // processors, verify=block, the drafter's name
 };
 
@@ -46,6 +47,11 @@ class Speculative : public Strategy {
              ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
     SD_CHECK(cfg_.adaptive == "off" || cfg_.adaptive == "hf" || cfg_.adaptive == "cost",
              "speculative: adaptive_gamma must be off, hf or cost, got '", cfg_.adaptive, "'");
+    if (const std::string syn = p.get_string("synthetic_acceptance"); syn != "off") {
+      cfg_.synthetic = p.get_float("synthetic_acceptance");
+      SD_CHECK(cfg_.synthetic >= 0.0 && cfg_.synthetic <= 1.0,
+               "speculative: synthetic_acceptance must be off or a probability in [0, 1], got '", syn, "'");
+    }
     // verify=block with a drafter that never proposes chains with q, known before any model is
     // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
     // whether a draft model is given.
@@ -61,6 +67,7 @@ class Speculative : public Strategy {
   // Chains and trees, through speculative_decode_batch (speculative_batch.cpp).
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
+    SD_CHECK(cfg_.synthetic < 0, "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
     VerifySetup verify = cfg_.verify;
     verify.drafter = resolve_drafter_name(params_, !requests.empty() && requests[0].draft != nullptr);
     const SpecBatchSetup setup{verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
@@ -105,6 +112,26 @@ int64_t max_depth(const DraftProposal& d) {
   return deepest;
 }
 
+Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, double alpha, Rng& rng) {
+  Verdict v;
+  int32_t node = -1;  // the last accepted node (-1: the root, the last committed token)
+  for (bool accepted = true; accepted;) {
+    accepted = false;
+    for (int32_t c = node + 1; c < d.size(); ++c) {  // a node's children come after it
+      if ((d.parents.empty() ? c - 1 : d.parents[c]) != node) continue;
+      if (rng.uniform() < alpha) {
+        v.path.push_back(c);
+        v.emitted.push_back(d.tokens[c]);
+        node = c;
+        accepted = true;
+        break;
+      }
+    }
+  }
+  v.emitted.push_back(best.at(node + 1).at(0));
+  return v;
+}
+
 // Counts one verification round into the statistics (per position = per depth for trees).
 void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
   ++st.n_target_forwards;
@@ -133,6 +160,8 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     return make_result(tracker, st, clock);
   }
   Rng rng(req.seed);
+  Rng synthetic_rng(req.seed ^ 0x5f3759dfull);  // its own stream: rng's draws stay as without it
+  st.synthetic_acceptance = cfg_.synthetic;
   const std::shared_ptr<kernels::Backend> backend = req.backend ? req.backend : model::backend_of(req.target->device());
   const int64_t capacity = cache_capacity(req, std::max(cfg_.gamma_max, k_max_draft_nodes) + 1);
   VerifySetup verify = cfg_.verify;
@@ -173,7 +202,9 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
     const int64_t top = drafter->target_topk();  // the target's top tokens ride with the verdict
     const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
-    const Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
+    const at::Tensor best = cfg_.synthetic >= 0 ? top_token_ids(p, 1) : at::Tensor();  // likewise
+    Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
+    if (cfg_.synthetic >= 0) v = synthetic_verdict(d, token_rows(best), cfg_.synthetic, synthetic_rng);
     phase.charge(&PhaseTimes::sample);
     if (top > 0) drafter->observe(fed, opt.parents, token_rows(top_ids));
     phase.charge(&PhaseTimes::draft);
@@ -240,6 +271,10 @@ StrategyInfo speculative_info() {
        "reproducible, with temperature > 0 the tokens for a seed depend on timings)"},
       {"verify", "string", "tokenwise",
        "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
+      {"synthetic_acceptance", "string", "off",
+       "off | a probability: BENCHMARKING THE LOOP ONLY, each draft node is accepted with it instead of "
+       "verified (chains position by position, trees child by child); the tokens are NOT the target's, "
+       "and every output carries synthetic_acceptance"},
   };
   for (const auto& p : drafter_params()) {
     for (const auto& own : info.params)

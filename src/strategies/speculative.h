@@ -23,6 +23,13 @@ struct Verdict {
   int64_t n_accepted() const { return static_cast<int64_t>(path.size()); }
 };
 
+// Benchmarking the loop (speculative's synthetic_acceptance; never the default): a verdict that
+// accepts each draft node with probability alpha, a chain position by position and a tree's
+// children in order (the first accepted one is taken: Sequoia's positional model), instead of
+// verifying. The bonus token is best[node + 1][0], the target's likeliest token after the last
+// accepted node (best: top_token_ids(p, 1) as rows). Its tokens are NOT the target's.
+Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, double alpha, Rng& rng);
+
 // What verification takes from the speculative strategy's resolved configuration.
 struct VerifySetup {
   sampling::ProcessorConfig proc;
