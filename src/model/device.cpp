@@ -1,12 +1,11 @@
 // Device names and the bridge to kernels::Backend (device.h).
 #include "model/device.h"
 
-#include "core/host_reads.h"
-
 #include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
+#include "core/host_reads.h"
 
 namespace specdec::model {
 

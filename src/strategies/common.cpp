@@ -96,10 +96,9 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
   return rows;
 }
 
-// One pass over the rows (a few microseconds per decode step at V = 49,152); only on failure
-// do we look for the first bad entry, to name it.
 namespace {
-// The first non-finite entry of logits [n, V] (host), named; none: returns.
+// Fails naming the first non-finite entry of logits [n, V] (host); none: returns. ids: the fed
+// tokens (n of them), or empty.
 void name_non_finite(const at::Tensor& logits, const model::ModelConfig& cfg, const std::vector<TokenId>& ids,
                      int64_t start_pos) {
   const int64_t n = logits.size(0), n_vocab = logits.size(1), total = n * n_vocab;
@@ -119,14 +118,14 @@ void name_non_finite(const at::Tensor& logits, const model::ModelConfig& cfg, co
 // do we look for the first bad entry, to name it.
 void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model, const TokenId* ids,
                          int64_t start_pos) {
-  const std::vector<TokenId> fed = ids ? std::vector<TokenId>(ids, ids + logits.size(0)) : std::vector<TokenId>();
+  const auto fed = [&] { return ids ? std::vector<TokenId>(ids, ids + logits.size(0)) : std::vector<TokenId>(); };
   if (!logits.is_cpu()) {
     // On a device one reduction answers, and its flag rides with the loop's next read
     // (model::check_later): no round trip of its own. The rows come to the host only to name
     // the entry.
     const model::ModelConfig cfg = model.config();
     model::check_later(at::isfinite(logits).all().logical_not(),
-                       [logits, cfg, fed, start_pos] { name_non_finite(logits.cpu(), cfg, fed, start_pos); });
+                       [logits, cfg, ids = fed(), start_pos] { name_non_finite(logits.cpu(), cfg, ids, start_pos); });
     return;
   }
   const float* p = logits.data_ptr<float>();
@@ -139,7 +138,7 @@ void check_finite_logits(const at::Tensor& logits, const model::CausalLM& model,
     std::memcpy(&bits, p + i, sizeof bits);
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
-  if (bad) name_non_finite(logits, model.config(), fed, start_pos);
+  if (bad) name_non_finite(logits, model.config(), fed(), start_pos);
 }
 
 int64_t cache_capacity(const Request& req, int64_t slack) {
