@@ -61,26 +61,12 @@ void bench_verify(benchmark::State& state, model::CausalLM* m, int64_t context, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", graphs_list = "on,off";
-  int64_t context = 512, n_new = 128;
-  std::vector<char*> rest = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto val = [&](const char* key, std::string& out) {
-      const std::string k = std::string("--") + key + "=";
-      if (a.rfind(k, 0) != 0) return false;
-      out = a.substr(k.size());
-      return true;
-    };
-    std::string num;
-    if (val("device", device) || val("shapes", shape_list) || val("dtype", dtype_name) || val("graphs", graphs_list)) continue;
-    if (val("context", num)) { context = std::stoll(num); continue; }
-    if (val("new_tokens", num)) { n_new = std::stoll(num); continue; }
-    rest.push_back(argv[i]);
-  }
-  int n_rest = static_cast<int>(rest.size());
-  benchmark::Initialize(&n_rest, rest.data());
-  if (benchmark::ReportUnrecognizedArguments(n_rest, rest.data())) return 1;
+  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", graphs_list = "on,off", context_s = "512",
+              new_s = "128";
+  if (!bench::parse_flags(argc, argv, {{"device", &device}, {"shapes", &shape_list}, {"dtype", &dtype_name},
+                                       {"graphs", &graphs_list}, {"context", &context_s}, {"new_tokens", &new_s}}))
+    return 1;
+  const int64_t context = std::stoll(context_s), n_new = std::stoll(new_s);
   const at::Device dev(device);
   const at::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
   std::vector<std::shared_ptr<model::CausalLM>> keep;  // alive until the benchmarks have run

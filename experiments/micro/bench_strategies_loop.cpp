@@ -104,25 +104,11 @@ void bench_loop(benchmark::State& state, const Loop* loop, double alpha) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", alphas = "0.6,0.8,0.9";
-  int64_t gamma = 4;
-  std::vector<char*> rest = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto val = [&](const char* key, std::string& out) {
-      const std::string k = std::string("--") + key + "=";
-      if (a.rfind(k, 0) != 0) return false;
-      out = a.substr(k.size());
-      return true;
-    };
-    std::string num;
-    if (val("device", device) || val("shapes", shape_list) || val("dtype", dtype_name) || val("alphas", alphas)) continue;
-    if (val("gamma", num)) { gamma = std::stoll(num); continue; }
-    rest.push_back(argv[i]);
-  }
-  int n_rest = static_cast<int>(rest.size());
-  benchmark::Initialize(&n_rest, rest.data());
-  if (benchmark::ReportUnrecognizedArguments(n_rest, rest.data())) return 1;
+  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", alphas = "0.6,0.8,0.9", gamma_s = "4";
+  if (!bench::parse_flags(argc, argv, {{"device", &device}, {"shapes", &shape_list}, {"dtype", &dtype_name},
+                                       {"alphas", &alphas}, {"gamma", &gamma_s}}))
+    return 1;
+  const int64_t gamma = std::stoll(gamma_s);
   const at::Device dev(device);
   const at::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
   std::vector<std::unique_ptr<Loop>> keep;

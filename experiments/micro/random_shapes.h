@@ -1,7 +1,8 @@
 #pragma once
 // Benchmark support: the ATen engine with random weights of a real model's shape, generated on
-// the device (no model file needed on a GPU machine), and a comma-list splitter for flags.
+// the device (no model file needed on a GPU machine), and the flags of the benchmarks using it.
 #include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
 
 #include <map>
 #include <memory>
@@ -69,6 +70,28 @@ inline std::string shape_names() {
   std::string out;
   for (const auto& [name, shape] : shapes()) out += (out.empty() ? "" : ", ") + name;
   return out;
+}
+
+// Takes this program's own --key=value flags (keys: where each value goes) out of argv, then
+// hands the rest to Google Benchmark. Returns false when Google Benchmark finds one it does not
+// know (it has said which).
+inline bool parse_flags(int argc, char** argv, const std::map<std::string, std::string*>& keys) {
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    bool mine = false;
+    for (const auto& [key, out] : keys) {
+      const std::string k = "--" + key + "=";
+      if (a.rfind(k, 0) == 0) {
+        *out = a.substr(k.size());
+        mine = true;
+      }
+    }
+    if (!mine) rest.push_back(argv[i]);
+  }
+  int n_rest = static_cast<int>(rest.size());
+  benchmark::Initialize(&n_rest, rest.data());
+  return !benchmark::ReportUnrecognizedArguments(n_rest, rest.data());
 }
 
 inline std::vector<std::string> split(const std::string& s) {
