@@ -384,16 +384,18 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
     st.out = run_layers(tokens, s, cache, opt);
   };
   std::string why;
-  if (!st.graph->run(step, &why)) {
-    // This call's outputs came from an eager run; later forwards take the eager path.
-    log::warn("llama aten engine: CUDA graph capture failed, running without graphs: ", why);
-    static_steps_ = false;
-    steps_.clear();
-  }
+  const bool captured_or_cpu = st.graph->run(step, &why);
   // The caller gets its own tensors: the step's are overwritten by the next replay.
   const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(1, 0, T).clone() : t; };
   ForwardResult res{rows(st.out.logits), rows(st.out.hidden), rows(st.out.layer_hidden)};
   for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
+  if (!captured_or_cpu) {
+    // This call's outputs came from an eager run; later forwards take the eager path. (`st`
+    // goes with steps_: nothing of it is used after this.)
+    log::warn("llama aten engine: CUDA graph capture failed, running without graphs: ", why);
+    static_steps_ = false;
+    steps_.clear();
+  }
   return res;
 }
 
