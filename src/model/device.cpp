@@ -60,9 +60,7 @@ void check_later(const at::Tensor& bad, std::function<void()> on_bad) {
     if (bad.item<bool>()) on_bad();
     return;
   }
-  at::Tensor host = at::empty({}, at::TensorOptions().dtype(at::kBool).pinned_memory(true));
-  host.copy_(bad, /*non_blocking=*/true);
-  t_pending.push_back({bad, host, std::move(on_bad)});
+  t_pending.push_back({bad, to_host_async(bad), std::move(on_bad)});
 }
 
 void checks_after_read(bool synced) {
