@@ -110,10 +110,8 @@ class LlamaAtenModel final : public CausalLM {
   KVCache make_cache(int64_t batch, int64_t max_seq) const override {
     if (!static_steps_) return KVCache(cfg_.n_layers, batch, cfg_.n_kv_heads, max_seq, cfg_.head_dim, at::kFloat, device_);
     const int64_t cap = (max_seq + 255) / 256 * 256;
-    for (const KVCache& c : cache_pool_) {
-      KVCache& pooled = const_cast<KVCache&>(c);  // read-only here: use_count of its tensors
-      if (c.batch() == batch && c.max_seq() == cap && pooled.k(0).use_count() == 1) return c;  // lengths 0
-    }
+    for (KVCache& c : cache_pool_)  // cache_pool_ is mutable: a pool, not the model's state
+      if (c.batch() == batch && c.max_seq() == cap && c.k(0).use_count() == 1) return c;  // lengths 0
     cache_pool_.emplace_back(cfg_.n_layers, batch, cfg_.n_kv_heads, cap, cfg_.head_dim, at::kFloat, device_);
     return cache_pool_.back();
   }
