@@ -18,5 +18,6 @@ int cmd_validate(const Args& args);    // cmd_validate.cpp
 int cmd_compare(const Args& args);     // cmd_compare.cpp
 int cmd_merge(const Args& args);       // cmd_merge.cpp
 int cmd_trace(const Args& args);       // cmd_trace.cpp
+int cmd_train_drafter(const Args& args);  // cmd_train_drafter.cpp
 
 }  // namespace specdec::cli

@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"validate", "check an experiment YAML without running it and print the plan", specdec::cli::cmd_validate},
     {"generate", "generate text from a model with a strategy, streaming tokens", specdec::cli::cmd_generate},
     {"trace", "write an interactive HTML view of one generation (drafts, p and q, phases)", specdec::cli::cmd_trace},
+    {"train-drafter", "train an EAGLE or Medusa head on the target's own outputs (drafters eagle, medusa)",
+     specdec::cli::cmd_train_drafter},
     {"tokenize", "print the token ids of a text", specdec::cli::cmd_tokenize},
     {"strategies", "list the registered decoding strategies and their parameters", specdec::cli::cmd_strategies},
     {"models", "list the models of configs/models.yaml and whether their files are present", specdec::cli::cmd_models},

@@ -65,6 +65,7 @@ void install_stop_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 bool stop_requested() { return g_stop.load(); }
+void clear_stop_request() { g_stop.store(false); }
 
 namespace {
 

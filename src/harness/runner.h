@@ -41,5 +41,8 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt);
 // atomically), only the report of the unfinished part is not rewritten.
 void install_stop_handlers();
 bool stop_requested();
+// Forgets a stop request, so that a process that runs several experiments (the Python
+// bindings' specdec.run) can start the next one after an interrupted one.
+void clear_stop_request();
 
 }  // namespace specdec::harness

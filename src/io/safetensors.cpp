@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -238,6 +239,38 @@ void SafetensorsModel::read_f32(const std::string& name, float* out) const {
   if (it == where_.end()) fail("safetensors ", dir_, ": no tensor named '", name, "'");
   const SafetensorsFile& shard = *shards_[it->second];
   shard.read_f32(*shard.find(name), out);
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsF32>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    uint64_t n = 1;
+    for (int64_t s : t.shape) n *= static_cast<uint64_t>(s);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * n}}};
+    offset += 4 * n;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    SD_CHECK(out.good(), "safetensors: cannot write '", tmp, "'");
+    const uint64_t len = text.size();  // little-endian on every platform specdec builds for
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& t : tensors) {
+      uint64_t n = 1;
+      for (int64_t s : t.shape) n *= static_cast<uint64_t>(s);
+      out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(4 * n));
+    }
+    out.flush();
+    SD_CHECK(out.good(), "safetensors: writing '", tmp, "' failed (disk full?)");
+  }
+  SD_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "safetensors: cannot rename '", tmp, "' to '", path, "': ",
+           std::strerror(errno));
 }
 
 }  // namespace specdec::io

@@ -61,4 +61,17 @@ class SafetensorsModel {
   std::map<std::string, size_t> where_;  // tensor name -> shard index
 };
 
+// One float32 tensor to write: `shape` in PyTorch order, data[product(shape)] row-major.
+struct SafetensorsF32 {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+};
+// Writes the tensors (as F32) and string metadata as one safetensors file that
+// SafetensorsFile reads back (and Hugging Face's safetensors loads). Atomic: the file is
+// written beside `path` and renamed over it, so a run killed meanwhile leaves the old file.
+// Throws specdec::Error naming the file when it cannot be written.
+void write_safetensors(const std::string& path, const std::vector<SafetensorsF32>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace specdec::io

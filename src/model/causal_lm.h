@@ -118,6 +118,15 @@ class CausalLM {
   // Takes ragged batches (ForwardOptions::n_fed), which batched generation needs
   // (strategies/batch.h). Only the packed Llama engine does; the others refuse n_fed.
   virtual bool ragged_batches() const { return false; }
+
+  // The target's own tables, which trained drafters (EAGLE, Medusa: model/draft_heads.h) reuse
+  // frozen. embed: input embedding rows of ids [n] int64 -> [n, d] float32. head_rows: rows of
+  // the output head -> [n, d] float32 (logits = hidden . rows^T). output_head: the head applied
+  // to final normed hidden states [n, d] -> [n, V] float32, with the weights the forward uses.
+  // Engines without them (GPT-2, layer subsets) throw naming the engine.
+  virtual at::Tensor embed(const at::Tensor& ids) const;
+  virtual at::Tensor head_rows(const at::Tensor& ids) const;
+  virtual at::Tensor output_head(const at::Tensor& hidden) const;
 };
 
 // How to load a model. `path` is a .gguf file, a Hugging Face directory (config.json +

@@ -264,6 +264,17 @@ class LlamaModel final : public CausalLM {
   }
   bool ragged_batches() const override { return true; }
 
+  at::Tensor embed(const at::Tensor& ids_in) const override {
+    const at::Tensor ids = ids_in.to(at::kLong).reshape({-1});
+    return tok_embd_.defined()    ? at::embedding(tok_embd_, ids)
+           : embd_rows_.defined() ? embd_rows_.rows(ids)
+                                  : output_.rows(ids);
+  }
+  at::Tensor head_rows(const at::Tensor& ids) const override { return output_.rows(ids.to(at::kLong).reshape({-1})); }
+  at::Tensor output_head(const at::Tensor& hidden) const override {
+    return output_(hidden.to(at::kFloat).contiguous());
+  }
+
   using CausalLM::forward;
   ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                         KVCache& cache, const ForwardOptions& options) override;
@@ -430,10 +441,7 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
     for (int64_t b = 0; b < s.B; ++b) cache.set_length(b, start_pos[b]);
     return res;
   }
-  at::Tensor x =  // [N, d]
-      tok_embd_.defined()    ? at::embedding(tok_embd_, ids)
-      : embd_rows_.defined() ? embd_rows_.rows(ids)
-                             : output_.rows(ids);
+  at::Tensor x = embed(ids);  // [N, d]
   size_t next_listed = 0;  // opt.layers is ascending: walk it alongside l
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const bool run = opt.layers.empty() || (next_listed < opt.layers.size() && opt.layers[next_listed] == l);

@@ -15,12 +15,17 @@
 
 namespace specdec::model {
 
-namespace {
-
-// x: [N, d] fp32 -> [N, d]. HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then * w.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+at::Tensor rms_norm_aten(const at::Tensor& x, const at::Tensor& w, double eps) {
   return x * at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps) * w;
 }
+
+at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+namespace {
 
 // y = x W^T (+ b): x [N, in] fp32 -> [N, out]. bf16 weights take x rounded to bf16 and give
 // bf16 results: exact in fp32, so every consumer either promotes them in its own kernel (an
@@ -32,12 +37,6 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
   return b.defined() ? y.to(at::kFloat).add_(b) : y;
 }
 
-// HF rotate_half on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
-at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
-}
 
 struct Layer {
   at::Tensor attn_norm, ffn_norm;  // [d] fp32
@@ -131,6 +130,16 @@ class LlamaAtenModel final : public CausalLM {
     const bool tied = output_.defined() && tok_embd_.defined() && output_.data_ptr() == tok_embd_.data_ptr();
     const int64_t table = tied ? 0 : tok_embd_.numel() * static_cast<int64_t>(tok_embd_.element_size());
     return weight_bytes() - cfg_.d_model * 4 + table;
+  }
+
+  at::Tensor embed(const at::Tensor& ids) const override {
+    return at::embedding(tok_embd_, ids.to(at::kLong).reshape({-1}).to(device_));
+  }
+  at::Tensor head_rows(const at::Tensor& ids) const override {
+    return output_.index_select(0, ids.to(at::kLong).reshape({-1}).to(device_)).to(at::kFloat);
+  }
+  at::Tensor output_head(const at::Tensor& hidden) const override {
+    return project(hidden.to(device_), output_).to(at::kFloat);
   }
 
   using CausalLM::forward;
@@ -237,7 +246,7 @@ at::Tensor LlamaAtenModel::attention(const Step& s, const Layer& w, int64_t laye
   const int64_t hd = cfg_.head_dim, G = H / Hkv, q_dim = H * hd, kv_dim = Hkv * hd;
   const at::Tensor qkv = project(xn, w.wqkv, w.bqkv);  // [n, q_dim + 2 kv_dim], fp32 or bf16
   // RoPE once over the query and key heads together ([n, H + Hkv, hd], fp32 out).
-  const at::Tensor qk = rope(qkv.narrow(1, 0, q_dim + kv_dim).view({n, H + Hkv, hd}), s.cos, s.sin);
+  const at::Tensor qk = rope_rotate_half(qkv.narrow(1, 0, q_dim + kv_dim).view({n, H + Hkv, hd}), s.cos, s.sin);
   const at::Tensor q = qk.narrow(1, 0, H), k = qk.narrow(1, H, Hkv);
   const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, Hkv, hd}).to(at::kFloat);
   // cache[seq[i], :, slot[i], :] = k[i]: the (sequence, slot) pairs are distinct.
@@ -271,13 +280,13 @@ ForwardResult LlamaAtenModel::run_layers(const at::Tensor& ids, const Step& s, K
     if (run) {
       if (!opt.layers.empty()) ++next_listed;
       const Layer& w = layers_[l];
-      x.add_(attention(s, w, l, rms_norm(x, w.attn_norm, cfg_.norm_eps), cache));
-      const at::Tensor gu = project(rms_norm(x, w.ffn_norm, cfg_.norm_eps), w.w_gate_up).to(at::kFloat);  // [B*T, 2 d_ff]
+      x.add_(attention(s, w, l, rms_norm_aten(x, w.attn_norm, cfg_.norm_eps), cache));
+      const at::Tensor gu = project(rms_norm_aten(x, w.ffn_norm, cfg_.norm_eps), w.w_gate_up).to(at::kFloat);  // [B*T, 2 d_ff]
       x.add_(project(at::silu(gu.narrow(1, 0, ff)).mul_(gu.narrow(1, ff, ff)), w.w_down));
     }
     if (l == opt.hidden_layer) res.layer_hidden = shape(x.clone());
   }
-  const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
+  const at::Tensor xn = rms_norm_aten(x, out_norm_, cfg_.norm_eps);  // [B*T, d]
   if (opt.final_hidden) res.hidden = shape(xn);
   if (opt.logits) res.logits = shape(project(xn, output_).to(at::kFloat));  // [B, T, V] fp32
   return res;

@@ -32,6 +32,12 @@ namespace specdec::model {
 // steps over the whole cache, captured as CUDA graphs on a GPU (step_graph.h); on the CPU the
 // same steps run uncaptured (the GPU path's twin). Attention then spans every cache slot
 // (masked), so a row's logits may differ from the eager path's in the last bits.
+// The engine's ATen primitives, autograd-friendly (no in-place ops), which the trained draft
+// heads (draft_heads.h) share. x: [N, d] -> [N, d]: HF LlamaRMSNorm, x * rsqrt(mean(x^2) + eps) * w.
+at::Tensor rms_norm_aten(const at::Tensor& x, const at::Tensor& w, double eps);
+// HF rotate_half RoPE on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
+at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors tensors,
                                           at::ScalarType dtype, at::Device device, bool static_steps = false);
 

@@ -487,6 +487,19 @@ struct LoadThreads {
 };
 }  // namespace
 
+at::Tensor CausalLM::embed(const at::Tensor&) const {
+  fail(config().arch, " model: this engine does not expose its embedding table (trained drafters need the "
+       "Llama-family engines)");
+}
+at::Tensor CausalLM::head_rows(const at::Tensor&) const {
+  fail(config().arch, " model: this engine does not expose its output head (trained drafters need the "
+       "Llama-family engines)");
+}
+at::Tensor CausalLM::output_head(const at::Tensor&) const {
+  fail(config().arch, " model: this engine does not expose its output head (trained drafters need the "
+       "Llama-family engines)");
+}
+
 LoadedModel load(const ModelSpec& spec) {
   set_threads(spec.threads, spec.threads_oversubscribe);
   const LoadThreads load_threads(parallel::num_threads());

@@ -32,6 +32,9 @@ class PrefixReuse : public CausalLM {
   int64_t weight_bytes() const override { return inner_->weight_bytes(); }
   int64_t resident_weight_bytes() const override { return inner_->resident_weight_bytes(); }
   bool ragged_batches() const override { return inner_->ragged_batches(); }
+  at::Tensor embed(const at::Tensor& ids) const override { return inner_->embed(ids); }
+  at::Tensor head_rows(const at::Tensor& ids) const override { return inner_->head_rows(ids); }
+  at::Tensor output_head(const at::Tensor& hidden) const override { return inner_->output_head(hidden); }
 
   // Fed tokens served from the stored prefill so far (the forwards it saved, in tokens).
   int64_t reused_tokens() const { return reused_tokens_; }

@@ -87,13 +87,22 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
 
 at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
                           int64_t start_pos, const model::ForwardOptions& options) {
+  return forward_rows(model, cache, ids, n, start_pos, options).logits;
+}
+
+model::ForwardResult forward_rows(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
+                                  int64_t start_pos, const model::ForwardOptions& options) {
   at::Tensor tokens = at::empty({1, n}, at::kLong);
   int64_t* t = tokens.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) t[i] = ids[i];
-  at::Tensor logits = model.forward(tokens, {start_pos}, cache, options).logits;  // [1, n, V]
-  at::Tensor rows = logits.select(0, 0).to(at::kFloat).contiguous();  // [n, V]
-  check_finite_logits(rows, model, ids, start_pos);
-  return rows;
+  model::ForwardResult res = model.forward(tokens, {start_pos}, cache, options);  // [1, n, ...]
+  if (res.logits.defined()) {
+    res.logits = res.logits.select(0, 0).to(at::kFloat).contiguous();  // [n, V]
+    check_finite_logits(res.logits, model, ids, start_pos);
+  }
+  if (res.hidden.defined()) res.hidden = res.hidden.select(0, 0);              // [n, d]
+  if (res.layer_hidden.defined()) res.layer_hidden = res.layer_hidden.select(0, 0);  // [n, d]
+  return res;
 }
 
 namespace {

@@ -74,6 +74,17 @@ class Drafter {
     (void)parents;
     (void)topk;
   }
+  // Trained drafters (EAGLE, Medusa: model/draft_heads.h) read the target's own features: they
+  // return true here and are shown the target's final normed hidden state (the output head's
+  // input) of every fed row, hidden [n_fed, d]: after the prompt's prefill (fed = the prefilled
+  // tokens, parents empty) and after every verification (fed and parents as in observe()),
+  // before commit(). Batches (speculative_batch.cpp) refuse such drafters for now.
+  virtual bool wants_target_features() const { return false; }
+  virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
+    (void)fed;
+    (void)parents;
+    (void)hidden;
+  }
   // Figures about this generation for Stats::drafter_stats (name -> value); none by default.
   virtual void report(std::map<std::string, double>& out) const { (void)out; }
 };
@@ -112,6 +123,9 @@ struct DrafterInfo {
   std::string description;               // one line
   std::vector<ParamSpec> params;         // the drafter's own parameters, with defaults
   bool needs_draft_model = false;        // true: Request::draft must be set
+  // Non-empty: the drafter drafts with a head of kind head_kind (model/draft_heads.h) trained for
+  // the target, whose directory the parameter head_param names (eagle: eagle_head).
+  std::string head_param, head_kind;
   // true: at temperature > 0 it proposes chains with q, which block verification (verify=block)
   // needs; `specdec validate` refuses verify=block with any other drafter there.
   bool chains_with_q = false;
@@ -128,8 +142,16 @@ struct DrafterInfo {
   std::function<void(const Params& resolved)> check;
 };
 
-// The registered drafters, in registry order.
+// The registered drafters, in registry order: the built-in ones, then those added at run time.
+// The reference (and any find_drafter reference) stays valid after later (un)registrations.
 const std::vector<DrafterInfo>& all_drafters();
+// Adds a drafter at run time (the Python bindings' drafters written in Python), after the
+// built-in ones. Its name must be new, not "auto", and 1-64 of [A-Za-z0-9_]; it declares no
+// parameters (the speculative schema is fixed at start-up), so info.params must be empty.
+// Throws specdec::Error naming the drafter and the problem.
+void register_drafter(DrafterInfo info);
+// Removes a drafter added by register_drafter; a built-in or unknown name is an error.
+void unregister_drafter(const std::string& name);
 // Throws specdec::Error listing the valid names.
 const DrafterInfo& find_drafter(const std::string& name);
 // Every drafter's parameters, once each (names are unique across drafters; checked).
@@ -153,6 +175,34 @@ void check_drafter_params(const Params& resolved);
 // Throws specdec::Error naming the drafter, the key, the whole value and the bad entry.
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
                                     int64_t lo, int64_t hi);
+
+// What grows the tree drafter's trees (drafters/tree.cpp): the tree drafter chooses the shape
+// (static branching, EAGLE-2 dynamic growth, Sequoia's budget) and draws the tokens; a source
+// gives the draft logits. The draft model is one source, a trained EAGLE head another (eagle.cpp).
+class TreeSource {
+ public:
+  virtual ~TreeSource() = default;
+  virtual void prefill(const Tokens& tokens) { (void)tokens; }
+  // Catches up with the committed sequence; returns the draft logits [V] of its next token
+  // (undefined: nothing to draft from yet). Counts its forwards in out.n_forwards.
+  virtual at::Tensor root(const Tokens& seq, DraftProposal& out) = 0;
+  // Feeds this round's new nodes `tokens` [n]; parents [n_cached + n] covers every node fed this
+  // round in feed order (the new ones last), each its parent's feed index or -1 (the root).
+  // Returns their draft logits [n, V].
+  virtual at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+                          DraftProposal& out) = 0;
+  // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
+  // path's fed nodes (a prefix of the path).
+  virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted, const std::vector<int64_t>& fed) = 0;
+  virtual bool wants_target_features() const { return false; }
+  virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
+    (void)fed;
+    (void)parents;
+    (void)hidden;
+  }
+};
+// The tree drafter over `source`, shaped by ctx.params' tree_branching / tree_budget / tree_topk.
+std::unique_ptr<Drafter> make_tree_drafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx);
 
 // The `model` drafter over any CausalLM (a separate draft model, or a view of the target such
 // as layer_skip's layer subset): one forward per draft token, q from the processed logits.

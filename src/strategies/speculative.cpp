@@ -176,7 +176,12 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
   Tokens seq = req.prompt;
   phase.charge(&PhaseTimes::setup);
   const Tokens head(seq.begin(), seq.end() - 1);
-  if (!head.empty()) forward_tokens(*req.target, cache, head.data(), st.n_prompt - 1, 0);
+  model::ForwardOptions with_features;  // trained drafters read the target's features
+  with_features.final_hidden = drafter->wants_target_features();
+  if (!head.empty()) {
+    const model::ForwardResult r = forward_rows(*req.target, cache, head.data(), st.n_prompt - 1, 0, with_features);
+    if (r.hidden.defined()) drafter->observe_features(head, {}, r.hidden);
+  }
   drafter->prefill(head);
   ++st.n_target_forwards;
   phase.charge(&PhaseTimes::prefill);
@@ -194,9 +199,11 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const int64_t k = d.size();
     Tokens fed = {seq.back()};
     fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
-    const model::ForwardOptions opt = d.is_chain() ? model::ForwardOptions{} : tree_forward_options(d);
+    model::ForwardOptions opt = d.is_chain() ? model::ForwardOptions{} : tree_forward_options(d);
+    opt.final_hidden = with_features.final_hidden;
     phase.charge(&PhaseTimes::other);
-    const at::Tensor logits = forward_tokens(*req.target, cache, fed.data(), k + 1, n - 1, opt);  // [k+1, V]
+    const model::ForwardResult scored = forward_rows(*req.target, cache, fed.data(), k + 1, n - 1, opt);
+    const at::Tensor& logits = scored.logits;  // [k+1, V]
     const double ms_verify = phase.charge(&PhaseTimes::verify);
     // 3. verify, each row processed after the committed text + its own root-to-node path
     const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
@@ -207,6 +214,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     if (cfg_.synthetic >= 0) v = synthetic_verdict(d, token_rows(best), cfg_.synthetic, synthetic_rng);
     phase.charge(&PhaseTimes::sample);
     if (top > 0) drafter->observe(fed, opt.parents, token_rows(top_ids));
+    if (scored.hidden.defined()) drafter->observe_features(fed, opt.parents, scored.hidden);
     phase.charge(&PhaseTimes::draft);
     // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
     for (TokenId t : v.emitted) {

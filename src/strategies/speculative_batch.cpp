@@ -70,6 +70,8 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       s.rng = std::make_unique<Rng>(req.seed);
       drafters->join(b, DrafterContext{req, cfg.params, cfg.verify.proc, *s.rng, capacity, cfg.gamma_max});
       s.drafter = &drafters->at(b);
+      SD_CHECK(!s.drafter->wants_target_features(), "speculative: drafter '", cfg.verify.drafter,
+               "' reads the target's features, which batches do not pass yet: run it with batch_size 1");
       s.ctl = std::make_unique<GammaController>(cfg.adaptive, cfg.gamma, cfg.gamma_max);
       Stats& st = slots[b]->st;
       st.accepted_per_position.assign(cfg.gamma_max, 0);

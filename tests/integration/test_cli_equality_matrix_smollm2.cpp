@@ -14,8 +14,12 @@
 
 #include "strategies/drafters.h"
 #include "tests/support/command.h"
+#include "tests/support/fresh_heads.h"
+#include "tests/support/smollm2.h"
 
 namespace {
+
+using specdec::testing_support::smollm2;
 
 const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
 const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
@@ -65,6 +69,8 @@ TEST(CliEqualityMatrix, EveryDrafterVerifyModeAndProcessorSetEqualsGreedy) {
                                    std::string("verify=") + verify, "--set", "repeat_min_run=1"});
           if (d.needs_draft_model) args.insert(args.end(), {"--draft", "smollm2-135m", "--draft-dtype", "q4_1"});
           if (d.name == "tree") args.insert(args.end(), {"--set", "tree_branching=3,2,1"});
+          for (const auto& [key, dir] : specdec::test_support::fresh_head_values(d, *smollm2().model))
+            args.insert(args.end(), {"--set", key + "=" + dir});  // an untrained head: many rejections
           const nlohmann::json spec = generate(prompt, args);
           const std::string what = set_name + ", drafter " + d.name + ", verify " + verify + ", prompt " + prompt;
           ASSERT_TRUE(spec.contains("tokens")) << what << ": " << spec.dump();

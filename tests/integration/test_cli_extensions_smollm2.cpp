@@ -16,8 +16,12 @@
 
 #include "strategies/drafters.h"
 #include "tests/support/command.h"
+#include "tests/support/fresh_heads.h"
+#include "tests/support/smollm2.h"
 
 namespace {
+
+using specdec::testing_support::smollm2;
 
 const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
 const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
@@ -72,6 +76,8 @@ TEST_F(CliExtensions, GreedySpeculativeEqualsGreedyWithEveryDrafter) {
   for (const auto& d : specdec::strategies::all_drafters()) {
     std::vector<std::string> args = {"--strategy", "speculative", "--set", "temperature=0", "--set", "drafter=" + d.name};
     if (d.needs_draft_model) args.insert(args.end(), {"--draft", "smollm2-135m"});  // self-drafting
+    for (const auto& [key, dir] : specdec::test_support::fresh_head_values(d, *smollm2().model))
+      args.insert(args.end(), {"--set", key + "=" + dir});
     const auto spec = generate(args);
     ASSERT_TRUE(spec.contains("tokens")) << d.name << ": " << spec.dump();
     EXPECT_EQ(spec["tokens"], greedy["tokens"]) << d.name;

@@ -13,6 +13,7 @@
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
+#include "tests/support/fresh_heads.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -340,9 +341,9 @@ TEST(SpeculativeDrafters, GreedyEqualsGreedyTargetWithEveryRegisteredDrafter) {
   for (const auto& d : all_drafters()) {
     Request r = req;
     if (d.needs_draft_model) r.draft = tiny(12);
-    const Result spec =
-        create("speculative", P({{"temperature", "0"}, {"drafter", d.name}, {"repeat_min_run", "1"}}))
-            ->generate(r, {});
+    std::map<std::string, std::string> values = test_support::fresh_head_values(d, *r.target);
+    values.insert({{"temperature", "0"}, {"drafter", d.name}, {"repeat_min_run", "1"}});
+    const Result spec = create("speculative", P(values))->generate(r, {});
     EXPECT_EQ(spec.tokens, base.tokens) << d.name;
     EXPECT_GT(spec.stats.n_drafted, 0) << d.name;
   }

@@ -14,6 +14,7 @@
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
+#include "tests/support/fresh_heads.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -75,7 +76,8 @@ TEST(Lossless, EveryDrafterVerifyModeAndProcessorSetAtTemperatureZeroEqualsGreed
       for (const char* verify : {"tokenwise", "block"}) {
         Request r = req;
         if (d.needs_draft_model) r.draft = tiny(12);
-        const Values v = with(with(drafter_values(d.name), set), {{"verify", verify}});
+        const Values v = with(with(with(drafter_values(d.name), set), {{"verify", verify}}),
+                              test_support::fresh_head_values(d, *r.target));
         const Result spec = create("speculative", P(v))->generate(r, {});
         const std::string what = set_name + ", drafter " + d.name + ", verify " + verify;
         EXPECT_EQ(spec.tokens, base.tokens) << what;

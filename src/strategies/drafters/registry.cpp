@@ -1,6 +1,9 @@
 // The drafter registry: a name table and one factory, like the strategy registry
 // (DESIGN principle 3). Each drafter file defines `DrafterInfo <name>_drafter_info()`;
 // adding a drafter is one file plus one line below.
+#include <atomic>
+#include <cctype>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -17,6 +20,8 @@
   X(layer_skip)                 \
   X(recycling)                  \
   X(lookahead)                  \
+  X(eagle)                      \
+  X(medusa)                     \
   X(repeat_last)
 
 namespace specdec::strategies {
@@ -106,11 +111,69 @@ std::vector<DraftProposal> BatchDrafter::propose(const std::vector<const Tokens*
   return out;
 }
 
-const std::vector<DrafterInfo>& all_drafters() {
+// The table is an immutable snapshot; register_drafter / unregister_drafter publish a new one
+// and retire the old one without freeing it, so every reference handed out (all_drafters,
+// find_drafter, a running RegistryBatchDrafter's info_) stays valid while another thread
+// changes the table. Registrations are rare (a few per session), so the retired copies are few.
+namespace {
+std::mutex g_table_mutex;  // serialises writers; readers take the current snapshot atomically
+// Never freed (see above), and itself on the heap: no destructor at exit drops the last pointer
+// to a retired snapshot (LeakSanitizer would call that a leak).
+auto* const g_retired = new std::vector<const std::vector<DrafterInfo>*>();
+
+std::atomic<const std::vector<DrafterInfo>*>& drafter_table() {
 #define SPECDEC_DRAFTER_ENTRY(name) name##_drafter_info(),
-  static const std::vector<DrafterInfo> infos = {SPECDEC_DRAFTER_LIST(SPECDEC_DRAFTER_ENTRY)};
+  static std::atomic<const std::vector<DrafterInfo>*> table{
+      new std::vector<DrafterInfo>{SPECDEC_DRAFTER_LIST(SPECDEC_DRAFTER_ENTRY)}};
 #undef SPECDEC_DRAFTER_ENTRY
-  return infos;
+  return table;
+}
+
+// How many drafters are built in (the first entries of every snapshot).
+size_t n_builtin_drafters() {
+  static const size_t n = drafter_table().load()->size();
+  return n;
+}
+
+void publish(std::vector<DrafterInfo> next) {  // with g_table_mutex held
+  g_retired->push_back(drafter_table().exchange(new std::vector<DrafterInfo>(std::move(next))));
+}
+}  // namespace
+
+const std::vector<DrafterInfo>& all_drafters() { return *drafter_table().load(); }
+
+void register_drafter(DrafterInfo info) {
+  const std::string& name = info.name;
+  bool ok_name = !name.empty() && name.size() <= 64;
+  for (char c : name) ok_name = ok_name && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  SD_CHECK(ok_name, "register_drafter: bad drafter name '", name, "' (expected 1-64 of [A-Za-z0-9_])");
+  SD_CHECK(name != "auto", "register_drafter: 'auto' is the drafter parameter's automatic choice, not a name");
+  SD_CHECK(info.factory != nullptr, "register_drafter: drafter '", name, "' has no factory");
+  // The speculative schema (and so every drafter's parameters) is fixed when the strategy
+  // registry is first read: a run-time drafter takes its settings another way.
+  SD_CHECK(info.params.empty(), "register_drafter: drafter '", name, "' declares parameters (",
+           info.params[0].name, "); drafters registered at run time take none");
+  n_builtin_drafters();  // counted before the first registration
+  std::lock_guard<std::mutex> lock(g_table_mutex);
+  std::vector<DrafterInfo> next = all_drafters();
+  for (const auto& d : next)
+    SD_CHECK(d.name != name, "register_drafter: a drafter named '", name, "' is already registered",
+             &d - next.data() < static_cast<std::ptrdiff_t>(n_builtin_drafters()) ? " (built in)" : "");
+  next.push_back(std::move(info));
+  publish(std::move(next));
+}
+
+void unregister_drafter(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_table_mutex);
+  std::vector<DrafterInfo> next = all_drafters();
+  for (size_t i = 0; i < next.size(); ++i) {
+    if (next[i].name != name) continue;
+    SD_CHECK(i >= n_builtin_drafters(), "unregister_drafter: '", name, "' is a built-in drafter");
+    next.erase(next.begin() + static_cast<std::ptrdiff_t>(i));
+    publish(std::move(next));
+    return;
+  }
+  fail("unregister_drafter: unknown drafter '", name, "'; valid drafters: ", drafter_names(false));
 }
 
 const DrafterInfo& find_drafter(const std::string& name) {

@@ -16,8 +16,9 @@
 //    as often as the draft believes its path); the verify time comes from the target's cost
 //    curve, measured once per target and thread count (verify_profile) and reported in
 //    Stats::drafter_stats as verify_ms_rows_<n>.
-// Each depth costs one draft forward over the nodes it expands (ForwardOptions::tree_cached
-// keeps the earlier levels in the cache); accepted nodes' cache slots are compacted in commit().
+// Each depth costs one forward of the tree's source over the nodes it expands: the draft model
+// here (ForwardOptions::tree_cached keeps the earlier levels in its cache; accepted nodes' cache
+// slots are compacted in commit()), or a trained EAGLE head (eagle.cpp, make_tree_drafter).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -110,11 +111,51 @@ void check_tree_params(const Params& p) {
            p.get_string("tree_branching"), "' makes ", total, " nodes, more than the limit of ", k_max_draft_nodes);
 }
 
+// The draft model as a tree source: its own KV cache, the tree's nodes fed level by level
+// (ForwardOptions::tree_cached keeps the earlier levels in the cache).
+class ModelTreeSource : public TreeSource {
+ public:
+  ModelTreeSource(std::shared_ptr<model::CausalLM> model, int64_t capacity)
+      : model_(std::move(model)), cache_(model_->make_cache(1, capacity)) {}
+  void prefill(const Tokens& tokens) override {
+    if (!tokens.empty()) forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
+  }
+  at::Tensor root(const Tokens& seq, DraftProposal& out) override {
+    const int64_t n = static_cast<int64_t>(seq.size()), n_cached = cache_.length(0);
+    base_ = n;
+    SD_CHECK(n_cached < n, "tree drafter: draft cache (", n_cached, ") is ahead of the sequence (", n, ")");
+    const at::Tensor rows = forward_tokens(*model_, cache_, seq.data() + n_cached, n - n_cached, n_cached);
+    ++out.n_forwards;
+    return rows[rows.size(0) - 1];
+  }
+  at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+                  DraftProposal& out) override {
+    model::ForwardOptions opt;
+    opt.tree_cached = n_cached;
+    opt.parents = parents;
+    ++out.n_forwards;
+    return forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), base_ + n_cached,
+                          opt);  // [tokens, V]
+  }
+  // The accepted path's fed nodes hold their K/V at slots base + feed order: move them next to
+  // the committed prefix; later tokens are fed by the next catch-up.
+  void commit(int64_t n_valid, const std::vector<int32_t>&, const std::vector<int64_t>& fed) override {
+    std::vector<int64_t> keep;
+    for (int64_t f : fed) keep.push_back(base_ + f);
+    if (cache_.length(0) > base_) cache_.compact(0, base_, keep);
+    if (cache_.length(0) > n_valid) cache_.truncate(0, n_valid);
+  }
+
+ private:
+  std::shared_ptr<model::CausalLM> model_;
+  model::KVCache cache_;
+  int64_t base_ = 0;  // the cache slot of fed node 0: the committed length
+};
+
 class TreeDrafter : public Drafter {
  public:
-  TreeDrafter(const DrafterContext& ctx)
-      : model_(ctx.request.draft), cfg_(ctx.proc), rng_(ctx.rng),
-        cache_(model_->make_cache(1, ctx.capacity)) {
+  TreeDrafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx)
+      : source_(std::move(source)), cfg_(ctx.proc), rng_(ctx.rng) {
     check_tree_params(ctx.params);
     branching_ = parse_branching(ctx.params.get_string("tree_branching"));
     budget_ = parse_budget(ctx.params.get_string("tree_budget"));
@@ -122,8 +163,10 @@ class TreeDrafter : public Drafter {
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
   }
 
-  void prefill(const Tokens& tokens) override {
-    if (!tokens.empty()) forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
+  void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
+  bool wants_target_features() const override { return source_->wants_target_features(); }
+  void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) override {
+    source_->observe_features(fed, parents, hidden);
   }
   bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
   void report(std::map<std::string, double>& out) const override;
@@ -140,21 +183,19 @@ class TreeDrafter : public Drafter {
   DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
   int64_t choose_budget(double ms_draft);
 
-  std::shared_ptr<model::CausalLM> model_;
+  std::unique_ptr<TreeSource> source_;
   sampling::ProcessorConfig cfg_;
   Rng& rng_;
-  model::KVCache cache_;
   std::vector<int64_t> branching_;
   static constexpr int64_t k_auto = -1;
   int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
   const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
   int64_t n_rounds_ = 0, n_nodes_ = 0;            // for report()
-  // This round's tree (all expanded candidates), the slot of fed node 0, the nodes fed so
-  // far (feed order), and for each proposed node its index in nodes_.
+  // This round's tree (all expanded candidates), the nodes fed so far (feed order), and for
+  // each proposed node its index in nodes_.
   std::vector<Node> nodes_;
   std::vector<int32_t> fed_order_, proposed_;
-  int64_t base_ = 0;
 };
 
 Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
@@ -186,8 +227,7 @@ void TreeDrafter::expand(const at::Tensor& row, const Tokens& context, int32_t p
 }
 
 at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out) {
-  model::ForwardOptions opt;
-  opt.tree_cached = static_cast<int64_t>(fed_order_.size());
+  const int64_t n_cached = static_cast<int64_t>(fed_order_.size());
   std::vector<int32_t> slot_of(nodes_.size(), -1);  // node -> feed order
   for (size_t f = 0; f < fed_order_.size(); ++f) slot_of[fed_order_[f]] = static_cast<int32_t>(f);
   Tokens tokens;
@@ -197,10 +237,9 @@ at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out
     fed_order_.push_back(id);
     tokens.push_back(nodes_[id].token);
   }
-  for (int32_t id : fed_order_) opt.parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
-  ++out.n_forwards;
-  return forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()),
-                        base_ + opt.tree_cached, opt);  // [ids, V]
+  std::vector<int32_t> parents;  // over every fed node, in feed order
+  for (int32_t id : fed_order_) parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
+  return source_->feed(tokens, parents, n_cached, out);  // [ids, V]
 }
 
 DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
@@ -208,19 +247,15 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
   nodes_.clear();
   fed_order_.clear();
   proposed_.clear();
-  const int64_t n = static_cast<int64_t>(seq.size());
-  base_ = n;
   if (max_depth <= 0) return out;
   PhaseClock clock(out.ms);
   const Stopwatch round;
-  const int64_t n_cached = cache_.length(0);
-  SD_CHECK(n_cached < n, "tree drafter: draft cache (", n_cached, ") is ahead of the sequence (", n, ")");
-  const at::Tensor rows = forward_tokens(*model_, cache_, seq.data() + n_cached, n - n_cached, n_cached);
-  ++out.n_forwards;
+  const at::Tensor root = source_->root(seq, out);  // [V]
+  if (!root.defined()) return out;                  // nothing to draft from yet
   out.ms.draft_catchup += clock.charge(&PhaseTimes::draft);
   const bool dynamic = budget_ != 0;
   const int64_t depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
-  expand(rows[rows.size(0) - 1], seq, -1, 0.0, dynamic ? topk_ : branching_[0]);
+  expand(root, seq, -1, 0.0, dynamic ? topk_ : branching_[0]);
   size_t level_begin = 0;
   for (int64_t d = 1; d < depth; ++d) {
     std::vector<int32_t> frontier(nodes_.size() - level_begin);
@@ -299,20 +334,21 @@ void TreeDrafter::report(std::map<std::string, double>& out) const {
       out["verify_ms_rows_" + std::to_string(rows)] = (*profile_)[rows - 1];
 }
 
-// The accepted path's nodes that were fed hold their K/V at slots base + feed order: move them
-// next to the committed prefix; later tokens are fed by the next catch-up.
 void TreeDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
-  std::vector<int64_t> keep;
+  std::vector<int64_t> fed;
   for (int32_t node : accepted) {
-    const int64_t fed = nodes_[proposed_.at(node)].fed;
-    if (fed < 0) break;  // a path's fed nodes are a prefix of it
-    keep.push_back(base_ + fed);
+    const int64_t f = nodes_[proposed_.at(node)].fed;
+    if (f < 0) break;  // a path's fed nodes are a prefix of it
+    fed.push_back(f);
   }
-  if (cache_.length(0) > base_) cache_.compact(0, base_, keep);
-  if (cache_.length(0) > n_valid) cache_.truncate(0, n_valid);
+  source_->commit(n_valid, accepted, fed);
 }
 
 }  // namespace
+
+std::unique_ptr<Drafter> make_tree_drafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx) {
+  return std::make_unique<TreeDrafter>(std::move(source), ctx);
+}
 
 DrafterInfo tree_drafter_info() {
   DrafterInfo info;
@@ -329,7 +365,7 @@ DrafterInfo tree_drafter_info() {
   info.needs_draft_model = true;
   info.check = check_tree_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<TreeDrafter>(ctx);
+    return make_tree_drafter(std::make_unique<ModelTreeSource>(ctx.request.draft, ctx.capacity), ctx);
   };
   return info;
 }

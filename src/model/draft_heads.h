@@ -1,0 +1,96 @@
+#pragma once
+// Trained draft heads over a target's own features: EAGLE (Li et al. 2024) and Medusa (Cai et
+// al. 2024). Both read the target's final normed hidden state f_j (ForwardOptions::final_hidden,
+// the output head's input: target logits at j = head(f_j)) and reuse the target's frozen
+// embedding and output head (CausalLM::embed / head_rows / output_head), so a head holds only
+// its own small layers.
+//
+// EAGLE: position j takes x_j = fc([f_j, embed(t_{j+1})]) (t_{j+1} the token that follows j)
+// through one Llama decoder layer (RMSNorm, GQA attention with RoPE, RMSNorm, SwiGLU) and
+// predicts f_{j+1}; head(predicted f_{j+1}) is the draft distribution of t_{j+2}. While
+// drafting, the predicted feature feeds the next position, so a head drafts autoregressively
+// with its own small KV cache.
+// Medusa: head i (0-based) maps f_j to h_i = f_j + SiLU(W_i f_j + b_i); head(h_i) predicts
+// t_{j+i+2}, the token i + 1 places after the target's own next token.
+//
+// On disk a head is a directory: head.safetensors (float32 tensors, names as params()) and
+// head.json (DraftHeadConfig, the target it was trained on). Loading it for another target is
+// a named error (check_head_target).
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/causal_lm.h"
+
+namespace specdec::model {
+
+// Which target a head belongs to: its shape and a fingerprint of its embedding table (row sums
+// of 16 rows spread over the vocabulary), which tells models apart but tolerates the target
+// being loaded at another precision (GGUF blocks, float32, bfloat16).
+struct HeadTarget {
+  std::string name;  // what the trainer called it (catalog name or path); informational
+  std::string arch;
+  int64_t n_vocab = 0, d_model = 0, n_layers = 0;
+  std::vector<double> fingerprint;  // [16]
+};
+HeadTarget describe_target(const CausalLM& target, const std::string& name);
+// Throws specdec::Error naming the head and both targets when `actual` is not `trained_on`.
+void check_head_target(const std::string& head_dir, const HeadTarget& trained_on, const HeadTarget& actual);
+
+struct DraftHeadConfig {
+  std::string kind;  // "eagle" | "medusa"
+  int64_t d_model = 0;
+  // eagle: the decoder layer's shape (the target's by default, d_ff may be smaller)
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0;
+  double norm_eps = 1e-6, rope_theta = 10000.0;
+  int64_t n_medusa = 0;  // medusa: heads (draft depth)
+  HeadTarget target;
+  std::map<std::string, std::string> training;  // how it was trained (corpus, steps, losses): informational
+};
+
+// What one EAGLE forward returns: the predicted features and this forward's keys and values
+// (the caller stores them in its cache; training discards them).
+struct EagleOut {
+  at::Tensor features;  // [T, d] predicted f_{j+1} for each fed position j
+  at::Tensor k, v;      // [T, Hkv, hd] after RoPE (k)
+};
+
+class DraftHead {
+ public:
+  DraftHead() = default;
+  // A fresh head: random layers (seed), EAGLE's fc starting as the identity on the feature half
+  // and Medusa's residual branches at zero, so an untrained head predicts "the next feature is
+  // this one" (EAGLE) or repeats the target's next-token distribution (Medusa).
+  static DraftHead init(const DraftHeadConfig& cfg, uint64_t seed);
+  // A fresh (untrained) head for `target`: EAGLE's layer takes the target's attention shape and
+  // d_ff (or the one given), Medusa n_medusa heads. target_name is recorded in the config.
+  static DraftHead fresh(const CausalLM& target, const std::string& kind, const std::string& target_name,
+                         uint64_t seed, int64_t d_ff = 0, int64_t n_medusa = 4);
+  // From a directory written by save(); errors name the directory and the file.
+  static DraftHead load(const std::string& dir);
+  void save(const std::string& dir) const;
+
+  const DraftHeadConfig& config() const { return cfg_; }
+  DraftHeadConfig& config() { return cfg_; }
+  // name -> float32 tensor; the trainer sets requires_grad on them.
+  std::map<std::string, at::Tensor>& params() { return params_; }
+  const std::map<std::string, at::Tensor>& params() const { return params_; }
+
+  // EAGLE. feat, emb: [T, d]; positions [T] int64 (RoPE); k_past, v_past: [P, Hkv, hd] (P may
+  // be 0: undefined tensors); mask: [T, P + T] additive (0 attend, -inf not), undefined for a
+  // chain (row t attends to the past and to fed rows <= t).
+  EagleOut eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,
+                         const at::Tensor& k_past, const at::Tensor& v_past, const at::Tensor& mask) const;
+  // Medusa. f: [N, d] -> [n_medusa, N, d], the features the output head turns into each head's logits.
+  at::Tensor medusa_forward(const at::Tensor& f) const;
+
+ private:
+  const at::Tensor& p(const std::string& name) const;
+  DraftHeadConfig cfg_;
+  std::map<std::string, at::Tensor> params_;
+  at::Tensor inv_freq_;  // [hd/2] RoPE (eagle)
+};
+
+}  // namespace specdec::model

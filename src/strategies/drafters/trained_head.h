@@ -1,0 +1,49 @@
+#pragma once
+// What the trained drafters (eagle.cpp, medusa.cpp) share: loading a head for a target, the
+// target's features as verification reveals them, and drawing a draft token from a row.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/draft_heads.h"
+#include "sampling/processors.h"
+#include "strategies/strategy.h"
+
+namespace specdec::strategies {
+
+// The head in directory `dir` (parameter `key` of drafter `drafter`), loaded once per process
+// and checked against the request's target: its kind must be `kind` and it must have been
+// trained on this target (model::check_head_target). Errors name the parameter and the path.
+std::shared_ptr<const model::DraftHead> head_for(const std::string& drafter, const std::string& key,
+                                                 const std::string& dir, const std::string& kind, const Request& req);
+
+// The target's features of the committed positions, in order, as observe_features() shows
+// them: the prefill's rows at once, a round's rows once commit() says which were accepted.
+class TargetFeatures {
+ public:
+  void observe(const at::Tensor& hidden);  // [n_fed, d]
+  // The round's kept rows: the root (the last committed token) and the accepted nodes.
+  void commit(const std::vector<int32_t>& accepted);
+  void begin_round() { in_round_ = true; }
+  // Rows not yet taken, [m, d] (m may be 0), and forget them.
+  at::Tensor take();
+  // The newest row ([1, d]); undefined before any.
+  const at::Tensor& last() const { return last_; }
+  int64_t n_seen() const { return n_seen_; }  // rows committed so far (= positions with a feature)
+
+ private:
+  std::vector<at::Tensor> pending_;  // [*, d] each
+  at::Tensor stash_, last_;
+  int64_t n_seen_ = 0;
+  bool in_round_ = false;
+};
+
+// A draft token from one row of draft logits [V] after the strategy's processors: the argmax
+// when greedy (q then not kept), else a draw from q with rng, its q row [1, V] appended to q_rows.
+TokenId draw_token(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, Rng& rng,
+                   std::vector<at::Tensor>& q_rows);
+
+}  // namespace specdec::strategies

@@ -1,0 +1,489 @@
+// Self-distilled training of EAGLE and Medusa heads (see drafter_training.h).
+#include "train/drafter_training.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/timer.h"
+#include "io/safetensors.h"
+
+namespace specdec::train {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool is_text_file(const fs::path& p) {
+  static const char* exts[] = {".py", ".txt", ".md", ".rst", ".c", ".h", ".cpp"};
+  const std::string e = p.extension().string();
+  return std::any_of(std::begin(exts), std::end(exts), [&](const char* x) { return e == x; });
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Files under paths, in an order that mixes directories (by a hash of the path) but is the same
+// on every machine with the same files.
+std::vector<std::string> list_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    SD_CHECK(fs::exists(p), "train-drafter: corpus path '", p, "' does not exist");
+    if (fs::is_regular_file(p)) {
+      files.push_back(p);
+      continue;
+    }
+    for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied);
+         it != fs::recursive_directory_iterator(); ++it) {
+      const std::string name = it->path().filename().string();
+      if (it->is_directory() && (name == "test" || name == "tests" || name == "__pycache__" ||
+                                 name == "site-packages" || name == "dist-packages" || name[0] == '.')) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && is_text_file(it->path())) files.push_back(it->path().string());
+    }
+  }
+  std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
+    const uint64_t ha = fnv1a(a), hb = fnv1a(b);
+    return ha != hb ? ha < hb : a < b;
+  });
+  SD_CHECK(!files.empty(), "train-drafter: no text files (*.py *.txt *.md *.rst *.c *.h *.cpp) under the corpus");
+  return files;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+// Linear warm-up over the first 5% of the steps, then a cosine down to 10% of the peak.
+double learning_rate(const TrainOptions& opt, int64_t step, int64_t n_steps) {
+  const double warm = std::max<double>(1.0, 0.05 * n_steps);
+  if (step < warm) return opt.lr * (step + 1) / warm;
+  const double t = (step - warm) / std::max(1.0, n_steps - warm);
+  return opt.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, t))));
+}
+
+// Soft-label cross-entropy over the target's candidates: logits [n, c], p [n, c] (rows need not
+// sum to 1: renormalised). Agreement: the head's argmax is the target's best candidate.
+at::Tensor distill(const at::Tensor& logits, const at::Tensor& p, const at::Tensor& best, Metrics* m) {
+  const at::Tensor q = p / p.sum(-1, true).clamp_min(1e-20);
+  if (m) {
+    m->top1 += logits.argmax(-1).eq(best).sum().item<double>();
+    m->n += logits.size(0);
+  }
+  return -(q * at::log_softmax(logits, -1)).sum(-1).mean();
+}
+
+// Logits of predicted features pred [n, d] over the candidates of rows `rows` of s (top-k), or
+// over the whole vocabulary with the target's full softmax as the label (topk = 0).
+at::Tensor token_loss(const at::Tensor& pred, const Sequence& s, int64_t row0, const at::Tensor& head_table,
+                      const TrainOptions& opt, Metrics* m) {
+  const int64_t n = pred.size(0), d = pred.size(1);
+  if (opt.topk > 0) {
+    const at::Tensor ids = s.top_ids.narrow(0, row0, n);  // [n, k]
+    const at::Tensor w = head_table.index_select(0, ids.reshape({-1})).view({n, ids.size(1), d});
+    const at::Tensor logits = at::bmm(w, pred.unsqueeze(2)).squeeze(2);  // [n, k]
+    return distill(logits, s.top_p.narrow(0, row0, n), at::zeros({n}, at::kLong), m);
+  }
+  const at::Tensor p = at::softmax(at::matmul(s.feat.narrow(0, row0, n), head_table.t()), -1);  // [n, V]
+  return distill(at::matmul(pred, head_table.t()), p, s.top_ids.narrow(0, row0, n).select(1, 0), m);
+}
+
+json data_options(const TrainOptions& opt, const model::HeadTarget& target, const Corpus& c) {
+  return {{"tokens", opt.tokens},      {"held_out_tokens", opt.held_out_tokens}, {"seq_len", opt.seq_len},
+          {"topk", opt.topk},          {"fingerprint", target.fingerprint},      {"n_vocab", target.n_vocab},
+          {"files", c.files.size()},   {"first_file", c.files.empty() ? "" : c.files.front()}};
+}
+
+// Features of `seqs`, 64 sequences per shard file under dir (prefix_NNNN.safetensors): shards
+// already on disk are read back, missing ones are made and written.
+Dataset features_for(model::CausalLM& target, const std::vector<Tokens>& seqs, int64_t topk, const std::string& dir,
+                     const std::string& prefix, const std::function<void(int64_t)>& progress, int64_t& from_disk) {
+  constexpr int64_t per_shard = 64;
+  Dataset out;
+  for (int64_t s0 = 0; s0 < static_cast<int64_t>(seqs.size()); s0 += per_shard) {
+    const int64_t n = std::min<int64_t>(per_shard, seqs.size() - s0);
+    char name[64];
+    std::snprintf(name, sizeof(name), "%s_%04lld.safetensors", prefix.c_str(), static_cast<long long>(s0 / per_shard));
+    const std::string path = dir + "/" + name;
+    Dataset shard;
+    if (fs::exists(path)) {
+      const auto f = io::SafetensorsFile::open(path);
+      const auto get = [&](const std::string& key) {
+        const io::SafetensorsTensorInfo* info = f->find(key);
+        SD_CHECK(info, "train-drafter: checkpoint shard ", path, " lacks '", key, "' (delete it to remake it)");
+        at::Tensor t = at::empty(info->shape, at::kFloat);
+        f->read_f32(*info, t.data_ptr<float>());
+        return t;
+      };
+      for (int64_t i = 0; i < n; ++i) {
+        const std::string k = std::to_string(i);
+        shard.push_back({get("ids." + k).to(at::kLong), get("feat." + k), get("top_ids." + k).to(at::kLong),
+                         get("top_p." + k)});
+      }
+      from_disk += n;
+    } else {
+      std::vector<at::Tensor> keep;
+      std::vector<io::SafetensorsF32> tensors;
+      for (int64_t i = 0; i < n; ++i) {
+        shard.push_back(target_features(target, seqs[s0 + i], topk));
+        const Sequence& s = shard.back();
+        const std::string k = std::to_string(i);
+        for (const auto& [key, t] : {std::pair<std::string, at::Tensor>{"ids." + k, s.ids}, {"feat." + k, s.feat},
+                                     {"top_ids." + k, s.top_ids}, {"top_p." + k, s.top_p}}) {
+          keep.push_back(t.to(at::kFloat).contiguous());
+          tensors.push_back({key, keep.back().sizes().vec(), keep.back().data_ptr<float>()});
+        }
+        if (progress) progress(s0 + i + 1);
+      }
+      io::write_safetensors(path, tensors);
+    }
+    for (auto& s : shard) out.push_back(std::move(s));
+    if (progress) progress(s0 + n);
+  }
+  return out;
+}
+
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool on) : on_(on), tty_(isatty(2)) {}
+  void show(const std::string& what, double done, double total, const std::string& extra) {
+    if (!on_) return;
+    const int pct = total > 0 ? static_cast<int>(100.0 * done / total) : 100;
+    if (!tty_ && pct < next_pct_ && done < total) return;  // logs: every 10%
+    next_pct_ = (pct / 10 + 1) * 10;
+    const int width = 24, fill = std::min(width, pct * width / 100);
+    std::fprintf(stderr, "%s%-9s [%s%s] %3d%% %s  %.0f s%s", tty_ ? "\r" : "", what.c_str(),
+                 std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(), pct, extra.c_str(),
+                 clock_.ms() / 1000.0, tty_ ? "   " : "\n");
+    std::fflush(stderr);
+  }
+  void done() {
+    if (on_ && tty_) std::fprintf(stderr, "\n");
+    next_pct_ = 0;
+  }
+
+ private:
+  bool on_, tty_;
+  int next_pct_ = 0;
+  Stopwatch clock_;
+};
+
+// LibTorch's own threads for the training steps (the engine keeps them at 1), restored after.
+class TorchThreads {
+ public:
+  explicit TorchThreads(int n) { at::set_num_threads(n > 0 ? n : parallel::hardware_threads()); }
+  ~TorchThreads() { at::set_num_threads(1); }
+};
+
+}  // namespace
+
+std::vector<std::string> default_corpus() {
+  std::vector<std::string> found;
+  if (fs::is_directory("/usr/lib"))
+    for (const auto& e : fs::directory_iterator("/usr/lib")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("python3.", 0) == 0 && fs::exists(e.path() / "os.py")) found.push_back(e.path().string());
+    }
+  SD_CHECK(!found.empty(), "train-drafter: no default corpus (Python's standard library, /usr/lib/python3.*/ from "
+                           "Debian's python3): pass --corpus DIR_OR_FILE");
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // python3.9 < python3.11
+  });
+  return {found.back()};
+}
+
+Corpus read_corpus(const std::vector<std::string>& paths, const tokenizer::Tokenizer& tok, int64_t seq_len,
+                   int64_t train_tokens, int64_t held_out_tokens) {
+  SD_CHECK(seq_len >= 16 && seq_len <= 4096, "train-drafter: --seq-len must be in [16, 4096], got ", seq_len);
+  SD_CHECK(train_tokens >= seq_len, "train-drafter: --tokens (", train_tokens, ") must be at least --seq-len (",
+           seq_len, ")");
+  SD_CHECK(held_out_tokens >= seq_len, "train-drafter: --held-out-tokens (", held_out_tokens,
+           ") must be at least --seq-len (", seq_len, ")");
+  Corpus c;
+  Tokens stream[2];  // train, held out
+  const int64_t want[2] = {train_tokens, held_out_tokens};
+  for (const std::string& file : list_files(paths)) {
+    const int split = fnv1a("held-out:" + file) % 16 == 0 ? 1 : 0;  // 1 file in 16 is held out
+    if (static_cast<int64_t>(stream[split].size()) >= want[split]) {
+      if (static_cast<int64_t>(stream[1 - split].size()) >= want[1 - split]) break;
+      continue;
+    }
+    const Tokens ids = tok.encode(read_text(file), /*add_special=*/false);
+    stream[split].insert(stream[split].end(), ids.begin(), ids.end());
+    c.files.push_back(file);
+  }
+  for (int split = 0; split < 2; ++split) {
+    std::vector<Tokens>& out = split == 0 ? c.train : c.held_out;
+    const int64_t n = std::min<int64_t>(want[split], stream[split].size()) / seq_len;
+    for (int64_t i = 0; i < n; ++i)
+      out.emplace_back(stream[split].begin() + i * seq_len, stream[split].begin() + (i + 1) * seq_len);
+  }
+  SD_CHECK(!c.train.empty() && !c.held_out.empty(), "train-drafter: the corpus gave ", stream[0].size(),
+           " training and ", stream[1].size(), " held-out tokens, fewer than one --seq-len (", seq_len,
+           ") sequence each: pass a larger --corpus");
+  return c;
+}
+
+Sequence target_features(model::CausalLM& target, const Tokens& ids, int64_t topk) {
+  at::NoGradGuard no_grad;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  model::KVCache cache = target.make_cache(1, T);
+  const at::Tensor tokens = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
+  model::ForwardOptions opt;
+  opt.final_hidden = true;
+  const model::ForwardResult r = target.forward(tokens.view({1, T}), {0}, cache, opt);
+  const at::Tensor logits = r.logits.select(0, 0).to(at::kCPU).to(at::kFloat);  // [T, V]
+  const auto [p, idx] = at::topk(at::softmax(logits, -1), topk > 0 ? topk : 1, -1);
+  return {tokens, r.hidden.select(0, 0).to(at::kCPU).to(at::kFloat).contiguous(), idx.contiguous(), p.contiguous()};
+}
+
+at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const at::Tensor& head_table,
+                         const Sequence& s, const TrainOptions& opt, at::Generator* noise, Metrics* m) {
+  const int64_t T = s.ids.size(0), n = T - 1;
+  if (head.config().kind == "eagle") {
+    // Row j: f_j (noised while training, as EAGLE does, so the head copes with its own errors
+    // when it drafts from predicted features) and the embedding of t_{j+1}; it predicts f_{j+1}.
+    at::Tensor in = s.feat.narrow(0, 0, n);
+    if (noise && opt.feature_noise > 0)
+      in = in + (at::rand(in.sizes(), *noise, at::kFloat) - 0.5) * opt.feature_noise;
+    const at::Tensor emb = target.embed(s.ids.narrow(0, 1, n)).to(at::kCPU).to(at::kFloat);  // [n, d]
+    const at::Tensor pred = head.eagle_forward(in, emb, at::arange(n, at::kLong), {}, {}, {}).features;
+    const at::Tensor feat_loss = at::smooth_l1_loss(pred, s.feat.narrow(0, 1, n));
+    return feat_loss + opt.w_cls * token_loss(pred, s, 1, head_table, opt, m);
+  }
+  // Medusa head i: from f_j, the target's distribution at j + i + 1 (token t_{j+i+2}).
+  at::Tensor loss = at::zeros({}, at::kFloat);
+  const at::Tensor h = head.medusa_forward(s.feat);  // [K, T, d]
+  for (int64_t i = 0; i < head.config().n_medusa && n - i > 0; ++i)
+    loss = loss + std::pow(0.8, i) * token_loss(h[i].narrow(0, 0, n - i), s, i + 1, head_table, opt, m);
+  return loss;
+}
+
+Metrics evaluate(const model::DraftHead& head, const model::CausalLM& target, const Dataset& data,
+                 const TrainOptions& opt) {
+  at::NoGradGuard no_grad;
+  const at::Tensor table = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU);
+  Metrics m;
+  const int64_t n_heads = head.config().kind == "eagle" ? 1 : head.config().n_medusa;
+  std::vector<double> hits(n_heads, 0), count(n_heads, 0);
+  for (const Sequence& s : data) {
+    m.loss += sequence_loss(head, target, table, s, opt, nullptr, nullptr).item<double>() / data.size();
+    const int64_t n = s.ids.size(0) - 1;
+    // Agreement over the whole vocabulary, with the target's own output head.
+    const auto agree = [&](const at::Tensor& pred, int64_t row0, int64_t i) {
+      const at::Tensor best = target.output_head(pred).to(at::kCPU).argmax(-1);
+      hits[i] += best.eq(s.top_ids.narrow(0, row0, pred.size(0)).select(1, 0)).sum().item<double>();
+      count[i] += pred.size(0);
+    };
+    if (head.config().kind == "eagle") {
+      const at::Tensor emb = target.embed(s.ids.narrow(0, 1, n)).to(at::kCPU).to(at::kFloat);
+      agree(head.eagle_forward(s.feat.narrow(0, 0, n), emb, at::arange(n, at::kLong), {}, {}, {}).features, 1, 0);
+    } else {
+      const at::Tensor h = head.medusa_forward(s.feat);
+      for (int64_t i = 0; i < n_heads && n - i > 0; ++i) agree(h[i].narrow(0, 0, n - i), i + 1, i);
+    }
+  }
+  for (int64_t i = 0; i < n_heads; ++i) m.top1_per_head.push_back(count[i] > 0 ? hits[i] / count[i] : 0);
+  m.top1 = m.top1_per_head[0];
+  m.n = static_cast<int64_t>(count[0]);
+  return m;
+}
+
+model::DraftHead new_head(const model::CausalLM& target, const TrainOptions& opt) {
+  SD_CHECK(opt.kind == "eagle" || opt.kind == "medusa", "train-drafter: --kind must be eagle or medusa, got '",
+           opt.kind, "'");
+  return model::DraftHead::fresh(target, opt.kind, opt.target_name, opt.seed, opt.d_ff, opt.medusa_heads);
+}
+
+Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const Dataset& data,
+                   const TrainOptions& opt, const std::string& checkpoint_dir,
+                   const std::function<void(int64_t, int64_t, const Metrics&)>& on_step, int64_t* resumed_at) {
+  SD_CHECK(!data.empty(), "train-drafter: no training sequences");
+  SD_CHECK(opt.batch_seqs >= 1 && opt.epochs > 0 && opt.lr > 0, "train-drafter: need --batch >= 1, --epochs > 0 "
+           "and --lr > 0, got ", opt.batch_seqs, ", ", opt.epochs, ", ", opt.lr);
+  const TorchThreads threads(opt.threads);
+  const at::Tensor table = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU);
+  auto& params = head.params();
+  std::map<std::string, at::Tensor> m1, m2;  // AdamW's first and second moments
+  for (auto& [name, p] : params) {
+    m1[name] = at::zeros_like(p);
+    m2[name] = at::zeros_like(p);
+  }
+  const int64_t N = static_cast<int64_t>(data.size());
+  const int64_t n_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(opt.epochs * N / opt.batch_seqs)));
+  int64_t step = 0;
+  const std::string state = checkpoint_dir.empty() ? "" : checkpoint_dir + "/state.safetensors";
+  if (!state.empty() && fs::exists(state)) {  // resume
+    const auto f = io::SafetensorsFile::open(state);
+    const auto read = [&](const std::string& key, at::Tensor& into) {
+      const io::SafetensorsTensorInfo* info = f->find(key);
+      SD_CHECK(info && info->shape == into.sizes().vec(), "train-drafter: checkpoint ", state, " does not match this "
+               "head ('", key, "'): delete ", checkpoint_dir, " or pass another --out");
+      f->read_f32(*info, into.data_ptr<float>());
+    };
+    for (auto& [name, p] : params) {
+      read("param." + name, p);
+      read("m1." + name, m1[name]);
+      read("m2." + name, m2[name]);
+    }
+    step = std::stoll(f->metadata().at("step"));
+    if (resumed_at) *resumed_at = step;
+  }
+  const auto save = [&]() {
+    if (state.empty()) return;
+    std::vector<io::SafetensorsF32> out;
+    for (auto& [name, p] : params) {
+      out.push_back({"param." + name, p.sizes().vec(), p.data_ptr<float>()});
+      out.push_back({"m1." + name, p.sizes().vec(), m1[name].data_ptr<float>()});
+      out.push_back({"m2." + name, p.sizes().vec(), m2[name].data_ptr<float>()});
+    }
+    io::write_safetensors(state, out, {{"step", std::to_string(step)}, {"n_steps", std::to_string(n_steps)}});
+  };
+  for (auto& [name, p] : params) p.requires_grad_(true);
+  const double b1 = 0.9, b2 = 0.95, eps = 1e-8, clip = 0.5;
+  Stopwatch clock, since_save;
+  Metrics running;  // an average over the last ~20 steps
+  while (step < n_steps) {
+    // Sequence b of this step: position step * batch + b of the concatenated epoch orders,
+    // each epoch a permutation seeded by (seed, epoch): a resumed run sees the same order.
+    at::Tensor loss_sum = at::zeros({}, at::kFloat);
+    Metrics m;
+    for (int64_t b = 0; b < opt.batch_seqs; ++b) {
+      const int64_t g = step * opt.batch_seqs + b, epoch = g / N;
+      auto order_gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 7919 + epoch);
+      const int64_t idx = at::randperm(N, order_gen, at::kLong)[g % N].item<int64_t>();
+      auto noise = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 104729 + g);
+      const at::Tensor loss = sequence_loss(head, target, table, data[idx], opt, &noise, &m) / opt.batch_seqs;
+      loss.backward();
+      loss_sum += loss.detach();
+    }
+    {
+      at::NoGradGuard no_grad;
+      double norm2 = 0;
+      for (auto& [name, p] : params)
+        if (p.grad().defined()) norm2 += p.grad().square().sum().item<double>();
+      const double scale = std::min(1.0, clip / (std::sqrt(norm2) + 1e-12));
+      const double lr = learning_rate(opt, step, n_steps), t = static_cast<double>(step + 1);
+      for (auto& [name, p] : params) {
+        if (!p.grad().defined()) continue;
+        const at::Tensor g = p.grad() * scale;
+        m1[name].mul_(b1).add_(g, 1 - b1);
+        m2[name].mul_(b2).addcmul_(g, g, 1 - b2);
+        const at::Tensor denom = (m2[name] / (1 - std::pow(b2, t))).sqrt_().add_(eps);
+        // Decoupled weight decay on matrices only (norm weights and biases keep theirs).
+        if (p.dim() == 2) p.mul_(1 - lr * opt.weight_decay);
+        p.addcdiv_(m1[name], denom, -lr / (1 - std::pow(b1, t)));
+        p.mutable_grad().zero_();
+      }
+    }
+    ++step;
+    const double w = running.n == 0 ? 1.0 : 0.05;
+    running.loss = (1 - w) * running.loss + w * loss_sum.item<double>();
+    running.top1 = (1 - w) * running.top1 + w * (m.n ? m.top1 / m.n : 0);
+    running.n += m.n;
+    if (on_step) on_step(step, n_steps, running);
+    const bool out_of_time = opt.minutes > 0 && clock.ms() > opt.minutes * 60e3;
+    if (since_save.ms() > opt.checkpoint_s * 1e3 || step == n_steps || out_of_time) {
+      save();
+      since_save = Stopwatch();
+    }
+    if (out_of_time) break;
+  }
+  for (auto& [name, p] : params) p.requires_grad_(false);
+  return running;
+}
+
+TrainReport train_drafter(model::CausalLM& target, const tokenizer::Tokenizer& tok, const TrainOptions& opt) {
+  SD_CHECK(!opt.out.empty(), "train-drafter: --out DIR is required (where the head is written)");
+  SD_CHECK(opt.kind == "eagle" || opt.kind == "medusa", "train-drafter: --kind must be eagle or medusa, got '",
+           opt.kind, "'");
+  SD_CHECK(opt.topk >= 0 && opt.topk <= target.config().n_vocab, "train-drafter: --topk must be in [0, ",
+           target.config().n_vocab, "], got ", opt.topk);
+  TrainReport report;
+  ProgressLine bar(opt.progress);
+  const Corpus corpus = read_corpus(opt.corpus.empty() ? default_corpus() : opt.corpus, tok, opt.seq_len,
+                                    opt.tokens, opt.held_out_tokens);
+  const std::string ckpt = opt.out + "/checkpoint";
+  fs::create_directories(ckpt);
+  model::DraftHead head = new_head(target, opt);
+  // The features on disk must be the ones these options make.
+  const json want = data_options(opt, head.config().target, corpus);
+  const std::string run_json = ckpt + "/data.json";
+  if (fs::exists(run_json)) {
+    std::ifstream f(run_json);
+    json have;
+    try {
+      have = json::parse(f);
+    } catch (const json::exception&) {
+      have = json();
+    }
+    for (const auto& [key, value] : want.items())
+      SD_CHECK(have.contains(key) && have[key] == value, "train-drafter: the checkpoint in ", ckpt,
+               " was made with other data options (", key, " = ", have.contains(key) ? have[key].dump() : "missing",
+               ", now ", value.dump(), "): delete it or pass another --out");
+  } else {
+    std::ofstream(run_json) << want.dump(2) << "\n";
+  }
+  Stopwatch clock;
+  const int64_t n_seqs = static_cast<int64_t>(corpus.train.size() + corpus.held_out.size());
+  const auto show = [&](int64_t done) {
+    bar.show("features", static_cast<double>(done), static_cast<double>(n_seqs),
+             std::to_string(done * opt.seq_len) + " tokens");
+  };
+  const Dataset train = features_for(target, corpus.train, opt.topk, ckpt, "train", show, report.sequences_from_disk);
+  const int64_t n_train = static_cast<int64_t>(train.size());
+  const Dataset held = features_for(target, corpus.held_out, opt.topk, ckpt, "held_out",
+                                    [&](int64_t done) { show(n_train + done); }, report.sequences_from_disk);
+  bar.done();
+  report.seconds_features = clock.ms() / 1000;
+  report.train_tokens = n_train * opt.seq_len;
+  report.held_out_tokens = static_cast<int64_t>(held.size()) * opt.seq_len;
+  report.untrained = evaluate(head, target, held, opt);
+  clock = Stopwatch();
+  const Metrics last = train_head(head, target, train, opt, ckpt, [&](int64_t step, int64_t n, const Metrics& m) {
+    if (step == report.resumed_at_step + 1 && report.resumed_at_step > 0) bar.done();
+    report.steps = step;
+    char extra[96];
+    std::snprintf(extra, sizeof(extra), "step %lld/%lld  loss %.3f  top-1 %.3f", static_cast<long long>(step),
+                  static_cast<long long>(n), m.loss, m.top1);
+    bar.show("training", static_cast<double>(step), static_cast<double>(n), extra);
+  }, &report.resumed_at_step);
+  bar.done();
+  report.seconds_training = clock.ms() / 1000;
+  report.trained = evaluate(head, target, held, opt);
+  auto& t = head.config().training;
+  t = {{"corpus", corpus.files.empty() ? "" : fs::path(corpus.files.front()).parent_path().string()},
+       {"files", std::to_string(corpus.files.size())},
+       {"train_tokens", std::to_string(report.train_tokens)},
+       {"held_out_tokens", std::to_string(report.held_out_tokens)},
+       {"steps", std::to_string(report.steps)},
+       {"topk", std::to_string(opt.topk)},
+       {"train_loss", std::to_string(last.loss)},
+       {"held_out_top1_untrained", std::to_string(report.untrained.top1)},
+       {"held_out_top1", std::to_string(report.trained.top1)},
+       {"held_out_loss", std::to_string(report.trained.loss)}};
+  head.save(opt.out);
+  return report;
+}
+
+}  // namespace specdec::train

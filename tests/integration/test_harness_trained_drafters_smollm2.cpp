@@ -1,0 +1,307 @@
+// Trained drafters on SmolLM2-135M (train/drafter_training.h, drafters eagle and medusa).
+//  - Training learns: on held-out text (files the training never saw) an EAGLE head trained for
+//    a few hundred steps agrees with the target's next token far more often than an untrained
+//    one, and its loss falls; the same for Medusa heads.
+//  - Planted off-by-ones fail the same check, so it sees the pairing: EAGLE's features paired
+//    with the token two places after them instead of the next one; Medusa's labels one
+//    position early.
+//  - The drafter drafts what the trained head computes (its first draft equals the head's
+//    teacher-forced prediction after the prompt), reached through the drafter registry.
+//  - Lossless: at T = 0 speculative decoding with either drafter returns greedy's tokens; at
+//    T = 0.7 / top-p 0.8 / repetition penalty 1.3 the first three tokens follow the exact
+//    processed law (chi-square, as test_strategies_law_smollm2.cpp; a planted residual bug fails).
+//  - A head refuses another target, and a Medusa head refuses to be an EAGLE head, by name.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "model/device.h"
+#include "model/draft_heads.h"
+#include "model/prefix_reuse.h"
+#include "model/tiny.h"
+#include "strategies/drafters.h"
+#include "strategies/registry.h"
+#include "tests/support/drafter_rig.h"
+#include "tests/support/smollm2.h"
+#include "tests/support/spec_distribution.h"
+#include "tokenizer/tokenizer.h"
+#include "train/drafter_training.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+namespace ts = specdec::test_support;
+using specdec::testing_support::smollm2;
+using specdec::test_support::error_of;
+
+namespace {
+
+constexpr int64_t kSeqLen = 128;
+// What "the head learned" means here: held-out agreement (Medusa: its first head's) at least
+// this much above an untrained head's, and a lower held-out loss. An untrained EAGLE head
+// predicts the current feature, i.e. repeats the last token's distribution: ~0 agreement,
+// trained ~0.2 at this budget. Medusa's first head guesses the token after next from one
+// feature: ~0.04 untrained, ~0.065 trained on this budget (1016 held-out positions: a standard
+// error of ~0.007, so its margin of 0.02 is ~3 of them).
+bool learned(const train::Metrics& trained, const train::Metrics& untrained, double margin) {
+  return trained.top1 >= untrained.top1 + margin && trained.loss < untrained.loss;
+}
+
+train::TrainOptions options(const std::string& kind) {
+  train::TrainOptions o;
+  o.kind = kind;
+  o.seq_len = kSeqLen;
+  o.epochs = 6;
+  o.batch_seqs = 4;
+  o.lr = 2e-3;
+  o.threads = 2;
+  o.progress = false;
+  o.target_name = "smollm2-135m";
+  return o;
+}
+
+struct Rig {
+  train::Dataset train_set, held_out;
+  model::DraftHead eagle, eagle_untrained, eagle_planted, medusa, medusa_untrained, medusa_planted;
+  train::Metrics first_steps, last_steps;
+  std::string eagle_dir, medusa_dir;
+};
+
+const Rig& rig() {
+  static const Rig r = [] {
+    model::CausalLM& target = *smollm2().model;
+    Rig rig;
+    const train::Corpus c = train::read_corpus(train::default_corpus(), *smollm2().tokenizer, kSeqLen, 12288, 1024);
+    for (const Tokens& s : c.train) rig.train_set.push_back(train::target_features(target, s, 64));
+    for (const Tokens& s : c.held_out) rig.held_out.push_back(train::target_features(target, s, 64));
+    rig.eagle = rig.eagle_untrained = train::new_head(target, options("eagle"));
+    rig.eagle.params().clear();  // a deep copy: DraftHead's tensors are shared on copy
+    for (const auto& [k, v] : rig.eagle_untrained.params()) rig.eagle.params()[k] = v.clone();
+    int64_t steps = 0;
+    rig.last_steps = train::train_head(rig.eagle, target, rig.train_set, options("eagle"), "",
+                                       [&](int64_t step, int64_t, const train::Metrics& m) {
+                                         if (step == 1) rig.first_steps = m;
+                                         steps = step;
+                                       });
+    // The planted bug, in the data: position j's input token is t_{j+2} instead of t_{j+1}.
+    train::Dataset shifted = rig.train_set;
+    for (auto& s : shifted) {
+      s.ids = s.ids.clone();
+      s.ids.narrow(0, 0, s.ids.size(0) - 1).copy_(s.ids.narrow(0, 1, s.ids.size(0) - 1).clone());
+    }
+    rig.eagle_planted = train::new_head(target, options("eagle"));
+    train::train_head(rig.eagle_planted, target, shifted, options("eagle"), "");
+    rig.medusa = train::new_head(target, options("medusa"));
+    rig.medusa_untrained = train::new_head(target, options("medusa"));
+    train::TrainOptions mo = options("medusa");
+    mo.lr = 5e-3;
+    train::train_head(rig.medusa, target, rig.train_set, mo, "");
+    // Medusa's planted bug: labels one position early (head i learns the distribution at
+    // j + i, the token right after its input's, instead of j + i + 1).
+    train::Dataset early = rig.train_set;
+    for (auto& s : early) {
+      const int64_t T = s.ids.size(0);
+      s.top_ids = at::cat({s.top_ids.narrow(0, 0, 1), s.top_ids.narrow(0, 0, T - 1)});
+      s.top_p = at::cat({s.top_p.narrow(0, 0, 1), s.top_p.narrow(0, 0, T - 1)});
+    }
+    rig.medusa_planted = train::new_head(target, options("medusa"));
+    train::train_head(rig.medusa_planted, target, early, mo, "");
+    const std::string dir = ::testing::TempDir() + "/specdec_trained_heads";
+    rig.eagle_dir = dir + "/eagle";
+    rig.medusa_dir = dir + "/medusa";
+    rig.eagle.save(rig.eagle_dir);
+    rig.medusa.save(rig.medusa_dir);
+    std::printf("%zu training and %zu held-out sequences of %lld tokens; %lld EAGLE steps\n", rig.train_set.size(),
+                rig.held_out.size(), static_cast<long long>(kSeqLen), static_cast<long long>(steps));
+    return rig;
+  }();
+  return r;
+}
+
+train::Metrics held_out(const model::DraftHead& h, const std::string& kind) {
+  const train::Metrics m = train::evaluate(h, *smollm2().model, rig().held_out, options(kind));
+  std::printf("%s: held-out top-1 %.3f, loss %.3f (%lld positions)\n", kind.c_str(), m.top1, m.loss,
+              static_cast<long long>(m.n));
+  return m;
+}
+
+TEST(TrainedDrafters, EagleTrainingLearnsBeyondAnUntrainedHead) {
+  EXPECT_LT(rig().last_steps.loss, 0.7 * rig().first_steps.loss);
+  EXPECT_TRUE(learned(held_out(rig().eagle, "eagle"), held_out(rig().eagle_untrained, "eagle (untrained)"), 0.1));
+}
+
+TEST(TrainedDrafters, APlantedOffByOneInTheTrainingPairsIsCaught) {
+  EXPECT_FALSE(
+      learned(held_out(rig().eagle_planted, "eagle (planted)"), held_out(rig().eagle_untrained, "eagle"), 0.1));
+}
+
+TEST(TrainedDrafters, MedusaTrainingLearnsBeyondAnUntrainedHead) {
+  EXPECT_TRUE(
+      learned(held_out(rig().medusa, "medusa"), held_out(rig().medusa_untrained, "medusa (untrained)"), 0.02));
+  EXPECT_FALSE(
+      learned(held_out(rig().medusa_planted, "medusa (planted)"), held_out(rig().medusa_untrained, "medusa"), 0.02));
+}
+
+// The bytes on disk are the head: save + load gives the same predictions.
+TEST(TrainedDrafters, SavedHeadsLoadBackBitForBit) {
+  const model::DraftHead back = model::DraftHead::load(rig().eagle_dir);
+  for (const auto& [name, t] : rig().eagle.params()) EXPECT_TRUE(at::equal(back.params().at(name), t)) << name;
+  EXPECT_EQ(back.config().target.fingerprint, rig().eagle.config().target.fingerprint);
+}
+
+Request request(const std::string& prompt) {
+  Request req;
+  req.prompt = smollm2().tokenizer->encode(prompt, true);
+  req.target = smollm2().model;
+  req.tokenizer = smollm2().tokenizer;
+  req.stop.max_new_tokens = 48;
+  return req;
+}
+
+// After the prompt's prefill the drafter's first draft token is the head's teacher-forced
+// prediction: the head over every prompt position's real feature, then the target's head.
+TEST(TrainedDrafters, EagleDraftsWhatTheHeadPredicts) {
+  const Request req = request("import os\n\ndef list_python_files(root):\n    ");
+  const Params params = resolve("speculative", Params({{"drafter", "eagle"}, {"eagle_head", rig().eagle_dir},
+                                                       {"temperature", "0"}}));
+  const sampling::ProcessorConfig proc = processor_config(params);
+  Rng rng(0);
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  std::unique_ptr<Drafter> d = make_drafter("eagle", DrafterContext{req, params, proc, rng, n + 64, 8});
+  ASSERT_TRUE(d->wants_target_features());
+  model::KVCache cache = req.target->make_cache(1, n);
+  model::ForwardOptions opt;
+  opt.final_hidden = true;
+  const at::Tensor ids = at::tensor(std::vector<int64_t>(req.prompt.begin(), req.prompt.end()), at::kLong);
+  const at::Tensor hidden = req.target->forward(ids.view({1, n}), {0}, cache, opt).hidden.select(0, 0);  // [n, d]
+  d->observe_features(Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, hidden.narrow(0, 0, n - 1));
+  const DraftProposal p = d->propose(req.prompt, 1);
+  ASSERT_EQ(p.size(), 1);
+  at::NoGradGuard no_grad;
+  const at::Tensor emb = req.target->embed(ids.narrow(0, 1, n - 1));
+  const at::Tensor pred = rig().eagle.eagle_forward(hidden.narrow(0, 0, n - 1), emb, at::arange(n - 1, at::kLong), {},
+                                                    {}, {}).features;  // [n - 1, d]
+  const int64_t want = req.target->output_head(pred.narrow(0, n - 2, 1)).argmax(-1).item<int64_t>();
+  EXPECT_EQ(p.tokens[0], want);
+}
+
+class TrainedDrafter : public ::testing::TestWithParam<std::string> {
+ protected:
+  // eagle and medusa: chains; eagle_tree: EAGLE-2's dynamic tree (no q: verified tokens_only at
+  // T > 0); eagle_static: a static 2,2,1 tree sampled from q (multi-draft verification).
+  Params params(std::map<std::string, std::string> p) const {
+    const bool medusa = GetParam() == "medusa";
+    p["drafter"] = medusa ? "medusa" : "eagle";
+    p[medusa ? "medusa_head" : "eagle_head"] = medusa ? rig().medusa_dir : rig().eagle_dir;
+    if (GetParam() == "eagle_tree") p["eagle_shape"] = "tree", p["tree_budget"] = "8", p["tree_topk"] = "3";
+    if (GetParam() == "eagle_static") p["eagle_shape"] = "tree", p["tree_branching"] = "2,2,1", p["tree_budget"] = "0";
+    return Params(p);
+  }
+};
+
+TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
+  int64_t accepted = 0;
+  for (const char* prompt : {"import os\n\ndef list_python_files(root):\n    ",
+                             "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):",
+                             "The three laws of thermodynamics are"}) {
+    const Request req = request(prompt);
+    const Result want = create("greedy", Params(std::map<std::string, std::string>{}))->generate(req, {});
+    const Result got = create("speculative", params({{"temperature", "0"}, {"gamma", "4"}}))->generate(req, {});
+    EXPECT_EQ(got.tokens, want.tokens) << prompt;
+    accepted += got.stats.n_accepted;
+  }
+  EXPECT_GT(accepted, 0) << "the trained head never drafted an accepted token";
+}
+
+// The first three tokens at T = 0.7 / top-p 0.8 / repetition penalty 1.3 after a fixed prompt
+// (one generation per seed, batch 1: the trained drafters take no batches yet) against the
+// exact processed law: 4 outcomes; chi-square at level 0.01, N = 600 (~45 s a drafter). The
+// planted residual bug (ts::ResidualAsPBackend) moves the law by TV ~0.1 here: at the same N it
+// fails with p ~1e-8 (at N = 150 p was 0.01-0.05, too close to the level).
+// Code, which the heads were trained on: they draft tokens the target accepts there, so
+// rejections land where q overlaps p and the residual (the planted bug's target) matters.
+const char* const kLawPrompt = "class Point:\n    def __init__(self";
+const std::map<std::string, std::string> kProcessors = {
+    {"temperature", "0.7"}, {"top_p", "0.8"}, {"repetition_penalty", "1.3"}};
+
+ts::Samples draw(const Params& p, int64_t n, std::shared_ptr<kernels::Backend> backend) {
+  static const Tokens prompt = smollm2().tokenizer->encode(kLawPrompt, true);
+  static const auto target = std::make_shared<model::PrefixReuse>(
+      smollm2().model, std::vector<int64_t>(prompt.begin(), prompt.end()));
+  Request req;
+  req.prompt = prompt;
+  req.target = target;
+  req.tokenizer = smollm2().tokenizer;
+  req.backend = std::move(backend);
+  req.stop.max_new_tokens = 3;
+  const std::unique_ptr<Strategy> s = create("speculative", p);
+  ts::Samples out;
+  out.n = n;
+  for (int64_t i = 0; i < n; ++i) {
+    req.seed = static_cast<uint64_t>(i);
+    const Result r = s->generate(req, {});
+    EXPECT_EQ(r.tokens.size(), 3u);
+    if (r.tokens.size() != 3) continue;
+    ++out.counts[{r.tokens[0], r.tokens[1], r.tokens[2]}];
+    out.n_drafted += r.stats.n_drafted;
+    out.n_accepted += r.stats.n_accepted;
+    out.n_rounds += r.stats.n_rounds;
+  }
+  return out;
+}
+
+const ts::Dist& exact_law() {
+  static const ts::Dist d = ts::exact_joint_shared(
+      *smollm2().model, smollm2().tokenizer->encode(kLawPrompt, true),
+      processor_config(resolve("sampling", Params(kProcessors))));
+  return d;
+}
+
+TEST_P(TrainedDrafter, SamplingFollowsTheExactProcessedLaw) {
+  auto p = kProcessors;
+  p["gamma"] = "3";
+  std::printf("law support: %zu outcomes\n", exact_law().size());
+  const ts::Samples s = draw(params(p), 600, nullptr);
+  EXPECT_GT(s.n_accepted, 0);
+  EXPECT_LT(s.n_accepted, s.n_drafted);
+  EXPECT_GT(ts::report_law(GetParam(), exact_law(), s), 0.01);
+}
+
+TEST_P(TrainedDrafter, APlantedResidualBugFailsTheLawCheck) {
+  if (GetParam() == "eagle_tree") GTEST_SKIP() << "a dynamic tree carries no q: no residual to get wrong";
+  // This Medusa head's q is far from p where it is rejected here, so the residual is nearly p
+  // and the bug moves the law by TV ~0.03 only (p = 0.15 at N = 600): the verifier it plants the
+  // bug in is shared by every drafter and caught through the EAGLE chain and the static tree.
+  if (GetParam() == "medusa") GTEST_SKIP() << "the bug's effect with this head is below the check's power";
+  auto p = kProcessors;
+  p["gamma"] = "3";
+  const Params prm = params(p);
+  auto bug = std::make_shared<ts::ResidualAsPBackend>(model::backend_of(smollm2().model->device()));
+  const ts::Samples s = draw(prm, 600, bug);
+  EXPECT_LT(ts::report_law(GetParam() + " with the planted bug", exact_law(), s), 0.01);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kind, TrainedDrafter, ::testing::Values("eagle", "medusa", "eagle_tree", "eagle_static"),
+                         [](const auto& info) { return info.param; });
+
+TEST(TrainedDrafters, AHeadRefusesAnotherTargetAndAnotherKindByName) {
+  Request req = request("x = 1");
+  req.target = model::make_tiny_llama(model::tiny_llama_config(), 7);
+  req.prompt = {1, 2, 3};
+  req.tokenizer = nullptr;
+  const Params eagle({{"drafter", "eagle"}, {"eagle_head", rig().eagle_dir}, {"temperature", "0"}});
+  std::string msg = error_of([&] { create("speculative", eagle)->generate(req, {}); });
+  EXPECT_NE(msg.find("was trained on target 'smollm2-135m'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(rig().eagle_dir), std::string::npos) << msg;
+  const Params wrong({{"drafter", "eagle"}, {"eagle_head", rig().medusa_dir}, {"temperature", "0"}});
+  msg = error_of([&] { create("speculative", wrong)->generate(request("x = 1"), {}); });
+  EXPECT_NE(msg.find("holds a medusa head, not a eagle head"), std::string::npos) << msg;
+  const Params none({{"drafter", "eagle"}, {"temperature", "0"}});
+  msg = error_of([&] { create("speculative", none)->generate(request("x = 1"), {}); });
+  EXPECT_NE(msg.find("needs a trained head: --set eagle_head=DIR"), std::string::npos) << msg;
+  const Params missing({{"drafter", "medusa"}, {"medusa_head", "/nonexistent/head"}, {"temperature", "0"}});
+  msg = error_of([&] { create("speculative", missing)->generate(request("x = 1"), {}); });
+  EXPECT_NE(msg.find("medusa_head='/nonexistent/head'"), std::string::npos) << msg;
+}
+
+}  // namespace

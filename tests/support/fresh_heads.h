@@ -1,0 +1,29 @@
+#pragma once
+// Trained drafters (DrafterInfo::head_param) in tests that run every registered drafter: an
+// untrained head for the test's target, written once per (target, kind) into the test's
+// temporary directory. Untrained heads draft poorly, which is what a losslessness test wants:
+// many rejections.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "model/draft_heads.h"
+#include "strategies/drafters.h"
+
+namespace specdec::test_support {
+
+// {head_param: directory} for drafter d on target (empty for drafters without a head).
+inline std::map<std::string, std::string> fresh_head_values(const strategies::DrafterInfo& d,
+                                                            const model::CausalLM& target) {
+  if (d.head_param.empty()) return {};
+  static std::map<std::pair<const void*, std::string>, std::string> written;
+  std::string& dir = written[{&target, d.head_kind}];
+  if (dir.empty()) {
+    dir = ::testing::TempDir() + "/specdec_fresh_" + d.head_kind + "_" + std::to_string(written.size());
+    model::DraftHead::fresh(target, d.head_kind, "test target", 1).save(dir);
+  }
+  return {{d.head_param, dir}};
+}
+
+}  // namespace specdec::test_support
