@@ -33,7 +33,10 @@ const Command kCommands[] = {
 
 void usage(std::ostream& os) {
   os << "usage: specdec <command> [options]   (specdec <command> --help for details)\n\ncommands:\n";
-  for (const auto& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.help << "\n";
+  for (const auto& c : kCommands) {
+    const size_t len = std::strlen(c.name);
+    os << "  " << c.name << std::string(len < 14 ? 15 - len : 1, ' ') << c.help << "\n";
+  }
 }
 
 }  // namespace

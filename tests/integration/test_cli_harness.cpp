@@ -114,12 +114,15 @@ void expect_complete_without_duplicates(const fs::path& out, size_t n_cells) {
 }  // namespace
 
 TEST(CliHarness, HelpOnEveryCommand) {
-  for (const char* cmd : {"run", "validate", "models", "compare", "strategies", "generate", "tokenize"}) {
+  for (const char* cmd :
+       {"run", "validate", "models", "compare", "strategies", "generate", "tokenize", "train-drafter", "merge", "trace"}) {
     const auto o = run(std::string(cmd) + " --help");
     EXPECT_EQ(o.code, 0) << cmd << ": " << o.text;
     EXPECT_NE(o.text.find(cmd), std::string::npos) << o.text;
   }
-  EXPECT_EQ(run("--help").code, 0);
+  const auto help = run("--help");
+  EXPECT_EQ(help.code, 0) << help.text;
+  EXPECT_NE(help.text.find("train-drafter"), std::string::npos) << help.text;  // every command is listed
 }
 
 TEST(CliHarness, ValidatePrintsPlan) {
