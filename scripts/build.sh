@@ -9,7 +9,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   shift
   # -O1 -g1: line numbers in the reports at a fraction of -O2 -g's compile time.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-        -DSPECDEC_SANITIZE=ON -DSPECDEC_CUDA=OFF "$@"
+        -DSPECDEC_SANITIZE=ON -DSPECDEC_CUDA=OFF -DSPECDEC_PYTHON=OFF "$@"
   targets=(specdec)
   for f in tests/unit/test_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
   cmake --build build-asan -j "${SPECDEC_JOBS:-$(nproc)}" --target "${targets[@]}"

@@ -265,7 +265,8 @@ if want configure; then
     -DCMAKE_PREFIX_PATH="$DEPS/usr"
     -Dyaml-cpp_DIR="$DL/cmake/yaml-cpp" -DGTest_DIR="$DL/cmake/GTest" -Dbenchmark_DIR="$DL/cmake/benchmark"
     -DBoost_DIR="$DL/cmake/Boost-1.74.0" -Dnlohmann_json_DIR="$DEPS/usr/share/cmake/nlohmann_json"
-    -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config" -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+    -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config" -DCMAKE_POLICY_VERSION_MINIMUM=3.5
+    -DSPECDEC_PYTHON=OFF)  # the Python package is not what this checks (and .gpu_pack has no pybind11)
   command -v ninja >/dev/null && ARGS+=(-G Ninja)
   # shellcheck disable=SC2206
   ARGS+=(${EXTRA_CMAKE_ARGS:-})
