@@ -18,6 +18,7 @@
 //     with the same options continues from it.
 //  4. The head goes to out/head.safetensors + out/head.json (the target it belongs to).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in <ATen/ATen.h> of every LibTorch)
 
 #include <functional>
 #include <string>

@@ -2,6 +2,7 @@
 // What the trained drafters (eagle.cpp, medusa.cpp) share: loading a head for a target, the
 // target's features as verification reveals them, and drawing a draft token from a row.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in <ATen/ATen.h> of every LibTorch)
 
 #include <memory>
 #include <string>
