@@ -36,6 +36,9 @@ int cmd_train_drafter(const Args& args) {
       ("out", po::value(&o.out), "directory for head.safetensors + head.json (and checkpoint/ while training)")
       ("corpus", po::value(&o.corpus)->composing(), "training text: files or directories, repeatable (default: Python's "
        "standard library, /usr/lib/python3.*)")
+      ("data", po::value(&o.data)->default_value(o.data), "text (the corpus as it is) | chat (the target's own greedy "
+       "answers to questions about the corpus, in its chat template: self-distillation in the format it is "
+       "prompted in)")
       ("tokens", po::value(&o.tokens)->default_value(o.tokens), "training tokens of target features")
       ("held-out-tokens", po::value(&o.held_out_tokens)->default_value(o.held_out_tokens), "held-out tokens (other files)")
       ("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per training sequence")
@@ -45,6 +48,10 @@ int cmd_train_drafter(const Args& args) {
       ("topk", po::value(&o.topk)->default_value(o.topk), "distil over the target's top-k tokens (0: whole vocabulary)")
       ("d-ff", po::value(&o.d_ff)->default_value(o.d_ff), "eagle: the head's MLP width (0: the target's)")
       ("medusa-heads", po::value(&o.medusa_heads)->default_value(o.medusa_heads), "medusa: heads (draft depth)")
+      ("draft-vocab", po::value(&o.draft_vocab)->default_value(o.draft_vocab), "draft from the target's N likeliest "
+       "next tokens on the training data only (EAGLE-3's reduced vocabulary: a cheaper output head); 0: all")
+      ("unroll", po::value(&o.unroll)->default_value(o.unroll), "eagle: also train draft depths 2..N on the head's "
+       "own predicted features, as a chain drafts (EAGLE-3's training-time test); 1: depth 1 only")
       ("minutes", po::value(&o.minutes)->default_value(o.minutes), "stop training after this many minutes (0: none)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "initialisation, data order and noise")
       ("checkpoint-every", po::value(&o.checkpoint_s)->default_value(o.checkpoint_s), "seconds between training "
@@ -73,8 +80,8 @@ int cmd_train_drafter(const Args& args) {
     if (!given("model")) model = c.model;
     if (!given("dtype")) dtype = c.dtype;
     train::TrainOptions from_file = c.options;
-    for (const char* key : {"kind", "out", "corpus", "tokens", "held-out-tokens", "seq-len", "epochs", "batch", "lr",
-                            "topk", "d-ff", "medusa-heads", "minutes", "seed", "threads", "checkpoint-every"})
+    for (const char* key : {"kind", "out", "corpus", "data", "tokens", "held-out-tokens", "seq-len", "epochs", "batch", "lr",
+                            "topk", "d-ff", "medusa-heads", "draft-vocab", "unroll", "minutes", "seed", "threads", "checkpoint-every"})
       if (given(key)) harness::apply_train_option(from_file, key, o);
     o = from_file;
   } else {
@@ -89,7 +96,7 @@ int cmd_train_drafter(const Args& args) {
   SD_CHECK(m.tokenizer != nullptr, "train-drafter: model '", model, "' has no tokenizer to read the corpus with");
   o.target_name = model;
   o.progress = !quiet;
-  const train::TrainReport r = train::train_drafter(*m.model, *m.tokenizer, o);
+  const train::TrainReport r = train::train_drafter(m.model, m.tokenizer, o);
   if (json_out) {
     nlohmann::json j = {{"head", o.out},
                         {"kind", o.kind},
@@ -101,6 +108,7 @@ int cmd_train_drafter(const Args& args) {
                         {"held_out_top1_untrained", r.untrained.top1},
                         {"held_out_top1", r.trained.top1},
                         {"held_out_top1_per_head", r.trained.top1_per_head},
+                        {"draft_vocab_coverage", r.draft_vocab_coverage},
                         {"resumed_at_step", r.resumed_at_step},
                         {"sequences_from_disk", r.sequences_from_disk},
                         {"held_out_loss_untrained", r.untrained.loss},

@@ -39,6 +39,7 @@ const std::map<std::string, Field>& fields() {
                       o.corpus.push_back(n.as<std::string>());
                   },
                   [](TrainOptions& d, const TrainOptions& s) { d.corpus = s.corpus; }}},
+      {"data", field(&TrainOptions::data)},
       {"tokens", field(&TrainOptions::tokens)},
       {"held_out_tokens", field(&TrainOptions::held_out_tokens)},
       {"seq_len", field(&TrainOptions::seq_len)},
@@ -48,6 +49,8 @@ const std::map<std::string, Field>& fields() {
       {"topk", field(&TrainOptions::topk)},
       {"d_ff", field(&TrainOptions::d_ff)},
       {"medusa_heads", field(&TrainOptions::medusa_heads)},
+      {"draft_vocab", field(&TrainOptions::draft_vocab)},
+      {"unroll", field(&TrainOptions::unroll)},
       {"minutes", field(&TrainOptions::minutes)},
       {"seed", field(&TrainOptions::seed)},
       {"threads", field(&TrainOptions::threads)},

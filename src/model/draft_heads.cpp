@@ -47,6 +47,18 @@ void check_config(const DraftHeadConfig& c, const std::string& where) {
   } else {
     SD_CHECK(c.n_medusa > 0 && c.n_medusa <= 16, where, ": n_medusa must be in [1, 16], got ", c.n_medusa);
   }
+  for (size_t i = 0; i < c.draft_vocab.size(); ++i)
+    SD_CHECK(c.draft_vocab[i] >= 0 && c.draft_vocab[i] < c.target.n_vocab && (i == 0 || c.draft_vocab[i] > c.draft_vocab[i - 1]),
+             where, ": draft_vocab must hold ascending ids in [0, ", c.target.n_vocab, "), entry ", i, " is ",
+             c.draft_vocab[i]);
+}
+
+// The bias that goes with weight `w`, or "".
+std::string bias_of(const std::string& w) {
+  const std::string suffix = ".weight";
+  if (w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return w.substr(0, w.size() - suffix.size()) + ".bias";
+  return "";
 }
 
 json target_json(const HeadTarget& t) {
@@ -141,6 +153,10 @@ void DraftHead::save(const std::string& dir) const {
     keep.push_back(p(name).detach().to(at::kCPU).to(at::kFloat).contiguous());
     out.push_back({name, shape, keep.back().data_ptr<float>()});
   }
+  if (!cfg_.draft_vocab.empty()) {  // ids < 2^24: exact in float32
+    keep.push_back(at::tensor(cfg_.draft_vocab, at::kLong).to(at::kFloat));
+    out.push_back({"draft_vocab", {static_cast<int64_t>(cfg_.draft_vocab.size())}, keep.back().data_ptr<float>()});
+  }
   io::write_safetensors(dir + "/head.safetensors", out, {{"format", "pt"}, {"specdec_head", cfg_.kind}});
   const std::string tmp = dir + "/head.json.tmp";
   {
@@ -177,9 +193,18 @@ DraftHead DraftHead::load(const std::string& dir) {
   } catch (const json::exception& e) {
     fail("draft head '", dir, "': ", jpath, " is not a head config: ", e.what());
   }
+  const auto file = io::SafetensorsFile::open(wpath);
+  if (const io::SafetensorsTensorInfo* info = file->find("draft_vocab")) {
+    SD_CHECK(info->shape.size() == 1 && info->shape[0] > 0 && info->shape[0] <= c.target.n_vocab, "draft head '", dir,
+             "': tensor 'draft_vocab' in ", wpath, " must be [n] with 0 < n <= the vocabulary (", c.target.n_vocab, ")");
+    at::Tensor ids = at::empty({info->shape[0]}, at::kFloat);
+    file->read_f32(*info, ids.data_ptr<float>());
+    SD_CHECK(at::equal(ids, ids.round()), "draft head '", dir, "': 'draft_vocab' in ", wpath, " holds non-integers");
+    const at::Tensor l = ids.to(at::kLong).contiguous();
+    c.draft_vocab.assign(l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel());
+  }
   check_config(c, "draft head '" + dir + "' (" + jpath + ")");
   DraftHead h = init(c, 0);
-  const auto file = io::SafetensorsFile::open(wpath);
   for (const auto& [name, shape] : param_shapes(c)) {
     const io::SafetensorsTensorInfo* info = file->find(name);
     SD_CHECK(info != nullptr, "draft head '", dir, "': ", wpath, " has no tensor '", name, "'");
@@ -198,17 +223,32 @@ const at::Tensor& DraftHead::p(const std::string& name) const {
   return it->second;
 }
 
+void DraftHead::pack(at::ScalarType dtype) {
+  packed_.clear();
+  for (const auto& [name, shape] : param_shapes(cfg_)) {
+    if (shape.size() != 2) continue;
+    const std::string b = bias_of(name);
+    packed_.emplace(name, Linear(p(name).detach().contiguous(), b.empty() ? at::Tensor() : p(b).detach(), dtype));
+  }
+}
+
+at::Tensor DraftHead::linear(const std::string& w, const std::string& b, const at::Tensor& x) const {
+  const auto it = packed_.find(w);
+  if (it != packed_.end()) return it->second(x.contiguous());
+  return at::linear(x, p(w), b.empty() ? at::Tensor() : p(b));
+}
+
 EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,
                                   const at::Tensor& k_past, const at::Tensor& v_past, const at::Tensor& mask) const {
   const int64_t T = feat.size(0), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim, g = H / Hkv;
   const int64_t P = k_past.defined() ? k_past.size(0) : 0;
-  const at::Tensor x = at::linear(at::cat({feat, emb}, 1), p("fc.weight"), p("fc.bias"));  // [T, d]
+  const at::Tensor x = linear("fc.weight", "fc.bias", at::cat({feat, emb}, 1));  // [T, d]
   const at::Tensor xn = rms_norm_aten(x, p("attn_norm"), cfg_.norm_eps);
   const at::Tensor ang = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.to(x.device());  // [T, hd/2]
   const at::Tensor cos = ang.cos().unsqueeze(1), sin = ang.sin().unsqueeze(1);           // [T, 1, hd/2]
-  const at::Tensor q = rope_rotate_half(at::linear(xn, p("wq")).view({T, H, hd}), cos, sin);
-  const at::Tensor k = rope_rotate_half(at::linear(xn, p("wk")).view({T, Hkv, hd}), cos, sin);
-  const at::Tensor v = at::linear(xn, p("wv")).view({T, Hkv, hd});
+  const at::Tensor q = rope_rotate_half(linear("wq", "", xn).view({T, H, hd}), cos, sin);
+  const at::Tensor k = rope_rotate_half(linear("wk", "", xn).view({T, Hkv, hd}), cos, sin);
+  const at::Tensor v = linear("wv", "", xn).view({T, Hkv, hd});
   const at::Tensor k_all = P > 0 ? at::cat({k_past, k}, 0) : k, v_all = P > 0 ? at::cat({v_past, v}, 0) : v;
   // GQA: query heads viewed as [kv head, group]. scores [Hkv, g, T, P + T]
   const at::Tensor qg = q.view({T, Hkv, g, hd}).permute({1, 2, 0, 3});
@@ -222,9 +262,9 @@ EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb,
   const at::Tensor out = at::matmul(attn, v_all.permute({1, 0, 2}).unsqueeze(1))  // [Hkv, g, T, hd]
                              .permute({2, 0, 1, 3})
                              .reshape({T, H * hd});
-  const at::Tensor h = x + at::linear(out, p("wo"));
+  const at::Tensor h = x + linear("wo", "", out);
   const at::Tensor hn = rms_norm_aten(h, p("ffn_norm"), cfg_.norm_eps);
-  const at::Tensor mlp = at::linear(at::silu(at::linear(hn, p("w_gate"))) * at::linear(hn, p("w_up")), p("w_down"));
+  const at::Tensor mlp = linear("w_down", "", at::silu(linear("w_gate", "", hn)) * linear("w_up", "", hn));
   return {h + mlp, k, v};
 }
 
@@ -232,7 +272,7 @@ at::Tensor DraftHead::medusa_forward(const at::Tensor& f) const {
   std::vector<at::Tensor> outs;
   for (int64_t i = 0; i < cfg_.n_medusa; ++i) {
     const std::string n = "medusa." + std::to_string(i);
-    outs.push_back(f + at::silu(at::linear(f, p(n + ".weight"), p(n + ".bias"))));
+    outs.push_back(f + at::silu(linear(n + ".weight", n + ".bias", f)));
   }
   return at::stack(outs);  // [n_medusa, N, d]
 }

@@ -13,9 +13,14 @@
 // Medusa: head i (0-based) maps f_j to h_i = f_j + SiLU(W_i f_j + b_i); head(h_i) predicts
 // t_{j+i+2}, the token i + 1 places after the target's own next token.
 //
-// On disk a head is a directory: head.safetensors (float32 tensors, names as params()) and
-// head.json (DraftHeadConfig, the target it was trained on). Loading it for another target is
-// a named error (check_head_target).
+// Draft vocabulary (EAGLE-3's reduced vocabulary): a head may name the ids it drafts from
+// (DraftHeadConfig::draft_vocab, the target's likeliest next tokens on the training data); the
+// drafters then apply only those rows of the output head, a fraction of its cost.
+//
+// On disk a head is a directory: head.safetensors (float32 tensors, names as params(), and
+// "draft_vocab" when set: the ids as exact float32 integers) and head.json (DraftHeadConfig,
+// the target it was trained on). Loading it for another target is a named error
+// (check_head_target).
 #include <ATen/ATen.h>
 
 #include <map>
@@ -23,6 +28,7 @@
 #include <vector>
 
 #include "model/causal_lm.h"
+#include "model/linear.h"
 
 namespace specdec::model {
 
@@ -46,6 +52,7 @@ struct DraftHeadConfig {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0;
   double norm_eps = 1e-6, rope_theta = 10000.0;
   int64_t n_medusa = 0;  // medusa: heads (draft depth)
+  std::vector<int64_t> draft_vocab;  // ids the head drafts from, ascending; empty: the whole vocabulary
   HeadTarget target;
   std::map<std::string, std::string> training;  // how it was trained (corpus, steps, losses): informational
 };
@@ -78,6 +85,13 @@ class DraftHead {
   std::map<std::string, at::Tensor>& params() { return params_; }
   const std::map<std::string, at::Tensor>& params() const { return params_; }
 
+  // The inference form: every weight matrix as a packed Linear (model/linear.h: the engine's
+  // panel kernel on all its threads) in dtype (at::kBFloat16 halves the bytes a draft step
+  // reads). The forwards then use them; call it after the last change to params(), never on a
+  // head being trained (the packed copies carry no gradient).
+  void pack(at::ScalarType dtype);
+  bool packed() const { return !packed_.empty(); }
+
   // EAGLE. feat, emb: [T, d]; positions [T] int64 (RoPE); k_past, v_past: [P, Hkv, hd] (P may
   // be 0: undefined tensors); mask: [T, P + T] additive (0 attend, -inf not), undefined for a
   // chain (row t attends to the past and to fed rows <= t).
@@ -88,8 +102,11 @@ class DraftHead {
 
  private:
   const at::Tensor& p(const std::string& name) const;
+  // x W^T (+ b) for the weight `w` (bias `b`, or ""), packed when pack() ran.
+  at::Tensor linear(const std::string& w, const std::string& b, const at::Tensor& x) const;
   DraftHeadConfig cfg_;
   std::map<std::string, at::Tensor> params_;
+  std::map<std::string, Linear> packed_;  // weight name -> packed (inference form), or empty
   at::Tensor inv_freq_;  // [hd/2] RoPE (eagle)
 };
 

@@ -19,12 +19,21 @@
 #include "core/parallel.h"
 #include "core/timer.h"
 #include "io/safetensors.h"
+#include "strategies/registry.h"
 
 namespace specdec::train {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+constexpr int64_t k_eval_depth = 4;  // evaluate(): the EAGLE chain depths it measures
+
+void check_training_options(const TrainOptions& opt) {
+  SD_CHECK(opt.batch_seqs >= 1 && opt.epochs > 0 && opt.lr > 0, "train-drafter: need --batch >= 1, --epochs > 0 "
+           "and --lr > 0, got ", opt.batch_seqs, ", ", opt.epochs, ", ", opt.lr);
+  SD_CHECK(opt.unroll >= 1 && opt.unroll <= 16, "train-drafter: --unroll must be in [1, 16], got ", opt.unroll);
+}
 
 bool is_text_file(const fs::path& p) {
   static const char* exts[] = {".py", ".txt", ".md", ".rst", ".c", ".h", ".cpp"};
@@ -109,15 +118,20 @@ at::Tensor token_loss(const at::Tensor& pred, const Sequence& s, int64_t row0, c
 }
 
 json data_options(const TrainOptions& opt, const model::HeadTarget& target, const Corpus& c) {
-  return {{"tokens", opt.tokens},      {"held_out_tokens", opt.held_out_tokens}, {"seq_len", opt.seq_len},
+  json j = {{"tokens", opt.tokens},      {"held_out_tokens", opt.held_out_tokens}, {"seq_len", opt.seq_len},
           {"topk", opt.topk},          {"fingerprint", target.fingerprint},      {"n_vocab", target.n_vocab},
           {"files", c.files.size()},   {"first_file", c.files.empty() ? "" : c.files.front()}};
+  if (opt.data != "text") j["data"] = opt.data;  // (checkpoints from before data = chat have no key)
+  return j;
 }
 
 // Features of `seqs`, 64 sequences per shard file under dir (prefix_NNNN.safetensors): shards
 // already on disk are read back, missing ones are made and written.
-Dataset features_for(model::CausalLM& target, const std::vector<Tokens>& seqs, int64_t topk, const std::string& dir,
-                     const std::string& prefix, const std::function<void(int64_t)>& progress, int64_t& from_disk) {
+// prepare (may be empty) turns a shard's corpus sequences into the sequences trained on.
+Dataset features_for(model::CausalLM& target, const std::vector<Tokens>& seqs,
+                     const std::function<std::vector<Tokens>(const std::vector<Tokens>&)>& prepare, int64_t topk,
+                     const std::string& dir, const std::string& prefix, const std::function<void(int64_t)>& progress,
+                     int64_t& from_disk) {
   constexpr int64_t per_shard = 64;
   Dataset out;
   for (int64_t s0 = 0; s0 < static_cast<int64_t>(seqs.size()); s0 += per_shard) {
@@ -144,8 +158,10 @@ Dataset features_for(model::CausalLM& target, const std::vector<Tokens>& seqs, i
     } else {
       std::vector<at::Tensor> keep;
       std::vector<io::SafetensorsF32> tensors;
+      std::vector<Tokens> part(seqs.begin() + s0, seqs.begin() + s0 + n);
+      if (prepare) part = prepare(part);
       for (int64_t i = 0; i < n; ++i) {
-        shard.push_back(target_features(target, seqs[s0 + i], topk));
+        shard.push_back(target_features(target, part[i], topk));
         const Sequence& s = shard.back();
         const std::string k = std::to_string(i);
         for (const auto& [key, t] : {std::pair<std::string, at::Tensor>{"ids." + k, s.ids}, {"feat." + k, s.feat},
@@ -244,6 +260,56 @@ Corpus read_corpus(const std::vector<std::string>& paths, const tokenizer::Token
   return c;
 }
 
+std::vector<Tokens> chat_sequences(const std::vector<Tokens>& corpus_seqs,
+                                   const std::shared_ptr<model::CausalLM>& target,
+                                   const std::shared_ptr<tokenizer::Tokenizer>& tok) {
+  static const char* const asks[] = {"Explain what this code does.", "Review this code and point out any problems.",
+                                     "Add docstrings and type hints to this code.", "Write unit tests for this code."};
+  constexpr int k_turns = 4;
+  const size_t n = corpus_seqs.size();
+  std::vector<std::vector<tokenizer::ChatMessage>> conv(n);
+  std::vector<Tokens> out(n);
+  std::vector<bool> full(n, false);
+  const std::unique_ptr<strategies::Strategy> greedy = strategies::create("greedy", strategies::Params());
+  for (int turn = 0; turn < k_turns; ++turn) {
+    std::vector<strategies::Request> reqs;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < n; ++i) {
+      if (full[i]) continue;
+      const Tokens& src = corpus_seqs[i];
+      const int64_t len = static_cast<int64_t>(src.size()), q = std::max<int64_t>(1, len / k_turns);
+      const Tokens piece(src.begin() + std::min(len, turn * q), src.begin() + std::min(len, (turn + 1) * q));
+      conv[i].push_back({"user", std::string(asks[(i + turn) % 4]) + "\n\n```\n" + tok->decode(piece) + "\n```"});
+      Tokens prompt = tok->encode(tok->apply_chat_template(conv[i], true), true);
+      if (static_cast<int64_t>(prompt.size()) + 1 >= len) {  // no room for an answer
+        out[i] = Tokens(prompt.begin(), prompt.begin() + std::min<int64_t>(len, prompt.size()));
+        full[i] = true;
+        continue;
+      }
+      strategies::Request r;
+      r.stop.max_new_tokens = len - static_cast<int64_t>(prompt.size());
+      r.prompt = std::move(prompt);
+      r.target = target;
+      r.tokenizer = tok;
+      r.stop.eos_ids = tok->eos_ids();
+      reqs.push_back(std::move(r));
+      who.push_back(i);
+    }
+    if (reqs.empty()) break;
+    strategies::BatchOptions batch;
+    batch.batch_size = 8;
+    const std::vector<strategies::Result> res = greedy->generate_batch(reqs, batch, {});
+    for (size_t j = 0; j < who.size(); ++j) {
+      const size_t i = who[j];
+      conv[i].push_back({"assistant", res[j].text});
+      out[i] = reqs[j].prompt;
+      out[i].insert(out[i].end(), res[j].tokens.begin(), res[j].tokens.end());
+      full[i] = static_cast<int64_t>(out[i].size()) >= static_cast<int64_t>(corpus_seqs[i].size());
+    }
+  }
+  return out;
+}
+
 Sequence target_features(model::CausalLM& target, const Tokens& ids, int64_t topk) {
   at::NoGradGuard no_grad;
   const int64_t T = static_cast<int64_t>(ids.size());
@@ -257,22 +323,52 @@ Sequence target_features(model::CausalLM& target, const Tokens& ids, int64_t top
   return {tokens, r.hidden.select(0, 0).to(at::kCPU).to(at::kFloat).contiguous(), idx.contiguous(), p.contiguous()};
 }
 
+std::vector<at::Tensor> eagle_unroll(const model::DraftHead& head, const model::CausalLM& target, const Sequence& s,
+                                     const at::Tensor& in, int64_t depth) {
+  const int64_t n = s.ids.size(0) - 1;
+  const at::Tensor emb = target.embed(s.ids).to(at::kCPU).to(at::kFloat);  // [T, d]: row i embeds t_i
+  model::EagleOut o = head.eagle_forward(in, emb.narrow(0, 1, n), at::arange(n, at::kLong), {}, {}, {});
+  std::vector<at::Tensor> preds = {o.features};
+  at::Tensor k = o.k, v = o.v;  // every depth's keys and values so far: real rows, then depth 2, ...
+  std::vector<int64_t> block;   // where depths 2, 3, ... start in k
+  for (int64_t d = 2; d <= depth && n - d + 1 > 0; ++d) {
+    const int64_t m = n - d + 1, P = k.size(0);
+    // Row j (root j) sees the real rows 0..j, its own earlier depths and itself.
+    at::Tensor mask = at::full({m, P + m}, -std::numeric_limits<float>::infinity(), at::kFloat);
+    mask.narrow(1, 0, n).masked_fill_(at::ones({m, n}, at::kBool).tril(), 0);
+    for (int64_t b : block) mask.narrow(1, b, m).diagonal().zero_();
+    mask.narrow(1, P, m).diagonal().zero_();
+    block.push_back(P);
+    o = head.eagle_forward(preds.back().narrow(0, 0, m), emb.narrow(0, d, m), at::arange(d - 1, d - 1 + m, at::kLong),
+                           k, v, mask);
+    preds.push_back(o.features);
+    k = at::cat({k, o.k});
+    v = at::cat({v, o.v});
+  }
+  return preds;
+}
+
 at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const at::Tensor& head_table,
                          const Sequence& s, const TrainOptions& opt, at::Generator* noise, Metrics* m) {
   const int64_t T = s.ids.size(0), n = T - 1;
+  at::Tensor loss = at::zeros({}, at::kFloat);
   if (head.config().kind == "eagle") {
-    // Row j: f_j (noised while training, as EAGLE does, so the head copes with its own errors
-    // when it drafts from predicted features) and the embedding of t_{j+1}; it predicts f_{j+1}.
+    // Depth 1: f_j (noised while training, as EAGLE does, so the head copes with its own errors
+    // when it drafts from predicted features) and the embedding of t_{j+1} predict f_{j+1}.
+    // Depths d = 2..opt.unroll: the head's own predictions, as it drafts, predict f_{j+d}.
     at::Tensor in = s.feat.narrow(0, 0, n);
     if (noise && opt.feature_noise > 0)
       in = in + (at::rand(in.sizes(), *noise, at::kFloat) - 0.5) * opt.feature_noise;
-    const at::Tensor emb = target.embed(s.ids.narrow(0, 1, n)).to(at::kCPU).to(at::kFloat);  // [n, d]
-    const at::Tensor pred = head.eagle_forward(in, emb, at::arange(n, at::kLong), {}, {}, {}).features;
-    const at::Tensor feat_loss = at::smooth_l1_loss(pred, s.feat.narrow(0, 1, n));
-    return feat_loss + opt.w_cls * token_loss(pred, s, 1, head_table, opt, m);
+    const std::vector<at::Tensor> preds = eagle_unroll(head, target, s, in, opt.unroll);
+    for (size_t i = 0; i < preds.size(); ++i) {
+      const int64_t d = static_cast<int64_t>(i) + 1, rows = preds[i].size(0);
+      const at::Tensor feat_loss = at::smooth_l1_loss(preds[i], s.feat.narrow(0, d, rows));
+      const at::Tensor tok_loss = token_loss(preds[i], s, d, head_table, opt, i == 0 ? m : nullptr);
+      loss = loss + std::pow(0.8, i) * (feat_loss + opt.w_cls * tok_loss);
+    }
+    return loss;
   }
   // Medusa head i: from f_j, the target's distribution at j + i + 1 (token t_{j+i+2}).
-  at::Tensor loss = at::zeros({}, at::kFloat);
   const at::Tensor h = head.medusa_forward(s.feat);  // [K, T, d]
   for (int64_t i = 0; i < head.config().n_medusa && n - i > 0; ++i)
     loss = loss + std::pow(0.8, i) * token_loss(h[i].narrow(0, 0, n - i), s, i + 1, head_table, opt, m);
@@ -283,30 +379,68 @@ Metrics evaluate(const model::DraftHead& head, const model::CausalLM& target, co
                  const TrainOptions& opt) {
   at::NoGradGuard no_grad;
   const at::Tensor table = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU);
+  const std::vector<int64_t>& ids = head.config().draft_vocab;
+  const at::Tensor vocab = ids.empty() ? at::Tensor() : at::tensor(ids, at::kLong);
+  const at::Tensor vocab_rows = ids.empty() ? at::Tensor() : table.index_select(0, vocab);  // [Vd, d]
   Metrics m;
-  const int64_t n_heads = head.config().kind == "eagle" ? 1 : head.config().n_medusa;
+  const bool eagle = head.config().kind == "eagle";
+  const int64_t n_heads = eagle ? k_eval_depth : head.config().n_medusa;
   std::vector<double> hits(n_heads, 0), count(n_heads, 0);
   for (const Sequence& s : data) {
     m.loss += sequence_loss(head, target, table, s, opt, nullptr, nullptr).item<double>() / data.size();
     const int64_t n = s.ids.size(0) - 1;
-    // Agreement over the whole vocabulary, with the target's own output head.
-    const auto agree = [&](const at::Tensor& pred, int64_t row0, int64_t i) {
-      const at::Tensor best = target.output_head(pred).to(at::kCPU).argmax(-1);
-      hits[i] += best.eq(s.top_ids.narrow(0, row0, pred.size(0)).select(1, 0)).sum().item<double>();
-      count[i] += pred.size(0);
+    // Agreement over the draft vocabulary, as the drafters choose: the target's output head (all
+    // of it, or the vocabulary's rows of it). [rows] bool
+    const auto agree = [&](const at::Tensor& pred, int64_t row0) {
+      const at::Tensor best = vocab.defined() ? vocab.index_select(0, at::matmul(pred, vocab_rows.t()).argmax(-1))
+                                              : target.output_head(pred).to(at::kCPU).argmax(-1);
+      return best.eq(s.top_ids.narrow(0, row0, pred.size(0)).select(1, 0));
     };
-    if (head.config().kind == "eagle") {
-      const at::Tensor emb = target.embed(s.ids.narrow(0, 1, n)).to(at::kCPU).to(at::kFloat);
-      agree(head.eagle_forward(s.feat.narrow(0, 0, n), emb, at::arange(n, at::kLong), {}, {}, {}).features, 1, 0);
+    if (eagle) {  // a chain: depth d counts where the first d drafts all agree
+      const std::vector<at::Tensor> preds = eagle_unroll(head, target, s, s.feat.narrow(0, 0, n), n_heads);
+      at::Tensor chain = agree(preds[0], 1);
+      for (size_t i = 0; i < preds.size(); ++i) {
+        const int64_t rows = preds[i].size(0);
+        if (i > 0) chain = chain.narrow(0, 0, rows).logical_and(agree(preds[i], static_cast<int64_t>(i) + 1));
+        hits[i] += chain.sum().item<double>();
+        count[i] += rows;
+      }
     } else {
       const at::Tensor h = head.medusa_forward(s.feat);
-      for (int64_t i = 0; i < n_heads && n - i > 0; ++i) agree(h[i].narrow(0, 0, n - i), i + 1, i);
+      for (int64_t i = 0; i < n_heads && n - i > 0; ++i) {
+        hits[i] += agree(h[i].narrow(0, 0, n - i), i + 1).sum().item<double>();
+        count[i] += n - i;
+      }
     }
   }
   for (int64_t i = 0; i < n_heads; ++i) m.top1_per_head.push_back(count[i] > 0 ? hits[i] / count[i] : 0);
   m.top1 = m.top1_per_head[0];
   m.n = static_cast<int64_t>(count[0]);
   return m;
+}
+
+std::vector<int64_t> select_draft_vocab(const Dataset& data, int64_t n_vocab, int64_t n) {
+  SD_CHECK(n > 0 && n <= n_vocab, "train-drafter: draft_vocab must be in [1, ", n_vocab, "] (0: the whole "
+           "vocabulary), got ", n);
+  at::Tensor counts = at::zeros({n_vocab}, at::kDouble);
+  for (const Sequence& s : data)
+    counts.index_add_(0, s.top_ids.select(1, 0), at::ones({s.top_ids.size(0)}, at::kDouble));
+  // Ties (and never-seen ids) in id order: rank = count, then a small bonus for low ids.
+  const at::Tensor rank = counts - at::arange(n_vocab, at::kDouble) / (2.0 * n_vocab);
+  const at::Tensor top = std::get<0>(std::get<1>(at::topk(rank, n)).sort()).contiguous();
+  return std::vector<int64_t>(top.data_ptr<int64_t>(), top.data_ptr<int64_t>() + n);
+}
+
+double draft_vocab_coverage(const Dataset& data, const std::vector<int64_t>& vocab) {
+  if (vocab.empty()) return 1;
+  const at::Tensor ids = at::tensor(vocab, at::kLong);
+  double in = 0, all = 0;
+  for (const Sequence& s : data) {
+    const at::Tensor best = s.top_ids.select(1, 0);
+    in += at::isin(best, ids).sum().item<double>();
+    all += best.size(0);
+  }
+  return all > 0 ? in / all : 1;
 }
 
 model::DraftHead new_head(const model::CausalLM& target, const TrainOptions& opt) {
@@ -319,8 +453,7 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
                    const TrainOptions& opt, const std::string& checkpoint_dir,
                    const std::function<void(int64_t, int64_t, const Metrics&)>& on_step, int64_t* resumed_at) {
   SD_CHECK(!data.empty(), "train-drafter: no training sequences");
-  SD_CHECK(opt.batch_seqs >= 1 && opt.epochs > 0 && opt.lr > 0, "train-drafter: need --batch >= 1, --epochs > 0 "
-           "and --lr > 0, got ", opt.batch_seqs, ", ", opt.epochs, ", ", opt.lr);
+  check_training_options(opt);
   const TorchThreads threads(opt.threads);
   const at::Tensor table = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU);
   auto& params = head.params();
@@ -413,15 +546,22 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
   return running;
 }
 
-TrainReport train_drafter(model::CausalLM& target, const tokenizer::Tokenizer& tok, const TrainOptions& opt) {
+TrainReport train_drafter(const std::shared_ptr<model::CausalLM>& target_ptr,
+                          const std::shared_ptr<tokenizer::Tokenizer>& tok, const TrainOptions& opt) {
+  model::CausalLM& target = *target_ptr;
   SD_CHECK(!opt.out.empty(), "train-drafter: --out DIR is required (where the head is written)");
   SD_CHECK(opt.kind == "eagle" || opt.kind == "medusa", "train-drafter: --kind must be eagle or medusa, got '",
            opt.kind, "'");
+  check_training_options(opt);  // before the features: they take minutes
+  SD_CHECK(opt.data == "text" || opt.data == "chat", "train-drafter: --data must be text or chat, got '", opt.data,
+           "'");
+  SD_CHECK(opt.draft_vocab >= 0 && opt.draft_vocab <= target.config().n_vocab, "train-drafter: --draft-vocab must "
+           "be in [0, ", target.config().n_vocab, "] (0: the whole vocabulary), got ", opt.draft_vocab);
   SD_CHECK(opt.topk >= 0 && opt.topk <= target.config().n_vocab, "train-drafter: --topk must be in [0, ",
            target.config().n_vocab, "], got ", opt.topk);
   TrainReport report;
   ProgressLine bar(opt.progress);
-  const Corpus corpus = read_corpus(opt.corpus.empty() ? default_corpus() : opt.corpus, tok, opt.seq_len,
+  const Corpus corpus = read_corpus(opt.corpus.empty() ? default_corpus() : opt.corpus, *tok, opt.seq_len,
                                     opt.tokens, opt.held_out_tokens);
   const std::string ckpt = opt.out + "/checkpoint";
   fs::create_directories(ckpt);
@@ -450,14 +590,20 @@ TrainReport train_drafter(model::CausalLM& target, const tokenizer::Tokenizer& t
     bar.show("features", static_cast<double>(done), static_cast<double>(n_seqs),
              std::to_string(done * opt.seq_len) + " tokens");
   };
-  const Dataset train = features_for(target, corpus.train, opt.topk, ckpt, "train", show, report.sequences_from_disk);
+  std::function<std::vector<Tokens>(const std::vector<Tokens>&)> prepare;
+  if (opt.data == "chat") prepare = [&](const std::vector<Tokens>& s) { return chat_sequences(s, target_ptr, tok); };
+  const Dataset train =
+      features_for(target, corpus.train, prepare, opt.topk, ckpt, "train", show, report.sequences_from_disk);
   const int64_t n_train = static_cast<int64_t>(train.size());
-  const Dataset held = features_for(target, corpus.held_out, opt.topk, ckpt, "held_out",
+  const Dataset held = features_for(target, corpus.held_out, prepare, opt.topk, ckpt, "held_out",
                                     [&](int64_t done) { show(n_train + done); }, report.sequences_from_disk);
   bar.done();
   report.seconds_features = clock.ms() / 1000;
   report.train_tokens = n_train * opt.seq_len;
   report.held_out_tokens = static_cast<int64_t>(held.size()) * opt.seq_len;
+  if (opt.draft_vocab > 0 && opt.draft_vocab < target.config().n_vocab)
+    head.config().draft_vocab = select_draft_vocab(train, target.config().n_vocab, opt.draft_vocab);
+  report.draft_vocab_coverage = draft_vocab_coverage(held, head.config().draft_vocab);
   report.untrained = evaluate(head, target, held, opt);
   clock = Stopwatch();
   const Metrics last = train_head(head, target, train, opt, ckpt, [&](int64_t step, int64_t n, const Metrics& m) {
@@ -469,15 +615,19 @@ TrainReport train_drafter(model::CausalLM& target, const tokenizer::Tokenizer& t
     bar.show("training", static_cast<double>(step), static_cast<double>(n), extra);
   }, &report.resumed_at_step);
   bar.done();
+  report.steps = std::max(report.steps, report.resumed_at_step);  // resumed after the last step: none ran
   report.seconds_training = clock.ms() / 1000;
   report.trained = evaluate(head, target, held, opt);
   auto& t = head.config().training;
-  t = {{"corpus", corpus.files.empty() ? "" : fs::path(corpus.files.front()).parent_path().string()},
+  t = {{"data", opt.data},
+       {"corpus", corpus.files.empty() ? "" : fs::path(corpus.files.front()).parent_path().string()},
        {"files", std::to_string(corpus.files.size())},
        {"train_tokens", std::to_string(report.train_tokens)},
        {"held_out_tokens", std::to_string(report.held_out_tokens)},
        {"steps", std::to_string(report.steps)},
        {"topk", std::to_string(opt.topk)},
+       {"draft_vocab", std::to_string(head.config().draft_vocab.size())},
+       {"held_out_draft_vocab_coverage", std::to_string(report.draft_vocab_coverage)},
        {"train_loss", std::to_string(last.loss)},
        {"held_out_top1_untrained", std::to_string(report.untrained.top1)},
        {"held_out_top1", std::to_string(report.trained.top1)},

@@ -11,6 +11,9 @@
 //  3. Training: AdamW (written out below: its state is checkpointed with the head) on
 //       EAGLE:  SmoothL1(predicted f_{j+1}, f_{j+1}) + w_cls * CE(target's top-k p_{j+1} ||
 //               head(predicted f_{j+1}) over the same k tokens), inputs f_j + uniform noise;
+//               with unroll = D > 1 also depths 2..D (EAGLE-3's training-time test): the head
+//               fed its own predicted features, as a chain drafts, the same losses at j + d,
+//               weighted 0.8^(d-1);
 //       Medusa: sum_i 0.8^i CE(target's top-k p_{j+i+1} || head(h_i(f_j))).
 //     The cross-entropy runs over the target's top-k tokens (topk > 0), or over the whole
 //     vocabulary (topk = 0, dearer by the output head's size). The state goes to
@@ -21,6 +24,7 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in <ATen/ATen.h> of every LibTorch)
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +38,10 @@ namespace specdec::train {
 struct TrainOptions {
   std::string kind = "eagle";        // eagle | medusa
   std::vector<std::string> corpus;   // files or directories; empty: default_corpus()
+  // text: the corpus's token sequences as they are. chat: self-distillation in the target's chat
+  // format: each sequence is a conversation whose user turns ask about pieces of a corpus
+  // sequence and whose assistant turns are the target's own greedy answers (chat_sequences).
+  std::string data = "text";
   int64_t tokens = 65536;            // training tokens (features) to collect
   int64_t held_out_tokens = 4096;    // held-out tokens, from files the training set never sees
   int64_t seq_len = 256;
@@ -43,9 +51,11 @@ struct TrainOptions {
   double weight_decay = 0.01;
   double w_cls = 0.1;                // EAGLE: weight of the token loss beside the feature loss
   double feature_noise = 0.2;        // EAGLE: width of the uniform noise on input features
+  int64_t unroll = 1;                // EAGLE: draft depths trained on the head's own predictions (1: none)
   int64_t topk = 64;                 // distillation over the target's top-k tokens; 0: whole vocabulary
   int64_t d_ff = 0;                  // EAGLE: the head's MLP width; 0: the target's
   int64_t medusa_heads = 4;
+  int64_t draft_vocab = 0;           // ids the head drafts from (EAGLE-3's reduced vocabulary); 0: all
   double minutes = 0;                // wall-clock cap on the training steps; 0: none
   double checkpoint_s = 30;
   uint64_t seed = 1;
@@ -76,6 +86,14 @@ std::vector<std::string> default_corpus();
 // files are assigned to held-out by a hash of their path, so no text is in both splits.
 Corpus read_corpus(const std::vector<std::string>& paths, const tokenizer::Tokenizer& tok, int64_t seq_len,
                    int64_t train_tokens, int64_t held_out_tokens);
+// data = chat: for each corpus sequence a conversation of up to seq_len tokens (the length of
+// the sequence), in the target's chat template: user turns ask one of a few fixed questions
+// (explain, review, document, test) about the next quarter of the sequence's text, assistant
+// turns are the target's greedy answers (strategy greedy, in batches of 8). Deterministic.
+std::vector<Tokens> chat_sequences(const std::vector<Tokens>& corpus_seqs,
+                                   const std::shared_ptr<model::CausalLM>& target,
+                                   const std::shared_ptr<tokenizer::Tokenizer>& tok);
+
 // The target's features of one sequence (one forward, fresh cache).
 Sequence target_features(model::CausalLM& target, const Tokens& ids, int64_t topk);
 
@@ -83,19 +101,38 @@ struct Metrics {
   double loss = 0;   // the training loss (mean over sequences)
   double top1 = 0;   // share of predicted positions whose argmax equals the target's (Medusa: head 0's)
   int64_t n = 0;     // predicted positions
-  std::vector<double> top1_per_head;  // evaluate(), Medusa: each head's agreement
+  // evaluate(): Medusa, each head's agreement; EAGLE, per chain depth d = 1..4 the share of
+  // positions whose first d drafts (the head fed its own predictions) all agree.
+  std::vector<double> top1_per_head;
 };
+// EAGLE drafting as a chain over sequence s (EAGLE-3's "training-time test"): depth 1 reads
+// `in` [n, d] (s's real features f_j, maybe noised) with t_{j+1} at position j; depth d > 1
+// reads depth d - 1's predictions with t_{j+d} at position j + d - 1, attending to the real
+// rows 0..j, its own earlier depths and itself: what the d-th draft after a prefix ending at j
+// sees (the eagle drafter's mask). Returns each depth's predictions [n - d + 1, d_model], row j
+// predicting f_{j+d}. n = s.ids.size(0) - 1.
+std::vector<at::Tensor> eagle_unroll(const model::DraftHead& head, const model::CausalLM& target, const Sequence& s,
+                                     const at::Tensor& in, int64_t depth);
 // The loss of one sequence (with autograd when the head's parameters require it) and its
 // agreement over the top-k candidates.
 // head_table: the target's output head rows [V, d] (CausalLM::head_rows of every id); noise:
 // the generator of EAGLE's input noise (null: none).
 at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const at::Tensor& head_table,
                          const Sequence& s, const TrainOptions& opt, at::Generator* noise, Metrics* m);
-// Agreement over the whole vocabulary (argmax of the target's output head) and the loss, no
+// Agreement over the head's draft vocabulary (argmax of those rows of the target's output head;
+// all rows when it has none) and the loss, no
 // gradient: what "the head beats an untrained one on held-out text" is measured with. EAGLE
 // counts each position's next draft token; Medusa counts every head's.
 Metrics evaluate(const model::DraftHead& head, const model::CausalLM& target, const Dataset& data,
                  const TrainOptions& opt);
+
+// A draft vocabulary of n ids, ascending: the tokens the target most often ranks first on
+// `data` (its argmax next tokens), then, to fill it, the lowest ids not yet taken (a BPE
+// vocabulary's early merges, its commonest pieces).
+std::vector<int64_t> select_draft_vocab(const Dataset& data, int64_t n_vocab, int64_t n);
+// Share of `data`'s positions whose target argmax is in `vocab` (empty: 1): the most of those
+// positions a head drafting from it can agree on.
+double draft_vocab_coverage(const Dataset& data, const std::vector<int64_t>& vocab);
 
 // A fresh head for this target (kind, d_ff, medusa_heads from opt).
 model::DraftHead new_head(const model::CausalLM& target, const TrainOptions& opt);
@@ -110,12 +147,14 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
 
 struct TrainReport {
   Metrics untrained, trained;  // held-out
+  double draft_vocab_coverage = 1;  // held-out positions whose target argmax is in the draft vocabulary
   int64_t resumed_at_step = 0;    // > 0: training continued from a checkpoint at this step
   int64_t sequences_from_disk = 0;  // feature sequences read back from the checkpoint
   int64_t train_tokens = 0, held_out_tokens = 0, steps = 0;
   double seconds_features = 0, seconds_training = 0;
 };
 // The whole command: corpus -> features (resumable) -> training (resumable) -> opt.out.
-TrainReport train_drafter(model::CausalLM& target, const tokenizer::Tokenizer& tok, const TrainOptions& opt);
+TrainReport train_drafter(const std::shared_ptr<model::CausalLM>& target,
+                          const std::shared_ptr<tokenizer::Tokenizer>& tok, const TrainOptions& opt);
 
 }  // namespace specdec::train

@@ -13,6 +13,7 @@
 //  - A head refuses another target, and a Medusa head refuses to be an EAGLE head, by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -37,6 +38,7 @@ using specdec::test_support::error_of;
 namespace {
 
 constexpr int64_t kSeqLen = 128;
+constexpr int64_t kDraftVocab = 4096;  // of SmolLM2's 49152
 // What "the head learned" means here: held-out agreement (Medusa: its first head's) at least
 // this much above an untrained head's, and a lower held-out loss. An untrained EAGLE head
 // predicts the current feature, i.e. repeats the last token's distribution: ~0 agreement,
@@ -63,8 +65,9 @@ train::TrainOptions options(const std::string& kind) {
 struct Rig {
   train::Dataset train_set, held_out;
   model::DraftHead eagle, eagle_untrained, eagle_planted, medusa, medusa_untrained, medusa_planted;
+  model::DraftHead eagle_vocab;  // the trained EAGLE head drafting from a 4096-token draft vocabulary
   train::Metrics first_steps, last_steps;
-  std::string eagle_dir, medusa_dir;
+  std::string eagle_dir, medusa_dir, eagle_vocab_dir;
 };
 
 const Rig& rig() {
@@ -109,8 +112,12 @@ const Rig& rig() {
     const std::string dir = ::testing::TempDir() + "/specdec_trained_heads";
     rig.eagle_dir = dir + "/eagle";
     rig.medusa_dir = dir + "/medusa";
+    rig.eagle_vocab_dir = dir + "/eagle_vocab";
+    rig.eagle_vocab = rig.eagle;
+    rig.eagle_vocab.config().draft_vocab = train::select_draft_vocab(rig.train_set, target.config().n_vocab, kDraftVocab);
     rig.eagle.save(rig.eagle_dir);
     rig.medusa.save(rig.medusa_dir);
+    rig.eagle_vocab.save(rig.eagle_vocab_dir);
     std::printf("%zu training and %zu held-out sequences of %lld tokens; %lld EAGLE steps\n", rig.train_set.size(),
                 rig.held_out.size(), static_cast<long long>(kSeqLen), static_cast<long long>(steps));
     return rig;
@@ -158,41 +165,85 @@ Request request(const std::string& prompt) {
   return req;
 }
 
-// After the prompt's prefill the drafter's first draft token is the head's teacher-forced
-// prediction: the head over every prompt position's real feature, then the target's head.
+// After the prompt's prefill the drafter's first two draft tokens are the trained head's
+// predictions as training computes them (train::eagle_unroll): depth 1 from the prompt's real
+// features, depth 2 from the head's own predicted feature and the first draft token. The drafter
+// runs the head packed in bf16 (LoadedHead), so "is" means: the drafted token's logit under
+// the float32 head is within kBf16Slack of that head's best (an off-by-one in the features,
+// tokens, positions or mask picks an unrelated token). With a draft vocabulary the best is
+// taken over its ids, which the drafted tokens must be among (a wrong id map fails that).
+constexpr double kBf16Slack = 0.1;
+
 TEST(TrainedDrafters, EagleDraftsWhatTheHeadPredicts) {
   const Request req = request("import os\n\ndef list_python_files(root):\n    ");
-  const Params params = resolve("speculative", Params({{"drafter", "eagle"}, {"eagle_head", rig().eagle_dir},
-                                                       {"temperature", "0"}}));
-  const sampling::ProcessorConfig proc = processor_config(params);
-  Rng rng(0);
   const int64_t n = static_cast<int64_t>(req.prompt.size());
-  std::unique_ptr<Drafter> d = make_drafter("eagle", DrafterContext{req, params, proc, rng, n + 64, 8});
-  ASSERT_TRUE(d->wants_target_features());
   model::KVCache cache = req.target->make_cache(1, n);
   model::ForwardOptions opt;
   opt.final_hidden = true;
   const at::Tensor ids = at::tensor(std::vector<int64_t>(req.prompt.begin(), req.prompt.end()), at::kLong);
   const at::Tensor hidden = req.target->forward(ids.view({1, n}), {0}, cache, opt).hidden.select(0, 0);  // [n, d]
-  d->observe_features(Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, hidden.narrow(0, 0, n - 1));
-  const DraftProposal p = d->propose(req.prompt, 1);
-  ASSERT_EQ(p.size(), 1);
-  at::NoGradGuard no_grad;
-  const at::Tensor emb = req.target->embed(ids.narrow(0, 1, n - 1));
-  const at::Tensor pred = rig().eagle.eagle_forward(hidden.narrow(0, 0, n - 1), emb, at::arange(n - 1, at::kLong), {},
-                                                    {}, {}).features;  // [n - 1, d]
-  const int64_t want = req.target->output_head(pred.narrow(0, n - 2, 1)).argmax(-1).item<int64_t>();
-  EXPECT_EQ(p.tokens[0], want);
+  for (const model::DraftHead* head : {&rig().eagle, &rig().eagle_vocab}) {
+    const bool vocab = !head->config().draft_vocab.empty();
+    SCOPED_TRACE(vocab ? "with a draft vocabulary" : "whole vocabulary");
+    const Params params = resolve("speculative", Params({{"drafter", "eagle"},
+                                                         {"eagle_head", vocab ? rig().eagle_vocab_dir : rig().eagle_dir},
+                                                         {"temperature", "0"}}));
+    const sampling::ProcessorConfig proc = processor_config(params);
+    Rng rng(0);
+    std::unique_ptr<Drafter> d = make_drafter("eagle", DrafterContext{req, params, proc, rng, n + 64, 8});
+    ASSERT_TRUE(d->wants_target_features());
+    // The loop's prefill: every prompt position but the last (the first round's root).
+    d->observe_features(Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, hidden.narrow(0, 0, n - 1));
+    const DraftProposal p = d->propose(req.prompt, 2);
+    ASSERT_EQ(p.size(), 2);
+    at::NoGradGuard no_grad;
+    train::Sequence s;
+    s.ids = at::cat({ids, at::tensor({static_cast<int64_t>(p.tokens[0])}, at::kLong)});  // the prompt, then draft 1
+    const std::vector<at::Tensor> preds = train::eagle_unroll(*head, *req.target, s, hidden, 2);
+    const at::Tensor rows = vocab ? at::tensor(head->config().draft_vocab, at::kLong)
+                                  : at::arange(req.target->config().n_vocab, at::kLong);
+    const at::Tensor table = req.target->head_rows(rows);  // [Vd, d]
+    for (int64_t depth = 1; depth <= 2; ++depth) {
+      const at::Tensor logits = at::matmul(preds[depth - 1][n - 2], table.t());  // root: the prefix ending at n - 2
+      const at::Tensor at_draft = (rows == static_cast<int64_t>(p.tokens[depth - 1])).nonzero();
+      ASSERT_EQ(at_draft.numel(), 1) << "depth " << depth << ": draft " << p.tokens[depth - 1] << " not drafted from";
+      const double gap = (logits.max() - logits[at_draft.item<int64_t>()]).item<double>();
+      std::printf("depth %lld: drafted %d, best %lld, logit gap %.4f\n", static_cast<long long>(depth),
+                  p.tokens[depth - 1], rows[logits.argmax().item<int64_t>()].item<int64_t>(), gap);
+      EXPECT_LE(gap, kBf16Slack) << "depth " << depth;
+    }
+  }
+}
+
+// The drafters run the head packed in bf16: held-out agreement stays where the float32 head's is.
+// A draft vocabulary of 4096 ids (of 49152) covers most of the target's choices on held-out
+// text and keeps the head's agreement.
+TEST(TrainedDrafters, PackingAndADraftVocabularyKeepTheHeadsAgreement) {
+  const train::Metrics full = held_out(rig().eagle, "eagle");
+  model::DraftHead packed = rig().eagle;
+  packed.pack(at::kBFloat16);
+  const train::Metrics bf16 = held_out(packed, "eagle (packed, bf16)");
+  EXPECT_NEAR(bf16.top1, full.top1, 0.01);
+  const std::vector<int64_t>& vocab = rig().eagle_vocab.config().draft_vocab;
+  ASSERT_EQ(static_cast<int64_t>(vocab.size()), kDraftVocab);
+  EXPECT_TRUE(std::is_sorted(vocab.begin(), vocab.end()));
+  const double coverage = train::draft_vocab_coverage(rig().held_out, vocab);
+  std::printf("draft vocabulary of %lld: held-out coverage %.3f\n", static_cast<long long>(kDraftVocab), coverage);
+  EXPECT_GT(coverage, 0.85);
+  EXPECT_GE(held_out(rig().eagle_vocab, "eagle (draft vocabulary)").top1, full.top1 - 0.02);
 }
 
 class TrainedDrafter : public ::testing::TestWithParam<std::string> {
  protected:
-  // eagle and medusa: chains; eagle_tree: EAGLE-2's dynamic tree (no q: verified tokens_only at
-  // T > 0); eagle_static: a static 2,2,1 tree sampled from q (multi-draft verification).
+  // eagle and medusa: chains; eagle_vocab: the chain from a draft vocabulary (q is 0 outside
+  // it); eagle_tree: EAGLE-2's dynamic tree (no q: verified tokens_only at T > 0); eagle_static:
+  // a static 2,2,1 tree sampled from q (multi-draft verification).
   Params params(std::map<std::string, std::string> p) const {
     const bool medusa = GetParam() == "medusa";
     p["drafter"] = medusa ? "medusa" : "eagle";
-    p[medusa ? "medusa_head" : "eagle_head"] = medusa ? rig().medusa_dir : rig().eagle_dir;
+    p[medusa ? "medusa_head" : "eagle_head"] = medusa                      ? rig().medusa_dir
+                                               : GetParam() == "eagle_vocab" ? rig().eagle_vocab_dir
+                                                                             : rig().eagle_dir;
     if (GetParam() == "eagle_tree") p["eagle_shape"] = "tree", p["tree_budget"] = "8", p["tree_topk"] = "3";
     if (GetParam() == "eagle_static") p["eagle_shape"] = "tree", p["tree_branching"] = "2,2,1", p["tree_budget"] = "0";
     return Params(p);
@@ -281,8 +332,51 @@ TEST_P(TrainedDrafter, APlantedResidualBugFailsTheLawCheck) {
   EXPECT_LT(ts::report_law(GetParam() + " with the planted bug", exact_law(), s), 0.01);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kind, TrainedDrafter, ::testing::Values("eagle", "medusa", "eagle_tree", "eagle_static"),
+INSTANTIATE_TEST_SUITE_P(Kind, TrainedDrafter, ::testing::Values("eagle", "medusa", "eagle_vocab", "eagle_tree", "eagle_static"),
                          [](const auto& info) { return info.param; });
+
+// data = chat: a conversation about the corpus text, no longer than the corpus sequence, whose
+// every assistant turn is exactly the target's greedy answer to the conversation before it.
+// 256-token sequences: a conversation goes on past its first answer (its text re-encoded).
+TEST(TrainedDrafters, ChatDataIsTheTargetsOwnGreedyAnswers) {
+  const tokenizer::Tokenizer& tok = *smollm2().tokenizer;
+  const train::Corpus c = train::read_corpus(train::default_corpus(), tok, 2 * kSeqLen, 4 * kSeqLen, 2 * kSeqLen);
+  const std::vector<Tokens> conv = train::chat_sequences(c.train, smollm2().model, smollm2().tokenizer);
+  ASSERT_EQ(conv.size(), c.train.size());
+  int64_t answers = 0, questions = 0;
+  for (size_t i = 0; i < conv.size(); ++i) {
+    EXPECT_LE(conv[i].size(), c.train[i].size());
+    const std::string text = tok.decode(conv[i]);
+    // The turns, as the ChatML text shows them (the template's own system turn left out).
+    std::vector<tokenizer::ChatMessage> turns;
+    for (size_t at = text.find("<|im_start|>"); at != std::string::npos; at = text.find("<|im_start|>", at + 1)) {
+      const size_t nl = text.find('\n', at), end = text.find("<|im_end|>", nl);
+      ASSERT_NE(nl, std::string::npos) << text;
+      const std::string role = text.substr(at + 12, nl - at - 12);
+      if (role != "system") turns.push_back({role, text.substr(nl + 1, std::min(end, text.size()) - nl - 1)});
+    }
+    for (size_t k = 0; k < turns.size(); ++k) {
+      questions += turns[k].role == "user";
+      if (turns[k].role != "assistant") continue;
+      Request req = request("");
+      req.prompt = tok.encode(tok.apply_chat_template({turns.begin(), turns.begin() + k}, true), true);
+      ASSERT_LT(req.prompt.size(), conv[i].size()) << text;
+      ASSERT_TRUE(std::equal(req.prompt.begin(), req.prompt.end(), conv[i].begin())) << "turn " << k << ":\n" << text;
+      req.stop.max_new_tokens = static_cast<int64_t>(conv[i].size() - req.prompt.size());
+      req.stop.eos_ids = tok.eos_ids();
+      const Result want = create("greedy", Params(std::map<std::string, std::string>{}))->generate(req, {});
+      const size_t n = std::min(want.tokens.size(), conv[i].size() - req.prompt.size());
+      EXPECT_EQ(Tokens(conv[i].begin() + req.prompt.size(), conv[i].begin() + req.prompt.size() + n),
+                Tokens(want.tokens.begin(), want.tokens.begin() + n))
+          << "sequence " << i << ", turn " << k << ":\n" << text;
+      ++answers;
+    }
+  }
+  std::printf("%lld questions, %lld answers in %zu conversations\n", static_cast<long long>(questions),
+              static_cast<long long>(answers), conv.size());
+  EXPECT_GE(answers, static_cast<int64_t>(conv.size()));
+  EXPECT_GT(questions, answers);  // a conversation went on after an answer
+}
 
 TEST(TrainedDrafters, AHeadRefusesAnotherTargetAndAnotherKindByName) {
   Request req = request("x = 1");

@@ -22,9 +22,9 @@ namespace {
 // The head, its cache and the target's features: a tree source (chains are trees too).
 class EagleSource : public TreeSource {
  public:
-  EagleSource(std::shared_ptr<const model::DraftHead> head, std::shared_ptr<model::CausalLM> target, int64_t capacity)
+  EagleSource(std::shared_ptr<const LoadedHead> head, std::shared_ptr<model::CausalLM> target, int64_t capacity)
       : head_(std::move(head)), target_(std::move(target)) {
-    const model::DraftHeadConfig& c = head_->config();
+    const model::DraftHeadConfig& c = head_->head().config();
     k_ = at::zeros({capacity, c.n_kv_heads, c.head_dim}, at::kFloat);
     v_ = at::zeros_like(k_);
   }
@@ -53,7 +53,7 @@ class EagleSource : public TreeSource {
     n_real_ += m;
     root_feat_ = o.features.narrow(0, m - 1, 1);  // predicted f_{n-1}: it drafts x_n
     ++out.n_forwards;
-    return target_->output_head(root_feat_).to(at::kCPU).select(0, 0);
+    return head_->logits(root_feat_).select(0, 0);
   }
 
   at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
@@ -76,7 +76,7 @@ class EagleSource : public TreeSource {
     const model::EagleOut o = forward(at::cat(in, 0), tokens, at::tensor(pos, at::kLong), mask);
     for (int64_t i = 0; i < n_new; ++i) fed_feat_.push_back(o.features.narrow(0, i, 1));
     ++out.n_forwards;
-    return target_->output_head(o.features).to(at::kCPU);  // [n_new, V]
+    return head_->logits(o.features);  // [n_new, V]
   }
 
  private:
@@ -88,13 +88,13 @@ class EagleSource : public TreeSource {
     const int64_t m = feat.size(0), past = n_real_ + static_cast<int64_t>(fed_feat_.size());
     const at::Tensor emb = target_->embed(at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong))
                                .to(at::kCPU).to(at::kFloat);  // [m, d]
-    model::EagleOut o = head_->eagle_forward(feat, emb, positions, k_.narrow(0, 0, past), v_.narrow(0, 0, past), mask);
+    model::EagleOut o = head_->head().eagle_forward(feat, emb, positions, k_.narrow(0, 0, past), v_.narrow(0, 0, past), mask);
     k_.narrow(0, past, m).copy_(o.k);
     v_.narrow(0, past, m).copy_(o.v);
     return o;
   }
 
-  std::shared_ptr<const model::DraftHead> head_;
+  std::shared_ptr<const LoadedHead> head_;
   std::shared_ptr<model::CausalLM> target_;
   TargetFeatures features_;
   at::Tensor k_, v_;     // [capacity, Hkv, hd]: real-feature positions, then this round's fed nodes

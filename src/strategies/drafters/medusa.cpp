@@ -12,9 +12,8 @@ namespace {
 
 class MedusaDrafter : public Drafter {
  public:
-  MedusaDrafter(std::shared_ptr<const model::DraftHead> head, std::shared_ptr<model::CausalLM> target,
-                const sampling::ProcessorConfig& proc, Rng& rng)
-      : head_(std::move(head)), target_(std::move(target)), proc_(proc), rng_(rng) {}
+  MedusaDrafter(std::shared_ptr<const LoadedHead> head, const sampling::ProcessorConfig& proc, Rng& rng)
+      : head_(std::move(head)), proc_(proc), rng_(rng) {}
 
   bool has_distribution() const override { return true; }
   bool wants_target_features() const override { return true; }
@@ -31,11 +30,11 @@ class MedusaDrafter : public Drafter {
     at::NoGradGuard no_grad;
     features_.begin_round();
     DraftProposal out;
-    const int64_t depth = std::min(max_depth, head_->config().n_medusa);
+    const int64_t depth = std::min(max_depth, head_->head().config().n_medusa);
     if (depth <= 0 || !features_.last().defined()) return out;
     PhaseClock clock(out.ms);
-    const at::Tensor h = head_->medusa_forward(features_.last()).narrow(0, 0, depth);  // [depth, 1, d]
-    const at::Tensor logits = target_->output_head(h.reshape({depth, -1})).to(at::kCPU);  // [depth, V]
+    const at::Tensor h = head_->head().medusa_forward(features_.last()).narrow(0, 0, depth);  // [depth, 1, d]
+    const at::Tensor logits = head_->logits(h.reshape({depth, -1}));  // [depth, V]
     out.n_forwards = 1;
     clock.charge(&PhaseTimes::draft);
     Tokens context = seq;
@@ -52,8 +51,7 @@ class MedusaDrafter : public Drafter {
   }
 
  private:
-  std::shared_ptr<const model::DraftHead> head_;
-  std::shared_ptr<model::CausalLM> target_;
+  std::shared_ptr<const LoadedHead> head_;
   sampling::ProcessorConfig proc_;
   Rng& rng_;
   TargetFeatures features_;
@@ -71,7 +69,7 @@ DrafterInfo medusa_drafter_info() {
   info.head_kind = "medusa";
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     auto head = head_for("medusa", "medusa_head", ctx.params.get_string("medusa_head"), "medusa", ctx.request);
-    return std::make_unique<MedusaDrafter>(std::move(head), ctx.request.target, ctx.proc, ctx.rng);
+    return std::make_unique<MedusaDrafter>(std::move(head), ctx.proc, ctx.rng);
   };
   return info;
 }

@@ -2,6 +2,7 @@
 #include "strategies/drafters/trained_head.h"
 
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -9,35 +10,56 @@
 
 namespace specdec::strategies {
 
-std::shared_ptr<const model::DraftHead> head_for(const std::string& drafter, const std::string& key,
-                                                 const std::string& dir, const std::string& kind, const Request& req) {
+LoadedHead::LoadedHead(const model::DraftHead& trained, const std::shared_ptr<model::CausalLM>& target)
+    : head_(trained), target_(target), n_vocab_(target->config().n_vocab) {
+  head_.pack(at::kBFloat16);
+  const std::vector<int64_t>& ids = head_.config().draft_vocab;
+  if (ids.empty()) return;
+  vocab_ = at::tensor(ids, at::kLong);
+  vocab_head_ = model::Linear(target->head_rows(vocab_).to(at::kCPU).to(at::kFloat).contiguous(), at::Tensor(),
+                              at::kBFloat16);
+}
+
+at::Tensor LoadedHead::logits(const at::Tensor& features) const {
+  if (!vocab_.defined()) {
+    const std::shared_ptr<model::CausalLM> target = target_.lock();
+    SD_CHECK(target != nullptr, "trained drafter: its target model was released");
+    return target->output_head(features).to(at::kCPU);
+  }
+  const at::Tensor sub = vocab_head_(features.to(at::kCPU).to(at::kFloat).contiguous());  // [n, Vd]
+  at::Tensor full = at::full({sub.size(0), n_vocab_}, -std::numeric_limits<float>::infinity(), at::kFloat);
+  return full.index_copy_(1, vocab_, sub);
+}
+
+std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std::string& key, const std::string& dir,
+                                           const std::string& kind, const Request& req) {
   SD_CHECK(!dir.empty(), "speculative: drafter '", drafter, "' needs a trained head: --set ", key,
            "=DIR (a directory written by `specdec train-drafter --kind ", kind, "`)");
-  // Loaded once per process and file version: a head retrained into the same directory is
-  // read again.
+  // Loaded once per process, file version and target: a head retrained into the same
+  // directory is read again.
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const model::DraftHead>> loaded;
+  static std::map<std::pair<std::string, const model::CausalLM*>, std::shared_ptr<const LoadedHead>> prepared;
   std::error_code ec;
   const auto stamp = std::filesystem::last_write_time(dir + "/head.safetensors", ec);
   const std::string id = dir + "@" + (ec ? "?" : std::to_string(stamp.time_since_epoch().count()));
-  std::shared_ptr<const model::DraftHead> head;
-  {
-    const std::lock_guard<std::mutex> lock(mu);
-    auto& slot = loaded[id];
-    if (!slot) {
-      try {
-        slot = std::make_shared<const model::DraftHead>(model::DraftHead::load(dir));
-      } catch (const Error& e) {
-        loaded.erase(id);
-        fail("speculative: ", key, "='", dir, "': ", e.what());
-      }
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& head = loaded[id];
+  if (!head) {
+    try {
+      head = std::make_shared<const model::DraftHead>(model::DraftHead::load(dir));
+    } catch (const Error& e) {
+      loaded.erase(id);
+      fail("speculative: ", key, "='", dir, "': ", e.what());
     }
-    head = slot;
   }
   SD_CHECK(head->config().kind == kind, "speculative: ", key, "='", dir, "' holds a ", head->config().kind,
            " head, not a ", kind, " head (drafter '", drafter, "')");
   model::check_head_target(dir, head->config().target, model::describe_target(*req.target, "the request's target"));
-  return head;
+  // Per target (a freed target's address may come back: serves() tells).
+  auto& slot = prepared[{id, req.target.get()}];
+  if (!slot || !slot->serves(req.target)) slot = std::make_shared<const LoadedHead>(*head, req.target);
+  return slot;
 }
 
 void TargetFeatures::observe(const at::Tensor& hidden) {

@@ -15,11 +15,32 @@
 
 namespace specdec::strategies {
 
-// The head in directory `dir` (parameter `key` of drafter `drafter`), loaded once per process
-// and checked against the request's target: its kind must be `kind` and it must have been
-// trained on this target (model::check_head_target). Errors name the parameter and the path.
-std::shared_ptr<const model::DraftHead> head_for(const std::string& drafter, const std::string& key,
-                                                 const std::string& dir, const std::string& kind, const Request& req);
+// A trained head as the drafters run it, for one target: its layers packed for the engine's
+// panel kernel in bf16 (DraftHead::pack: half the bytes of the trained float32), and its output
+// head: the target's rows of the head's draft vocabulary packed the same way, or the target's
+// own output head when the head drafts from the whole vocabulary.
+class LoadedHead {
+ public:
+  LoadedHead(const model::DraftHead& trained, const std::shared_ptr<model::CausalLM>& target);
+  const model::DraftHead& head() const { return head_; }
+  bool serves(const std::shared_ptr<model::CausalLM>& target) const { return target_.lock() == target; }
+  // Draft logits of features [n, d]: [n, V] on the CPU, -inf outside the draft vocabulary.
+  at::Tensor logits(const at::Tensor& features) const;
+
+ private:
+  model::DraftHead head_;
+  std::weak_ptr<model::CausalLM> target_;  // the cache outlives requests: never keeps a target alive
+  at::Tensor vocab_;          // [Vd] int64, undefined: the whole vocabulary
+  model::Linear vocab_head_;  // the target's output rows of vocab_
+  int64_t n_vocab_;
+};
+
+// The head in directory `dir` (parameter `key` of drafter `drafter`) for the request's target,
+// loaded and prepared once per process, head file version and target: its kind must be `kind`
+// and it must have been trained on this target (model::check_head_target). Errors name the
+// parameter and the path.
+std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std::string& key, const std::string& dir,
+                                           const std::string& kind, const Request& req);
 
 // The target's features of the committed positions, in order, as observe_features() shows
 // them: the prefill's rows at once, a round's rows once commit() says which were accepted.
