@@ -599,8 +599,8 @@ TrainReport train_drafter(const std::shared_ptr<model::CausalLM>& target_ptr,
                                     [&](int64_t done) { show(n_train + done); }, report.sequences_from_disk);
   bar.done();
   report.seconds_features = clock.ms() / 1000;
-  report.train_tokens = n_train * opt.seq_len;
-  report.held_out_tokens = static_cast<int64_t>(held.size()) * opt.seq_len;
+  for (const Sequence& q : train) report.train_tokens += q.ids.size(0);  // chat conversations may be shorter
+  for (const Sequence& q : held) report.held_out_tokens += q.ids.size(0);
   if (opt.draft_vocab > 0 && opt.draft_vocab < target.config().n_vocab)
     head.config().draft_vocab = select_draft_vocab(train, target.config().n_vocab, opt.draft_vocab);
   report.draft_vocab_coverage = draft_vocab_coverage(held, head.config().draft_vocab);
