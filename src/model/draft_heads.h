@@ -90,7 +90,6 @@ class DraftHead {
   // reads). The forwards then use them; call it after the last change to params(), never on a
   // head being trained (the packed copies carry no gradient).
   void pack(at::ScalarType dtype);
-  bool packed() const { return !packed_.empty(); }
 
   // EAGLE. feat, emb: [T, d]; positions [T] int64 (RoPE); k_past, v_past: [P, Hkv, hd] (P may
   // be 0: undefined tensors); mask: [T, P + T] additive (0 attend, -inf not), undefined for a

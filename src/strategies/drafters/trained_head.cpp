@@ -35,30 +35,29 @@ std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std
                                            const std::string& kind, const Request& req) {
   SD_CHECK(!dir.empty(), "speculative: drafter '", drafter, "' needs a trained head: --set ", key,
            "=DIR (a directory written by `specdec train-drafter --kind ", kind, "`)");
-  // Loaded once per process, file version and target: a head retrained into the same
-  // directory is read again.
+  // Loaded and prepared once per process, file version and target: a head retrained into the
+  // same directory is read again; a freed target's address may come back (serves() tells).
   static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const model::DraftHead>> loaded;
   static std::map<std::pair<std::string, const model::CausalLM*>, std::shared_ptr<const LoadedHead>> prepared;
   std::error_code ec;
   const auto stamp = std::filesystem::last_write_time(dir + "/head.safetensors", ec);
   const std::string id = dir + "@" + (ec ? "?" : std::to_string(stamp.time_since_epoch().count()));
   const std::lock_guard<std::mutex> lock(mu);
-  auto& head = loaded[id];
-  if (!head) {
+  auto& slot = prepared[{id, req.target.get()}];
+  const bool fresh = !slot || !slot->serves(req.target);
+  model::DraftHead loaded;
+  if (fresh) {
     try {
-      head = std::make_shared<const model::DraftHead>(model::DraftHead::load(dir));
+      loaded = model::DraftHead::load(dir);
     } catch (const Error& e) {
-      loaded.erase(id);
       fail("speculative: ", key, "='", dir, "': ", e.what());
     }
   }
-  SD_CHECK(head->config().kind == kind, "speculative: ", key, "='", dir, "' holds a ", head->config().kind,
-           " head, not a ", kind, " head (drafter '", drafter, "')");
-  model::check_head_target(dir, head->config().target, model::describe_target(*req.target, "the request's target"));
-  // Per target (a freed target's address may come back: serves() tells).
-  auto& slot = prepared[{id, req.target.get()}];
-  if (!slot || !slot->serves(req.target)) slot = std::make_shared<const LoadedHead>(*head, req.target);
+  const model::DraftHeadConfig& c = fresh ? loaded.config() : slot->head().config();
+  SD_CHECK(c.kind == kind, "speculative: ", key, "='", dir, "' holds a ", c.kind, " head, not a ", kind,
+           " head (drafter '", drafter, "')");
+  model::check_head_target(dir, c.target, model::describe_target(*req.target, "the request's target"));
+  if (fresh) slot = std::make_shared<const LoadedHead>(loaded, req.target);  // after the checks: it reads the target
   return slot;
 }
 
