@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -194,6 +195,8 @@ class TreeSource {
   // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
   // path's fed nodes (a prefix of the path).
   virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted, const std::vector<int64_t>& fed) = 0;
+  // The deepest tree it can draft (Medusa: its number of heads).
+  virtual int64_t max_depth() const { return std::numeric_limits<int64_t>::max(); }
   virtual bool wants_target_features() const { return false; }
   virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
     (void)fed;

@@ -496,6 +496,8 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
   const double b1 = 0.9, b2 = 0.95, eps = 1e-8, clip = 0.5;
   Stopwatch clock, since_save;
   Metrics running;  // an average over the last ~20 steps
+  at::Tensor order;  // this epoch's permutation of the sequences
+  int64_t order_epoch = -1;
   while (step < n_steps) {
     // Sequence b of this step: position step * batch + b of the concatenated epoch orders,
     // each epoch a permutation seeded by (seed, epoch): a resumed run sees the same order.
@@ -503,8 +505,12 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
     Metrics m;
     for (int64_t b = 0; b < opt.batch_seqs; ++b) {
       const int64_t g = step * opt.batch_seqs + b, epoch = g / N;
-      auto order_gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 7919 + epoch);
-      const int64_t idx = at::randperm(N, order_gen, at::kLong)[g % N].item<int64_t>();
+      if (epoch != order_epoch) {
+        auto order_gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 7919 + epoch);
+        order = at::randperm(N, order_gen, at::kLong);
+        order_epoch = epoch;
+      }
+      const int64_t idx = order[g % N].item<int64_t>();
       auto noise = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 104729 + g);
       const at::Tensor loss = sequence_loss(head, target, table, data[idx], opt, &noise, &m) / opt.batch_seqs;
       loss.backward();

@@ -3,6 +3,11 @@
 // into the last committed token) goes through head i, and the target's frozen output head turns
 // the result into q for the token i + 1 places after that: one small forward drafts the whole
 // chain, with no draft cache to roll back. Draft depth is at most the number of heads.
+//
+// medusa_shape=tree hands the heads to the tree drafter (tree.cpp), as Medusa's own trees do:
+// static tree_branching, or a dynamic tree by the heads' confidence (tree_budget > 0). A Medusa
+// head does not see the tokens drafted before it, so every node at depth d takes its children
+// from head d's row, and the whole tree still costs one forward.
 #include "core/error.h"
 #include "strategies/drafters.h"
 #include "strategies/drafters/trained_head.h"
@@ -10,36 +15,53 @@
 namespace specdec::strategies {
 namespace {
 
+// The heads over the newest feature: row i is head i's draft logits.
+class MedusaRows {
+ public:
+  explicit MedusaRows(std::shared_ptr<const LoadedHead> head) : head_(std::move(head)) {}
+
+  int64_t n_heads() const { return head_->head().config().n_medusa; }
+  void observe(const at::Tensor& hidden) { features_.observe(hidden); }
+  void commit(const std::vector<int32_t>& accepted) {
+    features_.commit(accepted);
+    features_.take();  // only the newest feature is ever read
+  }
+  // This round's rows [depth, V] (undefined before the first feature): one forward.
+  at::Tensor begin_round(int64_t depth, DraftProposal& out) {
+    at::NoGradGuard no_grad;
+    features_.begin_round();
+    if (depth <= 0 || !features_.last().defined()) return at::Tensor();
+    const at::Tensor h = head_->head().medusa_forward(features_.last()).narrow(0, 0, depth);  // [depth, 1, d]
+    ++out.n_forwards;
+    return head_->logits(h.reshape({depth, -1}));  // [depth, V]
+  }
+
+ private:
+  std::shared_ptr<const LoadedHead> head_;
+  TargetFeatures features_;
+};
+
 class MedusaDrafter : public Drafter {
  public:
   MedusaDrafter(std::shared_ptr<const LoadedHead> head, const sampling::ProcessorConfig& proc, Rng& rng)
-      : head_(std::move(head)), proc_(proc), rng_(rng) {}
+      : rows_(std::move(head)), proc_(proc), rng_(rng) {}
 
   bool has_distribution() const override { return true; }
   bool wants_target_features() const override { return true; }
   void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
-    features_.observe(hidden);
+    rows_.observe(hidden);
   }
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
-    (void)n_valid;
-    features_.commit(accepted);
-    features_.take();  // only the newest feature is ever read
-  }
+  void commit(int64_t, const std::vector<int32_t>& accepted) override { rows_.commit(accepted); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
-    at::NoGradGuard no_grad;
-    features_.begin_round();
     DraftProposal out;
-    const int64_t depth = std::min(max_depth, head_->head().config().n_medusa);
-    if (depth <= 0 || !features_.last().defined()) return out;
     PhaseClock clock(out.ms);
-    const at::Tensor h = head_->head().medusa_forward(features_.last()).narrow(0, 0, depth);  // [depth, 1, d]
-    const at::Tensor logits = head_->logits(h.reshape({depth, -1}));  // [depth, V]
-    out.n_forwards = 1;
+    const at::Tensor logits = rows_.begin_round(std::min(max_depth, rows_.n_heads()), out);
     clock.charge(&PhaseTimes::draft);
+    if (!logits.defined()) return out;
     Tokens context = seq;
     std::vector<at::Tensor> q_rows;
-    for (int64_t i = 0; i < depth; ++i) {
+    for (int64_t i = 0; i < logits.size(0); ++i) {
       const TokenId x = draw_token(logits[i], proc_, context, rng_, q_rows);
       out.tokens.push_back(x);
       context.push_back(x);
@@ -51,24 +73,73 @@ class MedusaDrafter : public Drafter {
   }
 
  private:
-  std::shared_ptr<const LoadedHead> head_;
+  MedusaRows rows_;
   sampling::ProcessorConfig proc_;
   Rng& rng_;
-  TargetFeatures features_;
 };
+
+// The tree drafter's source: the root's children come from head 0, a node at depth d's from
+// head d (the tree drafter stops at max_depth() = the number of heads).
+class MedusaSource : public TreeSource {
+ public:
+  explicit MedusaSource(std::shared_ptr<const LoadedHead> head) : rows_(std::move(head)) {}
+
+  int64_t max_depth() const override { return rows_.n_heads(); }
+  bool wants_target_features() const override { return true; }
+  void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
+    rows_.observe(hidden);
+  }
+  void commit(int64_t, const std::vector<int32_t>& accepted, const std::vector<int64_t>&) override {
+    rows_.commit(accepted);
+  }
+
+  at::Tensor root(const Tokens&, DraftProposal& out) override {
+    depth_.clear();
+    logits_ = rows_.begin_round(rows_.n_heads(), out);
+    return logits_.defined() ? logits_[0] : at::Tensor();
+  }
+
+  at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached, DraftProposal&) override {
+    std::vector<int64_t> head_of;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int32_t parent = parents.at(n_cached + static_cast<int64_t>(i));
+      depth_.push_back(parent < 0 ? 1 : depth_.at(parent) + 1);
+      head_of.push_back(depth_.back());  // a node at depth d drafts its children with head d
+    }
+    return logits_.index_select(0, at::tensor(head_of, at::kLong));  // [n, V]
+  }
+
+ private:
+  MedusaRows rows_;
+  at::Tensor logits_;           // [heads, V]: this round's rows
+  std::vector<int64_t> depth_;  // depth of each fed node, feed order (1: a child of the root)
+};
+
+void check_medusa_params(const Params& p) {
+  const std::string shape = p.get_string("medusa_shape");
+  SD_CHECK(shape == "chain" || shape == "tree", "drafter medusa: medusa_shape must be chain or tree, got '", shape, "'");
+}
 
 }  // namespace
 
 DrafterInfo medusa_drafter_info() {
   DrafterInfo info;
   info.name = "medusa";
-  info.description = "trained Medusa heads (specdec train-drafter --kind medusa) draft a chain from the target's last feature";
-  info.params = {{"medusa_head", "string", "", "directory of trained Medusa heads (head.json + head.safetensors)"}};
+  info.description = "trained Medusa heads (specdec train-drafter --kind medusa) draft a chain or a tree from the "
+                     "target's last feature";
+  info.params = {{"medusa_head", "string", "", "directory of trained Medusa heads (head.json + head.safetensors)"},
+                 {"medusa_shape", "string", "chain",
+                  "chain | tree (shaped by tree_branching, tree_budget and tree_topk, as the tree drafter; "
+                  "depth at most the number of heads)"}};
   info.chains_with_q = true;
   info.head_param = "medusa_head";
   info.head_kind = "medusa";
+  info.check = check_medusa_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
+    check_medusa_params(ctx.params);
     auto head = head_for("medusa", "medusa_head", ctx.params.get_string("medusa_head"), "medusa", ctx.request);
+    if (ctx.params.get_string("medusa_shape") == "tree")
+      return make_tree_drafter(std::make_unique<MedusaSource>(std::move(head)), ctx);
     return std::make_unique<MedusaDrafter>(std::move(head), ctx.proc, ctx.rng);
   };
   return info;

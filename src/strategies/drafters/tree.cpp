@@ -18,7 +18,8 @@
 //    Stats::drafter_stats as verify_ms_rows_<n>.
 // Each depth costs one forward of the tree's source over the nodes it expands: the draft model
 // here (ForwardOptions::tree_cached keeps the earlier levels in its cache; accepted nodes' cache
-// slots are compacted in commit()), or a trained EAGLE head (eagle.cpp, make_tree_drafter).
+// slots are compacted in commit()), a trained EAGLE head (eagle.cpp, make_tree_drafter), or
+// Medusa heads (medusa.cpp: no forward per depth, each depth reads its own head's row).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -254,7 +255,8 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
   if (!root.defined()) return out;                  // nothing to draft from yet
   out.ms.draft_catchup += clock.charge(&PhaseTimes::draft);
   const bool dynamic = budget_ != 0;
-  const int64_t depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
+  const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
+  const int64_t depth = std::min(shape_depth, source_->max_depth());
   expand(root, seq, -1, 0.0, dynamic ? topk_ : branching_[0]);
   size_t level_begin = 0;
   for (int64_t d = 1; d < depth; ++d) {
