@@ -80,7 +80,8 @@ void BatchSlots::finish(int64_t slot) {
 }
 
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
-                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees) {
+                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees,
+                         at::Tensor* hidden) {
   const int64_t B = static_cast<int64_t>(fed.size());
   int64_t T = 1;
   for (const Tokens& f : fed) T = std::max(T, static_cast<int64_t>(f.size()));
@@ -101,7 +102,10 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
   // A dense step (every slot feeds T tokens) needs no n_fed, so engines without ragged
   // batches take it too (a batch of one, for instance).
   if (std::all_of(opt.n_fed.begin(), opt.n_fed.end(), [&](int64_t n) { return n == T; })) opt.n_fed.clear();
-  at::Tensor logits = model.forward(tokens, from, cache, opt).logits;  // [B, T, V]
+  opt.final_hidden = hidden != nullptr;
+  model::ForwardResult out = model.forward(tokens, from, cache, opt);
+  if (hidden) *hidden = out.hidden;  // [B, T, d]
+  const at::Tensor& logits = out.logits;  // [B, T, V]
   for (int64_t b = 0; b < B; ++b)
     if (!fed[b].empty())
       check_finite_logits(logits[b].narrow(0, 0, static_cast<int64_t>(fed[b].size())), model, fed[b].data(), from[b]);

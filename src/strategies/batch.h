@@ -63,8 +63,11 @@ class BatchSlots {
 // cache untouched). Returns [B, T, V] logits, T the longest feed; the fed rows of every slot
 // are checked finite (check_finite_logits). trees: empty (chains), or per slot the parents of
 // its fed tokens (ForwardOptions::parents over fed[b]; empty: a chain), one tree per sequence.
+// hidden: when given, the forward also returns the final normed hidden states there, [B, T, d]
+// (ForwardOptions::final_hidden: what trained drafters read).
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
-                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees = {});
+                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees = {},
+                         at::Tensor* hidden = nullptr);
 
 // A request's token chooser (a sampler owns the request's RNG, seeded from Request::seed).
 using MakePick = std::function<PickToken(const Request& req)>;

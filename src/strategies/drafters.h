@@ -79,7 +79,7 @@ class Drafter {
   // return true here and are shown the target's final normed hidden state (the output head's
   // input) of every fed row, hidden [n_fed, d]: after the prompt's prefill (fed = the prefilled
   // tokens, parents empty) and after every verification (fed and parents as in observe()),
-  // before commit(). Batches (speculative_batch.cpp) refuse such drafters for now.
+  // before commit(). In a batch (speculative_batch.cpp) each slot's drafter sees its own rows.
   virtual bool wants_target_features() const { return false; }
   virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
     (void)fed;

@@ -4,6 +4,11 @@
 // draft, the same verify_round -- so each sequence's tokens equal its batch-1 run. The batch shares the target forward
 // (one tree per sequence where drafters propose trees), the draft model's forwards (BatchDrafter)
 // and the verification kernel calls.
+//
+// Trained drafters (EAGLE, Medusa) read the target's features: the round's forward returns its
+// hidden states too, and each sequence's drafter sees its own rows. Their first draft needs the
+// prompt's features, so a newcomer's prompt gets a forward of its own before it drafts (the
+// newcomers of one refill share it), where other drafters' prompts ride with the next round.
 #include <algorithm>
 
 #include "core/error.h"
@@ -63,26 +68,39 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
   std::vector<SpecSequence> spec(B);
   const std::unique_ptr<BatchDrafter> drafters =
       make_batch_drafter(cfg.verify.drafter, requests[0], cfg.params, cfg.verify.proc, B, capacity);
+  bool features = false;  // the drafters read the target's features (one kind for the whole batch)
   while (true) {
+    std::vector<Tokens> prompt_fed(B);  // newcomers' prompts that get their own forward (features)
     for (int64_t b : slots.refill()) {  // as Speculative::generate sets up, minus the prefill forward
       const Request& req = requests[slots[b]->request];
       SpecSequence& s = spec[b] = SpecSequence();
       s.rng = std::make_unique<Rng>(req.seed);
       drafters->join(b, DrafterContext{req, cfg.params, cfg.verify.proc, *s.rng, capacity, cfg.gamma_max});
       s.drafter = &drafters->at(b);
-      SD_CHECK(!s.drafter->wants_target_features(), "speculative: drafter '", cfg.verify.drafter,
-               "' reads the target's features, which batches do not pass yet: run it with batch_size 1");
+      features = s.drafter->wants_target_features();
       s.ctl = std::make_unique<GammaController>(cfg.adaptive, cfg.gamma, cfg.gamma_max);
       Stats& st = slots[b]->st;
       st.accepted_per_position.assign(cfg.gamma_max, 0);
       st.drafted_per_position.assign(cfg.gamma_max, 0);
       s.seq = req.prompt;
       s.prefill.assign(s.seq.begin(), s.seq.end() - 1);
-      s.drafter->prefill(s.prefill);
-      ++st.n_target_forwards;  // the prompt's forward (here shared with the first round)
+      if (features) std::swap(prompt_fed[b], s.prefill);
+      else s.drafter->prefill(s.prefill);
+      ++st.n_target_forwards;  // the prompt's forward (shared with the first round, or the newcomers')
     }
     if (slots.empty()) break;
     phase.charge(&PhaseTimes::setup);
+    if (std::any_of(prompt_fed.begin(), prompt_fed.end(), [](const Tokens& t) { return !t.empty(); })) {
+      at::Tensor hidden;  // [B, T, d]
+      forward_batch(target, cache, prompt_fed, std::vector<int64_t>(B, 0), {}, &hidden);
+      for (int64_t b = 0; b < B; ++b) {
+        const Tokens& head = prompt_fed[b];
+        if (head.empty()) continue;
+        spec[b].drafter->observe_features(head, {}, hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())));
+        spec[b].drafter->prefill(head);
+      }
+      phase.charge(&PhaseTimes::prefill);
+    }
     // 1. draft for every sequence at once
     std::vector<const Tokens*> seqs(B, nullptr);
     std::vector<int64_t> depth(B, 0);
@@ -111,7 +129,8 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       slot_of.push_back(b);
     }
     // 2. score: one ragged target forward for every active sequence
-    const at::Tensor logits = forward_batch(target, cache, fed, start, trees);  // [B, T, V]
+    at::Tensor hidden;  // [B, T, d] when the drafters read features
+    const at::Tensor logits = forward_batch(target, cache, fed, start, trees, features ? &hidden : nullptr);  // [B, T, V]
     // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
     // (the others' verification rows ride along); a pure verification round as verify.
     const bool prefill =
@@ -136,11 +155,12 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     for (size_t i = 0; i < active.size(); ++i) {
       SpecSequence& s = *active[i];
       const int64_t b = slot_of[i];
-      if (const int64_t top = s.drafter->target_topk(); top > 0) {
-        const Tokens scored(fed[b].begin() + static_cast<int64_t>(s.prefill.size()), fed[b].end());
-        s.drafter->observe(scored, s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents,
-                           token_rows(top_ids[i]));
-      }
+      const int64_t P = static_cast<int64_t>(s.prefill.size());
+      const Tokens scored(fed[b].begin() + P, fed[b].end());  // the last committed token, then the draft
+      const std::vector<int32_t> parents = s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents;
+      if (const int64_t top = s.drafter->target_topk(); top > 0) s.drafter->observe(scored, parents, token_rows(top_ids[i]));
+      if (hidden.defined())
+        s.drafter->observe_features(scored, parents, hidden[b].narrow(0, P, static_cast<int64_t>(scored.size())));
       phase.charge(&PhaseTimes::draft);
       // 4. accept token by token; 5. roll back the sequence's cache slot and its drafter (a
       //    tree's accepted nodes first move next to the root, node j was fed at slot n + j)

@@ -314,8 +314,49 @@ TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
   EXPECT_GT(accepted, 0) << "the trained head never drafted an accepted token";
 }
 
+// In a batch each sequence drafts, is verified and emits what it does alone: the batch passes
+// every sequence its own rows of the shared target forward's features (and a newcomer's prompt
+// features before its first draft). Greedy tokens alone cannot show that (any draft gives them),
+// so the per-round statistics must match too: drafted and accepted tokens per position, rounds,
+// draft forwards; and at T = 0.7 the sampled tokens, which follow the drafts. Four requests of
+// different lengths, batch_size 2: two join after the start (continuous refill), and rounds mix
+// a newcomer's prompt forward with the other slot's verification.
+TEST_P(TrainedDrafter, BatchesDraftWhatEachSequenceDraftsAlone) {
+  std::vector<Request> reqs;
+  uint64_t seed = 21;
+  for (const char* prompt : {"import os\n\ndef list_python_files(root):\n    ", "def add(a, b):",
+                             "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):",
+                             "# Sort a list of numbers\nnumbers = [3, 1, 2]\n"}) {
+    reqs.push_back(request(prompt));
+    reqs.back().stop.max_new_tokens = 24 + 4 * static_cast<int64_t>(reqs.size());
+    reqs.back().seed = seed++;
+  }
+  for (const char* temperature : {"0", "0.7"}) {
+    SCOPED_TRACE(std::string("temperature ") + temperature);
+    const Params p = params({{"temperature", temperature}, {"gamma", "4"}});
+    BatchOptions opt;
+    opt.batch_size = 2;
+    const std::vector<Result> got = create("speculative", p)->generate_batch(reqs, opt, {});
+    ASSERT_EQ(got.size(), reqs.size());
+    int64_t accepted = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Result alone = create("speculative", p)->generate(reqs[i], {});
+      EXPECT_EQ(got[i].tokens, alone.tokens) << "request " << i;
+      const Stats &a = alone.stats, &g = got[i].stats;
+      EXPECT_EQ(g.n_rounds, a.n_rounds) << "request " << i;
+      EXPECT_EQ(g.n_drafted, a.n_drafted) << "request " << i;
+      EXPECT_EQ(g.n_accepted, a.n_accepted) << "request " << i;
+      EXPECT_EQ(g.accepted_per_position, a.accepted_per_position) << "request " << i;
+      EXPECT_EQ(g.n_draft_forwards, a.n_draft_forwards) << "request " << i;
+      EXPECT_EQ(g.n_target_forwards, a.n_target_forwards) << "request " << i;
+      accepted += a.n_accepted;
+    }
+    EXPECT_GT(accepted, 0) << "no draft was accepted: the comparison would not see the features";
+  }
+}
+
 // The first three tokens at T = 0.7 / top-p 0.8 / repetition penalty 1.3 after a fixed prompt
-// (one generation per seed, batch 1: the trained drafters take no batches yet) against the
+// (one generation per seed, batch 1) against the
 // exact processed law: 4 outcomes; chi-square at level 0.01, N = 600 (~45 s a drafter). The
 // planted residual bug (ts::ResidualAsPBackend) moves the law by TV ~0.1 here: at the same N it
 // fails with p ~1e-8 (at N = 150 p was 0.01-0.05, too close to the level).
