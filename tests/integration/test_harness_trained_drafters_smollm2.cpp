@@ -356,10 +356,10 @@ TEST_P(TrainedDrafter, BatchesDraftWhatEachSequenceDraftsAlone) {
 }
 
 // The first three tokens at T = 0.7 / top-p 0.8 / repetition penalty 1.3 after a fixed prompt
-// (one generation per seed, batch 1) against the
-// exact processed law: 4 outcomes; chi-square at level 0.01, N = 600 (~45 s a drafter). The
-// planted residual bug (ts::ResidualAsPBackend) moves the law by TV ~0.1 here: at the same N it
-// fails with p ~1e-8 (at N = 150 p was 0.01-0.05, too close to the level).
+// (one generation per seed, batch 1) against the exact processed law: 4 outcomes; chi-square at
+// level 0.01, N = 600 (~45 s a drafter). The planted residual bug (ts::ResidualAsPBackend) moves
+// the law by TV ~0.1 here: at the same N it fails with p ~1e-8 (at N = 150 p was 0.01-0.05, too
+// close to the level).
 // Code, which the heads were trained on: they draft tokens the target accepts there, so
 // rejections land where q overlaps p and the residual (the planted bug's target) matters.
 const char* const kLawPrompt = "class Point:\n    def __init__(self";
