@@ -155,12 +155,14 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     for (size_t i = 0; i < active.size(); ++i) {
       SpecSequence& s = *active[i];
       const int64_t b = slot_of[i];
-      const int64_t P = static_cast<int64_t>(s.prefill.size());
-      const Tokens scored(fed[b].begin() + P, fed[b].end());  // the last committed token, then the draft
-      const std::vector<int32_t> parents = s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents;
-      if (const int64_t top = s.drafter->target_topk(); top > 0) s.drafter->observe(scored, parents, token_rows(top_ids[i]));
-      if (hidden.defined())
-        s.drafter->observe_features(scored, parents, hidden[b].narrow(0, P, static_cast<int64_t>(scored.size())));
+      if (const int64_t top = s.drafter->target_topk(); top > 0 || hidden.defined()) {  // it learns from the round
+        const int64_t P = static_cast<int64_t>(s.prefill.size());
+        const Tokens scored(fed[b].begin() + P, fed[b].end());  // the last committed token, then the draft
+        const std::vector<int32_t> parents = s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents;
+        if (top > 0) s.drafter->observe(scored, parents, token_rows(top_ids[i]));
+        if (hidden.defined())
+          s.drafter->observe_features(scored, parents, hidden[b].narrow(0, P, static_cast<int64_t>(scored.size())));
+      }
       phase.charge(&PhaseTimes::draft);
       // 4. accept token by token; 5. roll back the sequence's cache slot and its drafter (a
       //    tree's accepted nodes first move next to the root, node j was fed at slot n + j)
