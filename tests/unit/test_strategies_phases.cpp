@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -55,12 +57,25 @@ Result run(const std::string& name, std::map<std::string, std::string> params, c
 }
 
 // The disjoint phases cover the wall time of generate() within 5 %.
+bool adds_up(const Stats& s) { return std::abs(s.phase_ms.sum() - s.ms_total) <= 0.05 * s.ms_total; }
+
 void expect_adds_up(const Stats& s, const std::string& what) {
   ASSERT_GT(s.ms_total, 0) << what;
   EXPECT_NEAR(s.phase_ms.sum(), s.ms_total, 0.05 * s.ms_total)
       << what << ": phases sum to " << s.phase_ms.sum() << " ms of " << s.ms_total << " ms wall";
   for (const auto& f : PhaseTimes::fields()) EXPECT_GE(s.phase_ms.*f.ms, 0) << what << ": " << f.name;
   EXPECT_LE(s.phase_ms.draft_catchup, s.phase_ms.draft) << what;
+}
+
+// Runs `generate` until its phases add up, at most 3 times, and checks the last run. The
+// phases leave out only the call's last microseconds (building the Result after the final
+// charge); on a loaded 2-core machine, under a sanitizer, a preemption there can pass 5 % of a
+// 4 ms run (CI once saw 0.26 ms of 4.15). Work a phase really left out fails every run.
+Result run_adding_up(const std::function<Result()>& generate, const std::string& what) {
+  Result r = generate();
+  for (int retry = 0; retry < 2 && !adds_up(r.stats); ++retry) r = generate();
+  expect_adds_up(r.stats, what);
+  return r;
 }
 
 // Phases named in `nonzero` are > 0, every other phase is exactly 0.
@@ -114,41 +129,40 @@ TEST(PhaseClock, ChargesConsecutiveIntervalsAndTheRestOfATimedCall) {
 }
 
 TEST(Phases, GreedyAddsUpAndHasOnlyAutoregressivePhases) {
-  const Result r = run("greedy", {}, tiny_request(24, false));
+  const Result r = run_adding_up([] { return run("greedy", {}, tiny_request(24, false)); }, "greedy");
   ASSERT_EQ(r.stats.n_generated, 24);
-  expect_adds_up(r.stats, "greedy");
   expect_nonzero_exactly(r.stats, {"setup", "prefill", "verify", "sample", "accept"}, "greedy");
 }
 
 TEST(Phases, SamplingAddsUp) {
-  const Result r = run("sampling", {{"temperature", "0.8"}}, tiny_request(24, false));
-  expect_adds_up(r.stats, "sampling");
+  const Result r =
+      run_adding_up([] { return run("sampling", {{"temperature", "0.8"}}, tiny_request(24, false)); }, "sampling");
   expect_nonzero_exactly(r.stats, {"setup", "prefill", "verify", "sample", "accept"}, "sampling");
 }
 
 TEST(Phases, SpeculativeWithADraftModelAddsUp) {
   const Request req = tiny_request(30, true);
-  const Result g = run("speculative", {{"temperature", "0"}, {"gamma", "3"}}, req);
+  const Result g = run_adding_up([&] { return run("speculative", {{"temperature", "0"}, {"gamma", "3"}}, req); },
+                                 "speculative greedy, draft model");
   ASSERT_GT(g.stats.n_rounds, 1);
-  expect_adds_up(g.stats, "speculative greedy, draft model");
   // Greedy drafting keeps no q, so nothing is copied.
   expect_nonzero_exactly(g.stats, {"setup", "prefill", "draft", "draft_catchup", "verify", "sample", "accept",
                                    "rollback", "other"},
                          "speculative greedy, draft model");
   EXPECT_LT(g.stats.phase_ms.draft_catchup, g.stats.phase_ms.draft);  // 1 of 3 draft forwards per round
 
-  const Result s = run("speculative", {{"temperature", "1.0"}, {"gamma", "3"}}, req);
-  expect_adds_up(s.stats, "speculative sampling, draft model");
+  const Result s = run_adding_up([&] { return run("speculative", {{"temperature", "1.0"}, {"gamma", "3"}}, req); },
+                                 "speculative sampling, draft model");
   expect_nonzero_exactly(s.stats, {"setup", "prefill", "draft", "draft_catchup", "verify", "sample", "accept",
                                    "rollback", "logits_copy", "other"},
                          "speculative sampling, draft model");
 }
 
 TEST(Phases, SpeculativeWithTheNgramDrafterAddsUp) {
-  const Result r = run("speculative", {{"temperature", "0"}, {"drafter", "ngram"}, {"gamma", "4"}},
-                       tiny_request(40, false));
+  const Result r = run_adding_up(
+      [] { return run("speculative", {{"temperature", "0"}, {"drafter", "ngram"}, {"gamma", "4"}}, tiny_request(40, false)); },
+      "speculative, n-gram");
   ASSERT_GT(r.stats.n_rounds, 1);
-  expect_adds_up(r.stats, "speculative, n-gram");
   // The lookup is the draft phase; there is no draft model, so no catch-up forward.
   expect_nonzero_exactly(r.stats, {"setup", "prefill", "draft", "verify", "sample", "accept", "rollback", "other"},
                          "speculative, n-gram");
