@@ -4,9 +4,14 @@
 // model::load(): bad strings, CUDA that is not there, combinations the engine refuses.
 #include <gtest/gtest.h>
 
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -54,6 +59,36 @@ float compare_engines(const ModelConfig& cfg, const LlamaTensors& t) {
   return worst;
 }
 
+// The sizes of the buffers c10's allocators hand out on this thread while it lives, in order
+// (the allocators' profiler hook, which the CPU and CUDA allocators both call).
+class AllocationLog : public c10::MemoryReportingInfoBase {
+  // The totals are int64_t in LibTorch 1.x and size_t in 2.x: take them from the base.
+  template <typename>
+  struct Totals;
+  template <typename C, typename A, typename B>
+  struct Totals<void (C::*)(void*, int64_t, A, B, c10::Device)> {
+    using Allocated = A;
+    using Reserved = B;
+  };
+  using T = Totals<decltype(&c10::MemoryReportingInfoBase::reportMemoryUsage)>;
+
+ public:
+  void reportMemoryUsage(void*, int64_t size, T::Allocated, T::Reserved, c10::Device) override {
+    if (size > 0) sizes.push_back(size);  // a free reports its size negated
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  std::vector<int64_t> sizes;
+};
+
+std::vector<int64_t> allocations_of(const std::function<void()>& f) {
+  auto log = std::make_shared<AllocationLog>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, log);
+    f();
+  }
+  return log->sizes;
+}
+
 TEST(LlamaAten, TinyModelMatchesThePackedEngine) {
   ModelConfig cfg = tiny_llama_config();
   const float untied = compare_engines(cfg, make_tiny_llama_tensors(cfg, 7));
@@ -66,6 +101,50 @@ TEST(LlamaAten, TinyModelMatchesThePackedEngine) {
   EXPECT_LT(tied_diff, 1e-4f);
   EXPECT_LT(bias, 1e-4f);
   std::printf("max |aten - packed|: untied %.3g, tied %.3g, qkv bias %.3g\n", untied, tied_diff, bias);
+}
+
+// What a CUDA graph needs of a static step (issue 31, "no allocation inside a captured step"):
+// every run of one step allocates the same buffers, whatever its inputs, so that a replay finds
+// them where the capture put them. On the CPU twin the step runs every time, so each run's
+// allocations can be logged: a forward of a bucket (3 fed tokens: bucket 4, one padding row) at
+// other positions, with other tokens, as a chain or a tree, allocates the same sizes in the same
+// order. The eager path over the same forwards allocates by position (its attention spans only
+// the filled slots), which shows that the log sees what a position-dependent step would do.
+TEST(LlamaAten, StaticStepsAllocateTheSameBuffersWhateverTheirInputs) {
+  const ModelConfig cfg = tiny_llama_config();
+  const LlamaTensors w = make_tiny_llama_tensors(cfg, 5);
+  for (const int64_t B : {1, 2}) {
+    SCOPED_TRACE("batch " + std::to_string(B));
+    std::vector<std::vector<int64_t>> logs[2];  // [eager, static]: one per forward
+    for (const bool static_steps : {false, true}) {
+      auto m = make_llama_aten(cfg, w, at::kFloat, at::kCPU, static_steps);
+      KVCache c = m->make_cache(B, 40);
+      m->forward(random_tokens(B, 30, cfg.n_vocab, 21), std::vector<int64_t>(B, 0), c);
+      ForwardOptions tree;
+      tree.parents = {-1, 0, 0};
+      const struct {
+        int64_t start;
+        bool tree;
+      } forwards[] = {{27, false}, {27, false}, {20, true}, {23, false}, {12, true}, {15, false}};  // rollbacks
+      uint64_t seed = 30;
+      for (const auto& f : forwards) {
+        std::vector<int64_t> start(B, f.start);
+        if (B == 2) start[1] = f.start - 7;  // rows of one step at other positions
+        const at::Tensor tokens = random_tokens(B, 3, cfg.n_vocab, ++seed);
+        logs[static_steps].push_back(
+            allocations_of([&] { m->forward(tokens, start, c, f.tree ? tree : ForwardOptions{}); }));
+      }
+    }
+    const auto& eager = logs[0];
+    const auto& fixed = logs[1];
+    ASSERT_FALSE(fixed[1].empty());
+    EXPECT_NE(eager[1], eager.back()) << "the log did not see the eager path's position-dependent buffers";
+    // fixed[0] also built the step (its input buffer): the runs after it are the replays.
+    for (size_t i = 2; i < fixed.size(); ++i)
+      EXPECT_EQ(fixed[i], fixed[1]) << "forward " << i << " of the static step allocated other buffers than forward 1";
+    std::printf("batch %lld: the static step allocates %zu buffers a forward; the eager path %zu and %zu\n",
+                static_cast<long long>(B), fixed[1].size(), eager[1].size(), eager.back().size());
+  }
 }
 
 // Two sequences at different start positions in one forward give the rows each gives alone;
