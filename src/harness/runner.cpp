@@ -560,8 +560,8 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
   if (!pc.baseline.empty()) base = reg::create(pc.baseline, pc.baseline_params);
   if (pc.batch_size > 1)
     SD_CHECK(models_.target.model->ragged_batches(), cfg_.file, ": cell ", pc.cell.key, ": batch_size ",
-             pc.batch_size, " needs a target that takes ragged batches (the packed Llama engine: a Llama-architecture "
-             "model on the cpu with models.target.engine auto or packed); this one does not (use batch_size 1)");
+             pc.batch_size, " needs a target that takes ragged batches (a Llama-architecture model, on either "
+             "engine); this one does not (use batch_size 1)");
   for (int64_t w = 0; w < cfg_.warmup; ++w) {
     if (base) warmup(*base, pc.batch_size);
     warmup(*cand, pc.batch_size);

@@ -41,7 +41,7 @@ struct ModelConfig {
 struct ForwardOptions {
   // Token tree [T] shared by every sequence of the batch, or one tree per sequence [B * T]
   // (sequence b's at entries b*T .. b*T + T - 1, with tree_cached: blocks of tree_cached + T;
-  // packed llama engine only; with ragged batches the entries past n_fed[b] must still be
+  // both Llama engines; with ragged batches the entries past n_fed[b] must still be
   // valid): parents[t] is the fed token that t follows
   // (parents[t] < t), or -1 when t follows the cached prefix directly. Token t attends to the
   // cached prefix [0, start_pos[b]) and to its ancestors among the fed tokens, itself included.
@@ -67,7 +67,8 @@ struct ForwardOptions {
   // a finished sequence that keeps its batch slot). Rows t >= n_fed[b] are neither computed
   // nor cached: their logits/hidden rows are zero and their token ids are not read, and
   // cache.length(b) becomes start_pos[b] + n_fed[b]. Each fed row equals the same row fed in a
-  // batch of one, bit for bit (packed CPU engine, llama.h; the other engines refuse it).
+  // batch of one: bit for bit on the packed CPU engine (llama.h), to ~1e-6 on the ATen engine
+  // (llama_aten.h); GPT-2 refuses it.
   // Empty: every sequence feeds all T tokens.
   std::vector<int64_t> n_fed;
   bool logits = true;             // false: skip the output head (hidden states only)
@@ -116,7 +117,7 @@ class CausalLM {
   // size; float32 holds every weight dequantised. A layer subset holds none of its own.
   virtual int64_t resident_weight_bytes() const { return weight_bytes(); }
   // Takes ragged batches (ForwardOptions::n_fed), which batched generation needs
-  // (strategies/batch.h). Only the packed Llama engine does; the others refuse n_fed.
+  // (strategies/batch.h). Both Llama engines do; GPT-2 refuses n_fed.
   virtual bool ragged_batches() const { return false; }
 
   // The target's own tables, which trained drafters (EAGLE, Medusa: model/draft_heads.h) reuse

@@ -52,14 +52,20 @@ struct Step {
   at::Tensor seq, slot;         // [B*T] int64: sequence and cache slot of each fed row
   at::Tensor cos, sin;          // [B*T, 1, hd/2] RoPE factors at each row's position
   at::Tensor mask;              // [B, 1, 1, T, S] fp32: 0 where the row attends, -inf elsewhere
+  // A ragged batch (ForwardOptions::n_fed), eager path: the rows whose K/V go to the cache
+  // [n_fed rows] int64, and the padding rows t >= n_fed[b] [B, T, 1] bool. Undefined: all rows
+  // are fed. (The static steps write padding rows past the sequence's new length instead.)
+  at::Tensor written, padding;
 };
 
 // A static step: one captured graph for a (cache, batch, bucket of fed tokens, outputs) key.
 // Its inputs are one int64 buffer: [seq | slot | position | tree base | token id] each [B*Tb],
-// then the ancestor matrix [Tb, Tb] (1 where column k is row t or an ancestor of it).
+// then the ancestor matrices [n_trees, Tb, Tb] (1 where column k is row t or an ancestor of
+// it): one for the whole batch (a chain, or one tree), or one per sequence (a tree each).
 struct StaticStep {
   std::vector<const void*> cache_id;  // the data pointers of the cache's K and V tensors
   int64_t B = 0, Tb = 0, S = 0;  // S: the cache's slots, which every row's attention spans
+  int64_t n_trees = 1;           // ancestor matrices: 1, or B (ForwardOptions::parents of B trees)
   std::vector<int64_t> layers;
   int64_t hidden_layer = -1;
   bool final_hidden = false, logits = true;
@@ -69,6 +75,25 @@ struct StaticStep {
 
 // Fed-token counts of the static steps: exact up to 8 (chains of gamma <= 7), then ~1.5x apart.
 constexpr int64_t k_step_buckets[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128};
+
+// Ragged batches (ForwardOptions::n_fed): sequence b feeds the first fed_count rows of T.
+int64_t fed_count(const ForwardOptions& o, int64_t b, int64_t T) { return o.n_fed.empty() ? T : o.n_fed[b]; }
+bool ragged(const ForwardOptions& o, int64_t T) {
+  return std::any_of(o.n_fed.begin(), o.n_fed.end(), [T](int64_t n) { return n < T; });
+}
+// [B, T, 1] bool on the host: true for the rows t >= n_fed[b].
+at::Tensor padding_rows(const std::vector<int64_t>& n_fed, int64_t T) {
+  const int64_t B = static_cast<int64_t>(n_fed.size());
+  at::Tensor pad = at::zeros({B, T, 1}, at::kBool);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = n_fed[b]; t < T; ++t) pad.data_ptr<bool>()[b * T + t] = true;
+  return pad;
+}
+// The rows a ragged batch did not feed are zero in every output.
+void zero_padding(ForwardResult& r, const at::Tensor& padding) {
+  for (at::Tensor* t : {&r.logits, &r.hidden, &r.layer_hidden})
+    if (t->defined()) t->masked_fill_(padding, 0);
+}
 
 class LlamaAtenModel final : public CausalLM {
  public:
@@ -102,6 +127,7 @@ class LlamaAtenModel final : public CausalLM {
 
   const ModelConfig& config() const override { return cfg_; }
   at::Device device() const override { return device_; }
+  bool ragged_batches() const override { return true; }
 
   // With static steps, caches are pooled: capacity rounded up to 256 slots, and a cache no one
   // holds any more is handed out again, so that the next generation replays the graphs captured
@@ -190,8 +216,18 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
   Step s;
   s.B = B;
   s.T = T;
-  s.S = *std::max_element(start_pos.begin(), start_pos.end()) + T;
   const int64_t n = B * T, tc = opt.tree_cached;
+  // A ragged batch's padding rows (t >= n_fed[b]) are computed but neither cached nor read:
+  // the keys span the slots the fed rows reach, and a padding row attends to slot 0 alone.
+  s.S = 1;
+  for (int64_t b = 0; b < B; ++b) s.S = std::max(s.S, start_pos[b] + fed_count(opt, b, T));
+  if (ragged(opt, T)) {
+    std::vector<int64_t> rows;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < opt.n_fed[b]; ++t) rows.push_back(b * T + t);
+    s.written = at::tensor(rows, at::kLong).to(device_);
+    s.padding = padding_rows(opt.n_fed, T).to(device_);
+  }
   const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
   ensure_rope_table(*std::max_element(pos.begin(), pos.end()) + 1);
   // Rows: sequence, cache slot, position, first slot of the tree (start - tree_cached).
@@ -220,18 +256,21 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
   } else {
     // A tree row attends to the slots before the tree and to the slots of its ancestors:
     // key slot j holds tree node j - (start - tree_cached).
-    const int64_t N = tc + T;
+    const int64_t N = tc + T, n_trees = static_cast<int64_t>(opt.parents.size()) / N;  // 1 or B
     std::vector<int64_t> anc, begin;
-    tree_ancestors(opt.parents, anc, begin);
-    at::Tensor host_anc = at::zeros({T, N}, at::kBool);  // [fed row, node]: node is an ancestor
+    at::Tensor host_anc = at::zeros({n_trees, T, N}, at::kBool);  // [tree, fed row, node]: an ancestor
     bool* a = host_anc.data_ptr<bool>();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) a[t * N + anc[k]] = true;
-    const at::Tensor ancestors = host_anc.to(device_).unsqueeze(0).expand({B, T, N});
+    for (int64_t b = 0; b < n_trees; ++b) {
+      tree_ancestors(tree_of(opt, b, T), N, anc, begin);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) a[(b * T + t) * N + anc[k]] = true;
+    }
+    const at::Tensor ancestors = host_anc.to(device_).expand({B, T, N});
     const at::Tensor node = key - idx[3].view({B, T, 1});  // [B, T, S]
     const at::Tensor is_ancestor = at::gather(ancestors, 2, node.clamp(0, N - 1)) & (node >= 0) & (node < N);
     visible = (node < 0) | is_ancestor;
   }
+  if (s.padding.defined()) visible = at::where(s.padding, key == 0, visible);
   s.mask = at::zeros({B, T, s.S}, at::TensorOptions().dtype(at::kFloat).device(device_))
                .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
                .view({B, 1, 1, T, s.S});
@@ -250,8 +289,14 @@ at::Tensor LlamaAtenModel::attention(const Step& s, const Layer& w, int64_t laye
   const at::Tensor q = qk.narrow(1, 0, H), k = qk.narrow(1, H, Hkv);
   const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, Hkv, hd}).to(at::kFloat);
   // cache[seq[i], :, slot[i], :] = k[i]: the (sequence, slot) pairs are distinct.
-  cache.k(layer).index_put_({s.seq, Slice(), s.slot}, k);
-  cache.v(layer).index_put_({s.seq, Slice(), s.slot}, v);
+  if (s.written.defined()) {
+    const at::Tensor seq = s.seq.index_select(0, s.written), slot = s.slot.index_select(0, s.written);
+    cache.k(layer).index_put_({seq, Slice(), slot}, k.index_select(0, s.written));
+    cache.v(layer).index_put_({seq, Slice(), slot}, v.index_select(0, s.written));
+  } else {
+    cache.k(layer).index_put_({s.seq, Slice(), s.slot}, k);
+    cache.v(layer).index_put_({s.seq, Slice(), s.slot}, v);
+  }
   const at::Tensor keys = cache.k(layer).narrow(2, 0, s.S);  // [B, Hkv, S, hd]
   const at::Tensor vals = cache.v(layer).narrow(2, 0, s.S);
   // Query head h reads kv head h / G (HF repeat_kv): view the heads as [Hkv, G] and fold the
@@ -293,15 +338,17 @@ ForwardResult LlamaAtenModel::run_layers(const at::Tensor& ids, const Step& s, K
 }
 
 // A static step serves a forward whose fed tokens fit a bucket and the cache: chains and
-// whole trees (one tree for every sequence), any layer subset and outputs; not trees grown
-// over several forwards (tree_cached) nor per-sequence trees. Fed row t < T of sequence b
+// whole trees (one for the batch or one per sequence), ragged or not, any layer subset and
+// outputs; not trees grown over several forwards (tree_cached). Fed row t < T of sequence b
 // gets slot start_pos[b] + t as in the eager path; the bucket's padding rows (t >= T) write
 // their K/V to the slots after them, past the sequence's new length (so never read), and
-// attend only to themselves.
+// attend only to themselves. A ragged batch's padding rows (n_fed[b] <= t < T) also write past
+// the new length, with token 0 and their slot as position, and attend as row t of the chain or
+// tree (to keys just written or cached: finite); their results are discarded.
 StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, KVCache& cache,
                                         const ForwardOptions& opt) {
-  if (!static_steps_ || opt.tree_cached != 0 || !opt.n_fed.empty()) return nullptr;
-  if (!opt.parents.empty() && static_cast<int64_t>(opt.parents.size()) != T) return nullptr;
+  if (!static_steps_ || opt.tree_cached != 0) return nullptr;
+  const int64_t n_trees = static_cast<int64_t>(opt.parents.size()) == B * T && B > 1 ? B : 1;
   const int64_t* bucket = std::lower_bound(std::begin(k_step_buckets), std::end(k_step_buckets), T);
   if (bucket == std::end(k_step_buckets)) return nullptr;
   const int64_t Tb = *bucket, S = cache.max_seq();
@@ -315,7 +362,8 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
     id.push_back(cache.v(l).data_ptr());
   }
   for (auto& st : steps_)
-    if (st->cache_id == id && st->B == B && st->Tb == Tb && st->S == S && st->layers == opt.layers &&
+    if (st->cache_id == id && st->B == B && st->Tb == Tb && st->S == S && st->n_trees == n_trees &&
+        st->layers == opt.layers &&
         st->hidden_layer == opt.hidden_layer && st->final_hidden == opt.final_hidden && st->logits == opt.logits)
       return st.get();
   // A cache that is gone cannot come back at the same addresses with another meaning: its
@@ -326,11 +374,12 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
   st->B = B;
   st->Tb = Tb;
   st->S = S;
+  st->n_trees = n_trees;
   st->layers = opt.layers;
   st->hidden_layer = opt.hidden_layer;
   st->final_hidden = opt.final_hidden;
   st->logits = opt.logits;
-  st->graph = std::make_unique<StepGraph>(device_, 5 * B * Tb + Tb * Tb);
+  st->graph = std::make_unique<StepGraph>(device_, 5 * B * Tb + n_trees * Tb * Tb);
   steps_.push_back(std::move(st));
   return steps_.back().get();
 }
@@ -343,28 +392,31 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
   const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
   const at::Tensor tok = host_tokens.to(at::kLong).contiguous();
   const int64_t* ids = tok.data_ptr<int64_t>();
-  std::vector<int64_t> in(5 * n + Tb * Tb, 0);
+  std::vector<int64_t> in(5 * n + st.n_trees * Tb * Tb, 0);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < Tb; ++t) {
       const int64_t i = b * Tb + t;
       in[i] = b;
       in[n + i] = start_pos[b] + t;
-      in[2 * n + i] = t < T ? pos[b * T + t] : start_pos[b] + t;
+      const bool fed = t < fed_count(opt, b, T);
+      in[2 * n + i] = fed ? pos[b * T + t] : start_pos[b] + t;
       in[3 * n + i] = start_pos[b];
-      in[4 * n + i] = t < T ? ids[b * T + t] : 0;
+      in[4 * n + i] = fed ? ids[b * T + t] : 0;
     }
   }
-  int64_t* anc = in.data() + 5 * n;  // [Tb, Tb]
-  if (opt.parents.empty()) {
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k <= t; ++k) anc[t * Tb + k] = 1;
-  } else {
-    std::vector<int64_t> a, begin;
-    tree_ancestors(opt.parents, a, begin);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = begin[t]; k < begin[t + 1]; ++k) anc[t * Tb + a[k]] = 1;
+  std::vector<int64_t> path, begin;
+  for (int64_t tree = 0; tree < st.n_trees; ++tree) {
+    int64_t* anc = in.data() + 5 * n + tree * Tb * Tb;  // [Tb, Tb]
+    if (const int32_t* parents = tree_of(opt, tree, T)) {
+      tree_ancestors(parents, T, path, begin);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = begin[t]; k < begin[t + 1]; ++k) anc[t * Tb + path[k]] = 1;
+    } else {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k <= t; ++k) anc[t * Tb + k] = 1;
+    }
+    for (int64_t t = T; t < Tb; ++t) anc[t * Tb + t] = 1;
   }
-  for (int64_t t = T; t < Tb; ++t) anc[t * Tb + t] = 1;
   st.graph->upload(in);
   // The step: device work on the input buffer only (it is what the graph captures).
   const auto step = [&, this] {
@@ -376,7 +428,8 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
     s.seq = x.narrow(0, 0, n);
     s.slot = x.narrow(0, n, n);
     const at::Tensor p = x.narrow(0, 2 * n, n), base = x.narrow(0, 3 * n, n), tokens = x.narrow(0, 4 * n, n);
-    const at::Tensor a = x.narrow(0, 5 * n, Tb * Tb).view({1, Tb, Tb}).to(at::kBool).expand({B, Tb, Tb});
+    const at::Tensor a =
+        x.narrow(0, 5 * n, st.n_trees * Tb * Tb).view({st.n_trees, Tb, Tb}).to(at::kBool).expand({B, Tb, Tb});
     const int64_t half = cfg_.head_dim / 2;
     s.cos = cos_.index_select(0, p).view({n, 1, half});
     s.sin = sin_.index_select(0, p).view({n, 1, half});
@@ -395,7 +448,8 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
   // The caller gets its own tensors: the step's are overwritten by the next replay.
   const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(1, 0, T).clone() : t; };
   ForwardResult res{rows(st.out.logits), rows(st.out.hidden), rows(st.out.layer_hidden)};
-  for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
+  if (ragged(opt, T)) zero_padding(res, padding_rows(opt.n_fed, T).to(device_));
+  for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + fed_count(opt, b, T));
   if (!captured_or_cpu) {
     // This call's outputs came from an eager run; later forwards take the eager path. (`st`
     // goes with steps_: nothing of it is used after this.)
@@ -412,7 +466,6 @@ ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vecto
   // The checks read token ids on the host: a copy when the caller's tokens are on the device.
   const at::Tensor host_tokens = tokens.defined() ? tokens.cpu() : tokens;
   check_forward_inputs(who, cfg_, cfg_.n_kv_heads, 0, host_tokens, start_pos, cache, opt.n_fed);
-  refuse_ragged(who, host_tokens, opt);
   check_forward_options(who, cfg_, host_tokens, start_pos, opt);
   for (int64_t l = 0; l < cache.n_layers(); ++l)
     for (const at::Tensor* t : {&cache.k(l), &cache.v(l)})
@@ -422,8 +475,12 @@ ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vecto
   const int64_t B = host_tokens.size(0), T = host_tokens.size(1);
   if (StaticStep* st = static_step(B, T, start_pos, cache, opt)) return forward_static(*st, host_tokens, start_pos, cache, opt);
   const Step s = make_step(B, T, start_pos, opt);
-  ForwardResult res = run_layers(tokens.to(device_, at::kLong).reshape({-1}), s, cache, opt);
-  for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + T);
+  // A ragged batch's padding ids are not read: any value may sit there.
+  const at::Tensor ids = s.padding.defined() ? host_tokens.masked_fill(padding_rows(opt.n_fed, T).view({B, T}), 0)
+                                             : tokens;
+  ForwardResult res = run_layers(ids.to(device_, at::kLong).reshape({-1}), s, cache, opt);
+  if (s.padding.defined()) zero_padding(res, s.padding);
+  for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + fed_count(opt, b, T));
   return res;
 }
 

@@ -14,7 +14,8 @@
 // activations rounded to bf16 with fp32 results, as HF does on GPUs (and as LinearPath::kBf16).
 // Unlike the packed engine, a row's result may depend (in the last bits) on the other rows
 // of the forward: library matmuls pick kernels by shape, so a tree row equals the same path
-// fed as a chain within rounding, not bit for bit.
+// fed as a chain within rounding, not bit for bit. Ragged batches (ForwardOptions::n_fed)
+// compute the rows past n_fed[b] as padding, never cached and returned as zeros.
 #include <ATen/ATen.h>
 
 #include <memory>

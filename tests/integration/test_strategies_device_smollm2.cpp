@@ -112,6 +112,45 @@ TEST_P(OnDevice, GreedyEqualsThePackedCpuEngine) {
   }
 }
 
+// Batches on the device engine (its ragged forwards, ForwardOptions::n_fed, and a token tree
+// per sequence): three requests, two at a time with refill, give each request its batch-1
+// tokens, for greedy and for speculative decoding with a batched draft model, with a tree
+// of it, and with n-grams.
+TEST_P(OnDevice, BatchesGiveEachRequestItsBatch1Tokens) {
+  // The eager path's ragged forwards are test_model_aten's (RaggedBatchesAndTreesPerSequence...);
+  // here the static steps, which a GPU captures.
+  if (GetParam() == "cpu") GTEST_SKIP() << "the static steps' test (cpu_graphs, cuda)";
+  const model::LoadedModel m = load(GetParam(), "aten");
+  ASSERT_TRUE(m.model->ragged_batches());
+  std::vector<int64_t> keep;  // as above: SmolLM2 without 5 of its 30 layers
+  for (int64_t l = 0; l < 30; ++l)
+    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
+  const auto draft = model::make_layer_subset(m.model, keep);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
+      {"greedy", {}},
+      {"speculative", {{"drafter", "model"}}},
+      {"speculative", {{"drafter", "tree"}, {"tree_branching", "2,2,1"}}},
+      {"speculative", {{"drafter", "ngram"}}}};
+  for (const auto& [name, p] : cases) {
+    const std::string what = name + (p.count("drafter") ? " " + p.at("drafter") : "");
+    std::vector<Request> reqs;
+    for (const char* text : {kPrompts[0], kPrompts[1], "Write a haiku about the sea.\n"}) {
+      reqs.push_back(request(m, text, 16));
+      if (p.count("drafter") && p.at("drafter") != "ngram") reqs.back().draft = draft;
+    }
+    const std::vector<Result> batch = create(name, params(p))->generate_batch(reqs, {2, 0}, {});
+    ASSERT_EQ(batch.size(), reqs.size());
+    int64_t accepted = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Result alone = create(name, params(p))->generate(reqs[i], {});
+      EXPECT_EQ(batch[i].tokens, alone.tokens) << what << ", request " << i << "\n-- batch: " << batch[i].text
+                                               << "\n-- alone: " << alone.text;
+      accepted += batch[i].stats.n_accepted;
+    }
+    if (name == "speculative") EXPECT_GT(accepted, 0) << what;
+  }
+}
+
 TEST_P(OnDevice, SeededSpeculativeSamplingIsReproducible) {
   const model::LoadedModel m = load(GetParam(), "aten");
   Request req = request(m, kPrompts[0], 24);

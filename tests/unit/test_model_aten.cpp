@@ -213,19 +213,60 @@ TEST(LlamaAten, RefusesGgufBlocksAndBadDtypes) {
   expect_error([&] { make_llama_aten(cfg, t, at::kFloat, at::kCPU); }, "tensor layers[1].wk");
 }
 
-// Ragged fed counts (ForwardOptions::n_fed) are the packed engine's; this one refuses them by
-// name, and accepts n_fed equal to T everywhere.
-TEST(LlamaAten, RefusesRaggedFedCounts) {
+// Ragged batches (ForwardOptions::n_fed) and a tree per sequence, on the eager path and the
+// static steps: every fed row equals the packed engine's (the reference for both), the rows
+// past n_fed[b] are zero and their ids are never read (out of range here), and each cache ends
+// at start + n_fed[b] with its earlier slots intact, as the next forwards (a rollback among
+// them) show.
+TEST(LlamaAten, RaggedBatchesAndTreesPerSequenceMatchThePackedEngine) {
   const ModelConfig cfg = tiny_llama_config();
-  auto m = make_llama_aten(cfg, make_tiny_llama_tensors(cfg, 3), at::kFloat, at::kCPU);
-  KVCache cache = m->make_cache(2, 8);
-  ForwardOptions opt;
-  opt.n_fed = {2, 1};
-  expect_error([&] { m->forward(at::zeros({2, 2}, at::kLong), {0, 0}, cache, opt); },
-               "llama aten forward: ragged batches (ForwardOptions::n_fed[1] = 1 < T = 2) are not supported");
-  opt.n_fed = {2, 2};
-  m->forward(at::zeros({2, 2}, at::kLong), {0, 0}, cache, opt);
-  EXPECT_EQ(cache.lengths(), (std::vector<int64_t>{2, 2}));
+  const LlamaTensors w = make_tiny_llama_tensors(cfg, 4);
+  auto packed = make_llama(cfg, w);
+  for (const bool static_steps : {false, true}) {
+    SCOPED_TRACE(static_steps ? "static steps" : "eager");
+    auto aten = make_llama_aten(cfg, w, at::kFloat, at::kCPU, static_steps);
+    EXPECT_TRUE(aten->ragged_batches());
+    KVCache cp = packed->make_cache(3, 40), ca = aten->make_cache(3, 40);
+    const struct {
+      std::vector<int64_t> start, n_fed;
+      std::vector<int32_t> parents;
+      int64_t T;
+    } forwards[] = {
+        {{0, 0, 0}, {9, 5, 7}, {}, 9},               // prompts of three lengths
+        {{9, 5, 7}, {4, 1, 0}, {}, 4},               // chains; the third sequence feeds nothing
+        {{13, 6, 7}, {4, 3, 2}, {-1, 0, 0, 1}, 4},   // one tree for all, cut at n_fed
+        {{14, 7, 8}, {2, 2, 1}, {}, 2},              // a rollback
+        {{16, 9, 9}, {4, 3, 2}, {-1, 0, 1, 2, -1, 0, 0, 1, -1, -1, 0, 1}, 4},  // a tree each
+        {{20, 12, 11}, {}, {}, 1},                   // a plain decode step over what is cached
+    };
+    uint64_t seed = 40;
+    for (const auto& f : forwards) {
+      const int64_t B = 3, T = f.T;
+      at::Tensor tokens = random_tokens(B, T, cfg.n_vocab, ++seed);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = f.n_fed.empty() ? T : f.n_fed[b]; t < T; ++t) tokens[b][t] = -7;
+      ForwardOptions o;
+      o.n_fed = f.n_fed;
+      o.parents = f.parents;
+      o.final_hidden = true;
+      const ForwardResult a = packed->forward(tokens, f.start, cp, o), b = aten->forward(tokens, f.start, ca, o);
+      ASSERT_EQ(b.logits.sizes(), a.logits.sizes());
+      EXPECT_EQ(ca.lengths(), cp.lengths());
+      for (int64_t s = 0; s < B; ++s) {
+        const int64_t fed = f.n_fed.empty() ? T : f.n_fed[s];
+        for (int64_t t = 0; t < T; ++t) {
+          SCOPED_TRACE("sequence " + std::to_string(s) + " row " + std::to_string(t));
+          if (t < fed) {
+            EXPECT_LT(max_diff(a.logits[s][t], b.logits[s][t]), 1e-4f);
+            EXPECT_LT(max_diff(a.hidden[s][t], b.hidden[s][t]), 1e-4f);
+          } else {
+            EXPECT_EQ(b.logits[s][t].abs().max().item<float>(), 0.0f);
+            EXPECT_EQ(b.hidden[s][t].abs().max().item<float>(), 0.0f);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(ModelDevice, ParsesDevicesAndEngines) {
