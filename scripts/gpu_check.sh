@@ -15,7 +15,8 @@
 #   6. build-gpu/bench/bench_model_steps: decode and verify-curve step costs of the SmolLM2 and
 #      Qwen2.5-1.5B shapes (random bf16 weights), static steps on and off, and
 #      bench_strategies_loop: the speculative loop with synthetic acceptance against Leviathan's
-#      prediction from the measured step costs -> $OUT/steps.json;
+#      prediction from the measured step costs, and greedy batches of 8 and 32 beside batch 1
+#      (batch_greedy) -> $OUT/steps.json;
 #   7. scripts/peer/hf_gpu_decode.py, the Hugging Face reference (eager and static cache +
 #      torch.compile, same shapes) -> $OUT/hf.json;
 #   8. `specdec generate` on cuda vs cpu: tokens of greedy, speculative (ngram, layer_skip, tree)
@@ -352,7 +353,8 @@ if want bench; then
   else record "bench_model_steps" "NOT BUILT" "(no $BUILD/bench/bench_model_steps)"; fi
   if [ -x "$BUILD/bench/bench_strategies_loop" ]; then
     # The speculative loop with synthetic acceptance against Leviathan's prediction from the step
-    # costs measured in the same process; its rows join steps.json (8 files come back at most).
+    # costs measured in the same process, and batch 8 / 32 greedy tokens/s against batch 1; its
+    # rows join steps.json (8 files come back at most).
     run "bench_strategies_loop" 150 "$BUILD/bench/bench_strategies_loop" --device="$DEVICE" \
         --shapes="${BENCH_SHAPES:-smollm2,qwen2.5-1.5b}" --dtype=bfloat16 \
         --benchmark_out="$LOGS/loop.json" --benchmark_out_format=json

@@ -9,8 +9,13 @@
 //   (1 - alpha^(gamma+1)) / (1 - alpha) tokens per round / (gamma t_draft + t_verify).
 // A shortfall is the loop's own overhead (host work, reads, launches between steps).
 //
+// batch_greedy/<shape>/<dtype>/batch:B: B requests decoded together (generate_batch: one
+// ragged target forward per step for all of them), tokens/s over the batch's wall time, with
+// the same figure at batch 1 from the same process beside it (speedup_over_batch1).
+//
 //   build/bench/bench_strategies_loop --device=cuda --shapes=smollm2,qwen2.5-1.5b --dtype=bfloat16
 //   build/bench/bench_strategies_loop --device=cpu --shapes=tiny      # anywhere, a smoke run
+//   (--batches=8,32: the batch sizes of batch_greedy; --batches= for none)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -101,12 +106,44 @@ void bench_loop(benchmark::State& state, const Loop* loop, double alpha) {
   state.counters["measured_over_predicted"] = measured / predicted;
 }
 
+// B random 16-token prompts, 64 new tokens each, greedy, all in one batch.
+void bench_batch(benchmark::State& state, const Loop* loop, int64_t B) {
+  std::vector<strategies::Request> reqs(static_cast<size_t>(B));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].target = loop->target;
+    reqs[i].stop.max_new_tokens = 64;
+    const at::Tensor p = at::randint(loop->target->config().n_vocab, {loop->prompt}, at::kLong);
+    for (int64_t t = 0; t < loop->prompt; ++t) reqs[i].prompt.push_back(p[t].item<int64_t>());
+  }
+  const auto greedy = strategies::create("greedy", strategies::Params());
+  const auto tokens_per_s = [&](const std::vector<strategies::Request>& rs) {
+    const auto a = std::chrono::steady_clock::now();
+    double n = 0;
+    for (const auto& r : greedy->generate_batch(rs, {static_cast<int64_t>(rs.size()), 0}, {})) n += double(r.stats.n_generated);
+    return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  };
+  tokens_per_s(reqs);  // warm-up: the captures
+  const std::vector<strategies::Request> one(reqs.begin(), reqs.begin() + 1);
+  tokens_per_s(one);
+  double batched = 0, single = 0;
+  for (auto _ : state) {
+    batched += tokens_per_s(reqs);
+    single += tokens_per_s(one);
+  }
+  const double n = double(state.iterations());
+  state.counters["batch"] = double(B);
+  state.counters["tokens_per_s"] = batched / n;
+  state.counters["batch1_tokens_per_s"] = single / n;
+  state.counters["speedup_over_batch1"] = batched / single;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", alphas = "0.6,0.8,0.9", gamma_s = "4";
+  std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", alphas = "0.6,0.8,0.9", gamma_s = "4",
+              batches = "8,32";
   if (!bench::parse_flags(argc, argv, {{"device", &device}, {"shapes", &shape_list}, {"dtype", &dtype_name},
-                                       {"alphas", &alphas}, {"gamma", &gamma_s}}))
+                                       {"alphas", &alphas}, {"gamma", &gamma_s}, {"batches", &batches}}))
     return 1;
   const int64_t gamma = std::stoll(gamma_s);
   const at::Device dev(device);
@@ -127,6 +164,10 @@ int main(int argc, char** argv) {
                                     "/alpha:" + a).c_str(),
                                    bench_loop, loop.get(), std::stod(a))
           ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+    for (const std::string& b : bench::split(batches))
+      benchmark::RegisterBenchmark(("batch_greedy/" + name + "/" + dtype_name + "/batch:" + b).c_str(), bench_batch,
+                                   loop.get(), std::stoll(b))
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(2);
     keep.push_back(std::move(loop));
   }
   benchmark::RunSpecifiedBenchmarks();
