@@ -64,8 +64,9 @@ struct ForwardOptions {
   // were. Empty: all layers.
   std::vector<int64_t> layers;
   // Ragged batches: sequence b feeds only its first n_fed[b] <= T tokens ([B]; 0 allowed, e.g.
-  // a finished sequence that keeps its batch slot). Rows t >= n_fed[b] are neither computed
-  // nor cached: their logits/hidden rows are zero and their token ids are not read, and
+  // a finished sequence that keeps its batch slot). Rows t >= n_fed[b] are not cached (the
+  // packed engine does not compute them; the ATen engine computes them as padding, for fixed
+  // shapes): their logits/hidden rows are zero and their token ids are not read, and
   // cache.length(b) becomes start_pos[b] + n_fed[b]. Each fed row equals the same row fed in a
   // batch of one: bit for bit on the packed CPU engine (llama.h), to ~1e-6 on the ATen engine
   // (llama_aten.h); GPT-2 refuses it.
