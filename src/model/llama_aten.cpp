@@ -475,10 +475,9 @@ ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vecto
   const int64_t B = host_tokens.size(0), T = host_tokens.size(1);
   if (StaticStep* st = static_step(B, T, start_pos, cache, opt)) return forward_static(*st, host_tokens, start_pos, cache, opt);
   const Step s = make_step(B, T, start_pos, opt);
-  // A ragged batch's padding ids are not read: any value may sit there.
-  const at::Tensor ids = s.padding.defined() ? host_tokens.masked_fill(padding_rows(opt.n_fed, T).view({B, T}), 0)
-                                             : tokens;
-  ForwardResult res = run_layers(ids.to(device_, at::kLong).reshape({-1}), s, cache, opt);
+  at::Tensor ids = tokens.to(device_, at::kLong).reshape({-1});
+  if (s.padding.defined()) ids = ids.masked_fill(s.padding.view({-1}), 0);  // padding ids: any value, not read
+  ForwardResult res = run_layers(ids, s, cache, opt);
   if (s.padding.defined()) zero_padding(res, s.padding);
   for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + fed_count(opt, b, T));
   return res;
