@@ -47,6 +47,14 @@ Params params(std::map<std::string, std::string> p) {
   return Params(p);
 }
 
+// A draft that disagrees with the target often enough: SmolLM2 without 5 of its 30 layers.
+std::shared_ptr<model::CausalLM> skipping_draft(const std::shared_ptr<model::CausalLM>& target) {
+  std::vector<int64_t> keep;
+  for (int64_t l = 0; l < 30; ++l)
+    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
+  return model::make_layer_subset(target, keep);
+}
+
 class OnDevice : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -76,11 +84,7 @@ const char* kPrompts[] = {
 TEST_P(OnDevice, GreedySpeculativeEqualsGreedyForChainsAndTrees) {
   const model::LoadedModel m = load(GetParam(), "aten");
   ASSERT_EQ(m.model->device().is_cuda(), is_cuda(GetParam()));
-  // A draft that disagrees with the target often enough: SmolLM2 without 5 of its 30 layers.
-  std::vector<int64_t> keep;
-  for (int64_t l = 0; l < 30; ++l)
-    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
-  const auto draft = model::make_layer_subset(m.model, keep);
+  const auto draft = skipping_draft(m.model);
   const std::vector<std::pair<std::map<std::string, std::string>, bool>> cases = {
       {{{"drafter", "model"}}, true},
       {{{"drafter", "model"}, {"verify", "block"}}, true},
@@ -122,10 +126,7 @@ TEST_P(OnDevice, BatchesGiveEachRequestItsBatch1Tokens) {
   if (GetParam() == "cpu") GTEST_SKIP() << "the static steps' test (cpu_graphs, cuda)";
   const model::LoadedModel m = load(GetParam(), "aten");
   ASSERT_TRUE(m.model->ragged_batches());
-  std::vector<int64_t> keep;  // as above: SmolLM2 without 5 of its 30 layers
-  for (int64_t l = 0; l < 30; ++l)
-    if (l < 10 || l > 22 || (l - 10) % 3 != 0) keep.push_back(l);
-  const auto draft = model::make_layer_subset(m.model, keep);
+  const auto draft = skipping_draft(m.model);
   const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
       {"greedy", {}},
       {"speculative", {{"drafter", "model"}}},
