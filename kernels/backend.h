@@ -42,6 +42,9 @@ class Backend {
   // Beam reorder: dst and src in device memory, indices on the host.
   virtual void kv_reorder(float* dst, const float* src, const int64_t* indices, int64_t batch,
                           int64_t row_elems) = 0;
+  // Token choice (kernels.h, PickArgs) with every pointer in this device's memory: queued, with
+  // no wait, so the tokens can feed the device's next forward unread (a draft loop).
+  virtual void pick(const PickArgs& args) = 0;
   // Copies `bytes` from this device's memory to host memory (waits for the device's work).
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
 };

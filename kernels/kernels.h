@@ -191,6 +191,23 @@ void check_verify_status(const int32_t* n_accepted, const int32_t* out_tokens, i
 void check_tree_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
                        const char* who);
 
+// Token choice on the device (a draft loop's next token): one token per row of `scores`, the
+// argmax (greedy; math::argmax_row's rules: ties -> lowest id, NaN ranks as -inf) or, given a
+// uniform, a draw from the row by the lanes' inverse CDF (CpuRowOps / GpuRowOps::sample: the
+// draw the verification kernels make, the same token on the CPU and the GPU for the same
+// uniform). The tokens stay where the scores are, so a loop can feed them to its next forward
+// without reading them.
+struct PickArgs {
+  int64_t rows = 0, vocab = 0;
+  const float* scores = nullptr;     // [rows, V] in: logits (argmax) or probabilities (draws)
+  const double* uniforms = nullptr;  // [rows] in, each in [0, 1); nullptr: argmax
+  int64_t* out_tokens = nullptr;     // [rows] out: the token; -1 where a drawn row has no mass
+                                     // (no positive entry, or NaN), for the caller to report
+};
+void pick_cpu(const PickArgs& args);
+// CUDA: all pointers device memory; queued on launch.stream (no workspace), no synchronisation.
+void pick_cuda(const PickArgs& args, const CudaLaunch& launch);
+
 // O(1) rollback: lengths[b] = min(lengths[b], new_lengths[b]). lengths [B] in/out,
 // new_lengths [B] in (>= 0). Host memory; no KV data moves.
 void kv_rollback(int64_t* lengths, const int64_t* new_lengths, int64_t batch);

@@ -34,6 +34,7 @@ class CpuBackend final : public Backend {
                   int64_t row_elems) override {
     kv_reorder_cpu(dst, src, indices, batch, row_elems);
   }
+  void pick(const PickArgs& args) override { pick_cpu(args); }
   void to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 };
 

@@ -11,6 +11,9 @@ void check_verify_args(const VerifyArgs& args, const char* who);
 // Throws specdec::Error for a row status < 0 from math::verify_row / math::check_row.
 [[noreturn]] void throw_row_error(const char* who, int64_t b, int32_t status, int32_t bad_index);
 
+// Token choice (PickArgs): sizes and pointers.
+void check_pick_args(const PickArgs& args, const char* who);
+
 // Tree verification: the same contract for TreeVerifyArgs (tree_cpu.cpp).
 void check_tree_args(const TreeVerifyArgs& args, const char* who);
 [[noreturn]] void throw_tree_error(const char* who, int64_t b, int32_t status, int32_t bad_index);

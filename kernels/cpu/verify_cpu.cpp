@@ -80,6 +80,29 @@ void verify_cpu(const VerifyArgs& args) {
   }
 }
 
+namespace detail {
+void check_pick_args(const PickArgs& a, const char* who) {
+  SD_CHECK(a.rows >= 0, who, ": rows = ", a.rows, " must be >= 0");
+  SD_CHECK(a.vocab > 0 && a.vocab <= INT32_MAX, who, ": vocab = ", a.vocab, " must be in [1, 2^31)");
+  SD_CHECK(a.rows == 0 || (a.scores && a.out_tokens), who, ": scores [rows, V] / out_tokens [rows] are null");
+}
+}  // namespace detail
+
+void pick_cpu(const PickArgs& args) {
+  detail::check_pick_args(args, "pick_cpu");
+  const cpu::CpuRowOps ops;
+  for (int64_t r = 0; r < args.rows; ++r) {
+    const float* row = args.scores + r * args.vocab;  // [V]
+    if (!args.uniforms) {
+      args.out_tokens[r] = ops.argmax(row, args.vocab);
+      continue;
+    }
+    const double u = args.uniforms[r];
+    SD_CHECK(u >= 0.0 && u < 1.0, "pick_cpu: uniforms[", r, "] = ", u, " outside [0, 1)");
+    args.out_tokens[r] = ops.sample(row, nullptr, args.vocab, u);
+  }
+}
+
 void check_verify_status(const int32_t* n_accepted, const int32_t* out_tokens, int64_t batch, int64_t out_stride,
                          const char* who) {
   SD_CHECK(batch >= 0 && out_stride >= 1, who, ": batch = ", batch, ", out_stride = ", out_stride,

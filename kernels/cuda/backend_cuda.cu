@@ -250,6 +250,14 @@ class CudaBackend final : public Backend {
     check_reorder_status(st.host<int32_t>(o_status), batch, who);
   }
 
+  void pick(const PickArgs& args) override {
+    const char* who = "pick (cuda)";
+    const DeviceGuard guard(index_, who);
+    CudaLaunch launch;
+    launch.stream = stream_;
+    pick_cuda(args, launch);
+  }
+
   void to_host(void* dst, const void* src, size_t bytes) override {
     const char* who = "to_host (cuda)";
     const DeviceGuard guard(index_, who);

@@ -162,7 +162,28 @@ __global__ void verify_walk_kernel(VerifyArgs args, RowCache cache) {
   }
 }
 
+// grid rows, block kLanes: PickArgs, one row per block (GpuRowOps: the CPU's tokens).
+__global__ void pick_kernel(PickArgs args) {
+  __shared__ gpu::RowOpsShared shared;
+  gpu::GpuRowOps ops(shared);
+  const int64_t r = blockIdx.x;
+  const float* row = args.scores + r * args.vocab;  // [V]
+  const int64_t token =
+      args.uniforms ? ops.sample(row, nullptr, args.vocab, args.uniforms[r]) : ops.argmax(row, args.vocab);
+  if (threadIdx.x == 0) args.out_tokens[r] = token;
+}
+
 }  // namespace
+
+void pick_cuda(const PickArgs& args, const CudaLaunch& launch) {
+  const char* who = "pick_cuda";
+  detail::check_pick_args(args, who);
+  SD_CHECK(args.rows <= INT32_MAX, who, ": rows = ", args.rows, " exceeds the grid limit (2^31 - 1)");
+  detail::require_device(who);
+  if (args.rows == 0) return;
+  pick_kernel<<<static_cast<unsigned>(args.rows), math::kLanes, 0, detail::stream_of(launch)>>>(args);
+  detail::cuda_check(cudaGetLastError(), who, "launch");
+}
 
 void verify_cuda(const VerifyArgs& args, const CudaLaunch& launch) {
   const char* who = "verify_cuda";

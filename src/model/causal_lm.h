@@ -94,7 +94,8 @@ class CausalLM {
   // A cache for `batch` sequences of up to max_seq positions.
   virtual KVCache make_cache(int64_t batch, int64_t max_seq) const = 0;
 
-  // tokens:    [B, T] int64
+  // tokens:    [B, T] int64, on the host or on the model's device (a draft loop's own picks:
+  //            the ATen engine takes them there without reading them)
   // start_pos: [B]    cache slot of tokens[b][0]; must be <= cache.length(b) (slots
   //                   >= start_pos[b] are overwritten, so a rollback is just a smaller start)
   // Writes K/V of the T fed tokens into slots start_pos[b] .. start_pos[b] + T - 1 and sets

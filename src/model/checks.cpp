@@ -18,7 +18,7 @@ std::string shape_str(at::IntArrayRef shape) {
 void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_t cache_heads,
                           int64_t max_positions, const at::Tensor& tokens,
                           const std::vector<int64_t>& start_pos, const KVCache& cache,
-                          const std::vector<int64_t>& n_fed) {
+                          const std::vector<int64_t>& n_fed, bool check_ids) {
   SD_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) > 0, who,
            ": tokens must be [B, T] with T >= 1, got ",
            tokens.defined() ? shape_str(tokens.sizes()) : std::string("undefined"));
@@ -43,6 +43,7 @@ void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_
     SD_CHECK(max_positions <= 0 || start_pos[b] + T <= max_positions, who, ": sequence ", b, " would reach ",
              start_pos[b] + T, " positions, beyond the learned position table n_ctx = ", max_positions);
   }
+  if (!check_ids) return;
   const at::Tensor ids = tokens.to(at::kLong).contiguous();
   const int64_t* p = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < B * T_all; ++i)

@@ -16,11 +16,12 @@ std::string shape_str(at::IntArrayRef shape);
 // tokens: [B, T] integer ids; start_pos: [B]. `cache_heads` is the number of K/V heads the
 // model stores; `max_positions` (> 0) bounds start + T, e.g. a learned position table.
 // n_fed (ForwardOptions::n_fed, [B] in [0, T], or empty = T each): only the fed tokens are
-// checked, and only start + n_fed[b] must fit the cache.
+// checked, and only start + n_fed[b] must fit the cache. check_ids false: the ids' range is
+// left to the caller (ids on a device, checked there without a read).
 void check_forward_inputs(const std::string& who, const ModelConfig& cfg, int64_t cache_heads,
                           int64_t max_positions, const at::Tensor& tokens,
                           const std::vector<int64_t>& start_pos, const KVCache& cache,
-                          const std::vector<int64_t>& n_fed = {});
+                          const std::vector<int64_t>& n_fed = {}, bool check_ids = true);
 
 // Engines that compute every row of [B, T] refuse a ragged batch (ForwardOptions::n_fed with
 // some n_fed[b] < T) and a tree per sequence (parents of B trees), naming the engine.

@@ -47,6 +47,13 @@ at::Tensor to_host_async(const at::Tensor& t) {
   return host;
 }
 
+at::Tensor to_device_async(const at::Tensor& t, const at::Device& device) {
+  if (t.device() == device) return t;
+  if (!t.is_cpu() || device.is_cpu()) return t.to(device);
+  // The caching host allocator keeps the pinned block until the copy has left it.
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 namespace {
 struct PendingCheck {
   at::Tensor bad, bad_host;  // [] bool on the device; its pinned host copy, filled asynchronously

@@ -30,6 +30,11 @@ at::Tensor on_host(const at::Tensor& t);
 // CPU.
 at::Tensor to_host_async(const at::Tensor& t);
 
+// `t` on `device` without the host waiting: a host tensor bound for a CUDA device goes through
+// pinned memory with a non-blocking copy (a plain copy from pageable memory waits for the
+// stream, a stall as dear as a read). `t` itself when it is already there.
+at::Tensor to_device_async(const at::Tensor& t, const at::Device& device);
+
 // A check of device data that costs no read of its own. `bad` is a bool scalar on the
 // device (true: the check failed); it comes to the host without blocking and is looked at after
 // the loop's next read (on_host, or the verdict: verify_round calls checks_after_read), which

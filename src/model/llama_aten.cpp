@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/checks.h"
+#include "model/device.h"
 #include "model/loader.h"
 #include "model/step_graph.h"
 
@@ -95,6 +96,20 @@ void zero_padding(ForwardResult& r, const at::Tensor& padding) {
     if (t->defined()) t->masked_fill_(padding, 0);
 }
 
+// Token ids [B, T] as int64 on `device` with the padding rows' ids (t >= n_fed[b]: any value,
+// never read) set to 0. Ids that come from the device (a draft loop's picks) are checked there,
+// with no read: model::check_later reports a bad one after the loop's next read.
+at::Tensor device_ids(const at::Tensor& tokens, const at::Tensor& padding, const at::Device& device, int64_t n_vocab,
+                      const std::string& who) {
+  at::Tensor ids = to_device_async(tokens, device).to(at::kLong);  // [B, T]
+  if (padding.defined()) ids = ids.masked_fill(padding.view(ids.sizes()), 0);
+  if (!tokens.is_cpu())
+    check_later(((ids < 0) | (ids >= n_vocab)).any(), [who, n_vocab] {
+      fail(who, ": a token id fed from the device is out of range [0, ", n_vocab, ")");
+    });
+  return ids;
+}
+
 class LlamaAtenModel final : public CausalLM {
  public:
   LlamaAtenModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype, at::Device device, bool static_steps)
@@ -159,13 +174,13 @@ class LlamaAtenModel final : public CausalLM {
   }
 
   at::Tensor embed(const at::Tensor& ids) const override {
-    return at::embedding(tok_embd_, ids.to(at::kLong).reshape({-1}).to(device_));
+    return at::embedding(tok_embd_, to_device_async(ids.to(at::kLong).reshape({-1}), device_));
   }
   at::Tensor head_rows(const at::Tensor& ids) const override {
-    return output_.index_select(0, ids.to(at::kLong).reshape({-1}).to(device_)).to(at::kFloat);
+    return output_.index_select(0, to_device_async(ids.to(at::kLong).reshape({-1}), device_)).to(at::kFloat);
   }
   at::Tensor output_head(const at::Tensor& hidden) const override {
-    return project(hidden.to(device_), output_).to(at::kFloat);
+    return project(to_device_async(hidden, device_), output_).to(at::kFloat);
   }
 
   using CausalLM::forward;
@@ -181,7 +196,7 @@ class LlamaAtenModel final : public CausalLM {
   // The static-step path: nullptr when this forward cannot take it (then the eager path runs).
   StaticStep* static_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, KVCache& cache,
                           const ForwardOptions& opt);
-  ForwardResult forward_static(StaticStep& st, const at::Tensor& host_tokens, const std::vector<int64_t>& start_pos,
+  ForwardResult forward_static(StaticStep& st, const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                KVCache& cache, const ForwardOptions& opt);
 
   ModelConfig cfg_;
@@ -225,8 +240,8 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
     std::vector<int64_t> rows;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < opt.n_fed[b]; ++t) rows.push_back(b * T + t);
-    s.written = at::tensor(rows, at::kLong).to(device_);
-    s.padding = padding_rows(opt.n_fed, T).to(device_);
+    s.written = to_device_async(at::tensor(rows, at::kLong), device_);
+    s.padding = to_device_async(padding_rows(opt.n_fed, T), device_);
   }
   const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
   ensure_rope_table(*std::max_element(pos.begin(), pos.end()) + 1);
@@ -242,7 +257,7 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
       p[3 * n + i] = start_pos[b] - tc;
     }
   }
-  const at::Tensor idx = host.to(device_);
+  const at::Tensor idx = to_device_async(host, device_);  // no wait: a plain copy would block
   s.seq = idx[0];
   s.slot = idx[1];
   const int64_t half = cfg_.head_dim / 2;
@@ -265,7 +280,7 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
       for (int64_t t = 0; t < T; ++t)
         for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) a[(b * T + t) * N + anc[k]] = true;
     }
-    const at::Tensor ancestors = host_anc.to(device_).expand({B, T, N});
+    const at::Tensor ancestors = to_device_async(host_anc, device_).expand({B, T, N});
     const at::Tensor node = key - idx[3].view({B, T, 1});  // [B, T, S]
     const at::Tensor is_ancestor = at::gather(ancestors, 2, node.clamp(0, N - 1)) & (node >= 0) & (node < N);
     visible = (node < 0) | is_ancestor;
@@ -384,14 +399,13 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
   return steps_.back().get();
 }
 
-ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& host_tokens,
+ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& tokens,
                                              const std::vector<int64_t>& start_pos, KVCache& cache,
                                              const ForwardOptions& opt) {
-  const int64_t B = st.B, T = host_tokens.size(1), Tb = st.Tb, n = B * Tb, S = cache.max_seq();
-  // The inputs, built on the host and uploaded in one copy.
+  const int64_t B = st.B, T = tokens.size(1), Tb = st.Tb, n = B * Tb, S = cache.max_seq();
+  // The inputs, built on the host and uploaded in one copy; the token ids follow from wherever
+  // they are (a draft loop's own picks are on the device).
   const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
-  const at::Tensor tok = host_tokens.to(at::kLong).contiguous();
-  const int64_t* ids = tok.data_ptr<int64_t>();
   std::vector<int64_t> in(5 * n + st.n_trees * Tb * Tb, 0);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < Tb; ++t) {
@@ -401,7 +415,7 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
       const bool fed = t < fed_count(opt, b, T);
       in[2 * n + i] = fed ? pos[b * T + t] : start_pos[b] + t;
       in[3 * n + i] = start_pos[b];
-      in[4 * n + i] = fed ? ids[b * T + t] : 0;
+      in[4 * n + i] = 0;  // the token ids: copied in below, from wherever they are
     }
   }
   std::vector<int64_t> path, begin;
@@ -418,6 +432,9 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
     for (int64_t t = T; t < Tb; ++t) anc[t * Tb + t] = 1;
   }
   st.graph->upload(in);
+  const at::Tensor padding = ragged(opt, T) ? to_device_async(padding_rows(opt.n_fed, T), device_) : at::Tensor();
+  st.graph->inputs().narrow(0, 4 * n, n).view({B, Tb}).narrow(1, 0, T).copy_(
+      device_ids(tokens, padding, device_, cfg_.n_vocab, "llama aten forward"));
   // The step: device work on the input buffer only (it is what the graph captures).
   const auto step = [&, this] {
     const at::Tensor x = st.graph->inputs();
@@ -448,7 +465,7 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
   // The caller gets its own tensors: the step's are overwritten by the next replay.
   const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(1, 0, T).clone() : t; };
   ForwardResult res{rows(st.out.logits), rows(st.out.hidden), rows(st.out.layer_hidden)};
-  if (ragged(opt, T)) zero_padding(res, padding_rows(opt.n_fed, T).to(device_));
+  if (padding.defined()) zero_padding(res, padding);
   for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + fed_count(opt, b, T));
   if (!captured_or_cpu) {
     // This call's outputs came from an eager run; later forwards take the eager path. (`st`
@@ -463,20 +480,19 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& h
 ForwardResult LlamaAtenModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
                                       KVCache& cache, const ForwardOptions& opt) {
   const std::string who = "llama aten forward";
-  // The checks read token ids on the host: a copy when the caller's tokens are on the device.
-  const at::Tensor host_tokens = tokens.defined() ? tokens.cpu() : tokens;
-  check_forward_inputs(who, cfg_, cfg_.n_kv_heads, 0, host_tokens, start_pos, cache, opt.n_fed);
-  check_forward_options(who, cfg_, host_tokens, start_pos, opt);
+  // Ids on the host are checked here; ids on the device there, unread (device_ids).
+  check_forward_inputs(who, cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache, opt.n_fed,
+                       /*check_ids=*/tokens.defined() && tokens.is_cpu());
+  check_forward_options(who, cfg_, tokens, start_pos, opt);
   for (int64_t l = 0; l < cache.n_layers(); ++l)
     for (const at::Tensor* t : {&cache.k(l), &cache.v(l)})
       SD_CHECK(t->scalar_type() == at::kFloat && t->device() == device_ && t->is_contiguous(), who,
                ": the KV cache must be contiguous float32 on ", device_.str(), " (make_cache), got ",
                at::toString(t->scalar_type()), " on ", t->device().str());
-  const int64_t B = host_tokens.size(0), T = host_tokens.size(1);
-  if (StaticStep* st = static_step(B, T, start_pos, cache, opt)) return forward_static(*st, host_tokens, start_pos, cache, opt);
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  if (StaticStep* st = static_step(B, T, start_pos, cache, opt)) return forward_static(*st, tokens, start_pos, cache, opt);
   const Step s = make_step(B, T, start_pos, opt);
-  at::Tensor ids = tokens.to(device_, at::kLong).reshape({-1});
-  if (s.padding.defined()) ids = ids.masked_fill(s.padding.view({-1}), 0);  // padding ids: any value, not read
+  const at::Tensor ids = device_ids(tokens, s.padding, device_, cfg_.n_vocab, who).reshape({-1});
   ForwardResult res = run_layers(ids, s, cache, opt);
   if (s.padding.defined()) zero_padding(res, s.padding);
   for (int64_t b = 0; b < B; ++b) cache.set_length(b, start_pos[b] + fed_count(opt, b, T));

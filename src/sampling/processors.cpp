@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/host_reads.h"
+#include "kernels/backend.h"
 #include "kernels/verify_math.h"
 #include "model/device.h"
 
@@ -205,6 +206,28 @@ TokenId sample_from(const at::Tensor& probs, double u) {
            probs.sizes());
   const at::Tensor row = model::on_host(probs).to(at::kFloat).contiguous();
   return sample_from(row.data_ptr<float>(), row.numel(), u);
+}
+
+at::Tensor pick_tokens(const at::Tensor& scores_in, const std::vector<double>& uniforms) {
+  SD_CHECK(scores_in.dim() == 2, "pick_tokens: expected scores [R, V], got ", scores_in.sizes());
+  const at::Tensor scores = scores_in.to(at::kFloat).contiguous();  // [R, V]
+  const int64_t R = scores.size(0);
+  SD_CHECK(uniforms.empty() || static_cast<int64_t>(uniforms.size()) == R, "pick_tokens: ", uniforms.size(),
+           " uniforms for ", R, " rows");
+  at::Tensor out = at::empty({R}, scores.options().dtype(at::kLong));  // [R]
+  at::Tensor u;                                                         // [R] double, on the scores' device
+  if (!uniforms.empty())
+    u = model::to_device_async(at::tensor(uniforms, at::TensorOptions().dtype(at::kDouble)), scores.device());
+  kernels::PickArgs args;
+  args.rows = R;
+  args.vocab = scores.size(1);
+  args.scores = scores.data_ptr<float>();
+  args.uniforms = u.defined() ? u.data_ptr<double>() : nullptr;
+  args.out_tokens = out.data_ptr<int64_t>();
+  model::backend_of(scores.device())->pick(args);
+  if (u.defined())
+    model::check_later((out < 0).any(), [] { fail("pick_tokens: a probability row to draw from has no positive entry"); });
+  return out;
 }
 
 }  // namespace specdec::sampling

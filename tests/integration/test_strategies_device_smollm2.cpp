@@ -11,6 +11,8 @@
 //    its q reaches the target's kernel on the target's device (needs CUDA on both params).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -194,7 +196,10 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // with a drafter that runs on the host, chains (ngram, suffix) or trees (recycling, which also
 // takes the target's top-k rows: they ride with the verdict, model::to_host_async): one read,
 // the verdict; acceptance, residual sampling, rollback and tree compaction stay on the device.
-// A draft model adds one per drafted token (its loop is on the host).
+// A draft model adds one: its loop picks each token on the device and feeds it to its next
+// forward from there (sampling::pick_tokens), greedy or drawn from q, and the round's drafted
+// tokens come to the host in one read. With a repetition penalty it reads each token as it is
+// drawn (the penalty needs the text on the host): checked too, with its own bound.
 TEST_P(OnDevice, HostReadsPerStepAndRound) {
   const model::LoadedModel m = load(GetParam(), "aten");
   const int64_t r0 = host_reads();
@@ -205,7 +210,7 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
               static_cast<long long>(g.stats.n_target_forwards));
   // drafter -> reads per round allowed
   for (const auto& [drafter, per_round] : std::vector<std::pair<std::string, int64_t>>{
-           {"ngram", 1}, {"suffix", 1}, {"recycling", 1}, {"model", 1 + 4}}) {
+           {"ngram", 1}, {"suffix", 1}, {"recycling", 1}, {"model", 2}}) {
     Request req = request(m, kPrompts[1], 24);
     req.draft = m.model;
     const int64_t r1 = host_reads();
@@ -217,6 +222,25 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     std::printf("host reads (%s): speculative %s %lld for %lld rounds (%lld tree rounds)\n", GetParam().c_str(),
                 drafter.c_str(), static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds),
                 static_cast<long long>(r.stats.n_tree_rounds));
+  }
+  // The draft model at temperature > 0 (q and the draws on the device), and with a repetition
+  // penalty (one read per drafted token, then the verdict).
+  for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
+           {{{"temperature", "0.8"}}, 2}, {{{"repetition_penalty", "1.3"}}, 1 + 4}}) {
+    Request req = request(m, kPrompts[1], 24);
+    req.draft = m.model;
+    req.seed = 5;
+    std::map<std::string, std::string> p = {{"drafter", "model"}, {"gamma", "4"}};
+    p.insert(extra.begin(), extra.end());
+    const std::string what = extra.begin()->first;
+    const int64_t r1 = host_reads();
+    const Result r = create("speculative", params(p))->generate(req, {});
+    const int64_t reads = host_reads() - r1;
+    ASSERT_GT(r.stats.n_rounds, 0) << what;
+    EXPECT_GT(r.stats.n_accepted, r.stats.n_rounds) << what << ": the same weights draft, so most tokens are accepted";
+    EXPECT_LE(reads, per_round * r.stats.n_rounds) << what << ": " << reads << " reads in " << r.stats.n_rounds << " rounds";
+    std::printf("host reads (%s): speculative model, %s: %lld for %lld rounds\n", GetParam().c_str(), what.c_str(),
+                static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds));
   }
 }
 

@@ -304,6 +304,7 @@ class ResidualAsPBackend final : public kernels::Backend {
   void kv_reorder(float* dst, const float* src, const int64_t* idx, int64_t batch, int64_t row_elems) override {
     real_->kv_reorder(dst, src, idx, batch, row_elems);
   }
+  void pick(const kernels::PickArgs& a) override { real_->pick(a); }
   void to_host(void* dst, const void* src, size_t bytes) override { real_->to_host(dst, src, bytes); }
 
  private:

@@ -164,6 +164,10 @@ TEST(KernelsCuda, LaunchersExistAndFailCleanlyWithoutDevice) {
   std::vector<int32_t> path(4), tree_out(5);
   sk::TreeVerifyArgs ta = tree_args(t, sk::VerifyMode::greedy, n_acc.data(), path.data(), tree_out.data());
   expect_error([&] { sk::verify_tree_cuda(ta, launch); }, "CUDA");
+  std::vector<int64_t> picked(1);
+  sk::PickArgs pa;
+  pa.rows = 1, pa.vocab = 8, pa.scores = in.p.data(), pa.out_tokens = picked.data();
+  expect_error([&] { sk::pick_cuda(pa, launch); }, "CUDA");
 }
 
 TEST(KernelsCuda, WorkspaceSizesAndTooSmallWorkspace) {
@@ -296,6 +300,39 @@ TEST(KernelsCuda, VerifyMatchesCpu) {
       EXPECT_NO_THROW(sk::check_verify_status(acc.data(), out.data(), in.B, in.G + 1, "verify_cuda"));
       EXPECT_EQ(acc, acc_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
       EXPECT_EQ(out, out_cpu) << "V = " << V << " mode " << static_cast<int>(mode);
+    }
+  }
+#endif
+}
+
+TEST(KernelsCuda, PickMatchesCpu) {
+  // The draft loop's token choice on the device: token-exact against pick_cpu, argmax and draws,
+  // below, at and far above the block's 256 lanes, with a row of no mass (-1 on both).
+  if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
+#ifdef SPECDEC_WITH_CUDA
+  for (int64_t V : {16, 256, 1000, 151936}) {
+    const VerifyInputs in = random_inputs(3, 2, V, 70 + V);  // p: 9 probability rows of V
+    std::vector<float> scores(in.p.begin(), in.p.end());
+    std::fill(scores.begin() + 4 * V, scores.begin() + 5 * V, 0.0f);  // row 4: no mass
+    const int64_t R = static_cast<int64_t>(scores.size()) / V;
+    std::vector<double> u(R);
+    specdec::Rng rng(V);
+    for (double& x : u) x = rng.uniform();
+    for (bool draw : {false, true}) {
+      std::vector<int64_t> cpu(R, -9);
+      sk::PickArgs a;
+      a.rows = R, a.vocab = V, a.scores = scores.data(), a.uniforms = draw ? u.data() : nullptr;
+      a.out_tokens = cpu.data();
+      sk::pick_cpu(a);
+      DeviceBuffer<float> d_scores(scores);
+      DeviceBuffer<double> d_u(u);
+      DeviceBuffer<int64_t> d_out(std::vector<int64_t>(R, -9));
+      a.scores = d_scores.ptr, a.uniforms = draw ? d_u.ptr : nullptr, a.out_tokens = d_out.ptr;
+      DeviceLaunch dl(0);
+      sk::pick_cuda(a, dl.launch());
+      dl.sync();
+      EXPECT_EQ(d_out.to_host(), cpu) << "V = " << V << (draw ? " draws" : " argmax");
+      if (draw) EXPECT_EQ(cpu[4], -1);
     }
   }
 #endif

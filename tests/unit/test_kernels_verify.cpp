@@ -531,3 +531,78 @@ TEST(KernelsVerify, BadInputNamesTheEntry) {
   c.vocab = 0;
   EXPECT_NE(error_of(c).find("vocab = 0"), std::string::npos) << error_of(c);
 }
+
+// ---- token choice (pick_cpu; pick_cuda runs the same row ops: test_kernels_cuda) -------------
+
+namespace {
+std::vector<int64_t> pick(const std::vector<float>& scores, int64_t vocab, const std::vector<double>& u = {}) {
+  sk::PickArgs a;
+  a.rows = static_cast<int64_t>(scores.size()) / vocab;
+  a.vocab = vocab;
+  a.scores = scores.data();
+  a.uniforms = u.empty() ? nullptr : u.data();
+  std::vector<int64_t> out(a.rows, -9);
+  a.out_tokens = out.data();
+  sk::pick_cpu(a);
+  return out;
+}
+}  // namespace
+
+TEST(KernelsPick, ArgmaxTakesTheLowestIdOfATieAndRanksNaNLast) {
+  const float nan = std::nanf("");
+  const std::vector<float> rows = {1, 3, 3, 2,    // tie: the lower id
+                                   nan, -5, -4, nan,  // NaN ranks as -inf
+                                   0, 0, 0, 0};
+  EXPECT_EQ(pick(rows, 4), (std::vector<int64_t>{1, 2, 0}));
+}
+
+TEST(KernelsPick, DrawsFollowTheLanesInverseCdf) {
+  // Below 256 entries every token is a lane of its own: the draw is the plain inverse CDF.
+  const std::vector<float> p = {0.1f, 0.2f, 0.0f, 0.3f, 0.4f};
+  EXPECT_EQ(pick({p.begin(), p.end()}, 5, {0.05}), std::vector<int64_t>{0});
+  EXPECT_EQ(pick(p, 5, {0.25}), std::vector<int64_t>{1});
+  EXPECT_EQ(pick(p, 5, {0.35}), std::vector<int64_t>{3});  // token 2 has no mass
+  EXPECT_EQ(pick(p, 5, {0.95}), std::vector<int64_t>{4});
+  // Above 256 the CDF walks lane 0 (tokens 0, 256, 512, ...), then lane 1, ...: here the mass
+  // sits on tokens 3, 256 and 300 (lanes 3, 0 and 44), so the walk meets 256, 3, 300 in turn.
+  // Each uniform below lands in the middle of one token's interval.
+  const int64_t V = 600;
+  std::vector<float> wide(V, 0.0f);
+  wide[3] = 0.5f, wide[256] = 0.25f, wide[300] = 0.25f;
+  EXPECT_EQ(pick(wide, V, {0.125}), std::vector<int64_t>{256});
+  EXPECT_EQ(pick(wide, V, {0.5}), std::vector<int64_t>{3});
+  EXPECT_EQ(pick(wide, V, {0.875}), std::vector<int64_t>{300});
+  // Rows are independent: two rows, two uniforms.
+  std::vector<float> two = wide;
+  two.insert(two.end(), wide.begin(), wide.end());
+  EXPECT_EQ(pick(two, V, {0.875, 0.125}), (std::vector<int64_t>{300, 256}));
+  // It is the verification kernels' draw: CpuRowOps::sample on the same row and uniform.
+  const specdec::kernels::cpu::CpuRowOps ops;
+  specdec::Rng rng(5);
+  std::vector<float> r(1000);
+  for (float& x : r) x = static_cast<float>(rng.uniform());
+  for (int i = 0; i < 20; ++i) {
+    const double u = rng.uniform();
+    EXPECT_EQ(pick(r, 1000, {u})[0], ops.sample(r.data(), nullptr, 1000, u)) << u;
+  }
+}
+
+TEST(KernelsPick, ARowWithoutMassIsMinusOneAndBadArgumentsAreNamed) {
+  const float nan = std::nanf("");
+  EXPECT_EQ(pick({0, 0, 0, 0, nan, nan, nan, nan}, 4, {0.5, 0.5}), (std::vector<int64_t>{-1, -1}));
+  const std::vector<float> row = {0.5f, 0.5f};
+  try {
+    pick(row, 2, {1.0});
+    ADD_FAILURE() << "a uniform of 1 was taken";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("uniforms[0] = 1"), std::string::npos) << e.what();
+  }
+  sk::PickArgs a;
+  a.rows = 1, a.vocab = 2;  // no scores, no outputs
+  try {
+    sk::pick_cpu(a);
+    ADD_FAILURE() << "null pointers were taken";
+  } catch (const specdec::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scores [rows, V]"), std::string::npos) << e.what();
+  }
+}

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/device.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
 #include "strategies/drafters.h"
@@ -45,10 +46,45 @@ void forward_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots, c
   }
 }
 
+// Feeds every slot that drafts at step i (depth[b] > i) its last drafted token, which is on the
+// draft's device and is not read: one forward per distinct model among them (as forward_slots),
+// the other slots feeding nothing. Slot b's token sits at cache position n[b] + i - 1.
+void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
+                  const std::vector<std::vector<at::Tensor>>& drafted, const std::vector<int64_t>& depth,
+                  const std::vector<int64_t>& n, int64_t i, std::vector<at::Tensor>& row,
+                  std::vector<DraftProposal>& out) {
+  const int64_t B = static_cast<int64_t>(slots.size());
+  std::vector<bool> done(B, false);
+  for (int64_t b = 0; b < B; ++b) {
+    if (depth[b] <= i || done[b]) continue;
+    std::vector<at::Tensor> ids(B);  // [1] int64 each
+    std::vector<int64_t> from(B), n_fed(B, 0);
+    for (int64_t c = 0; c < B; ++c) {
+      const bool feeds = !done[c] && depth[c] > i && slots[c].model == slots[b].model;
+      ids[c] = feeds ? drafted[c].back() : at::zeros({1}, drafted[b].back().options());  // not fed: never read
+      n_fed[c] = feeds ? 1 : 0;
+      from[c] = feeds ? n[c] + i - 1 : cache.length(c);  // a slot feeding nothing keeps its cache
+      done[c] = done[c] || feeds;
+    }
+    model::ForwardOptions opt;
+    if (std::any_of(n_fed.begin(), n_fed.end(), [](int64_t f) { return f == 0; })) opt.n_fed = n_fed;
+    const at::Tensor logits = slots[b].model->forward(at::cat(ids).view({B, 1}), from, cache, opt).logits;  // [B, 1, V]
+    for (int64_t c = 0; c < B; ++c)
+      if (n_fed[c] > 0) {
+        row[c] = logits[c][0];
+        check_finite_logits(logits[c], *slots[b].model, nullptr, from[c]);
+        ++out[c].n_forwards;
+      }
+  }
+}
+
 // Drafts for every slot b with depth[b] > 0: catch its cache up to the committed sequence
 // seqs[b] (1-2 tokens after a round, a newcomer's whole prompt), then draft depth[b] tokens one
-// forward each; the last one itself is never fed (the next round may reject it). Time goes to
-// `ms` by phase (a catch-up that feeds a prompt: prefill).
+// forward each; the last one itself is never fed (the next round may reject it). Each token is
+// chosen on the draft's device (sampling::pick_tokens) and fed from there: the loop reads the
+// round's drafted tokens once, at its end. The repetition penalty is the exception: it needs
+// the text so far on the host, so there every token is read as it is drawn. Time goes to `ms` by
+// phase (a catch-up that feeds a prompt: prefill).
 std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
                                        const std::vector<int64_t>& depth, PhaseTimes& ms) {
@@ -59,6 +95,8 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
   std::vector<int64_t> start(B, 0), n(B, 0);
   std::vector<at::Tensor> row(B);                   // [V] each
   std::vector<std::vector<at::Tensor>> q_rows(B);  // [1, V] each
+  std::vector<std::vector<at::Tensor>> drafted(B);  // [1] int64 on the draft's device each
+  std::vector<std::vector<double>> u(B);           // slot b's uniforms, in the order it draws them
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= 0) continue;
@@ -68,6 +106,8 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     fed[b].assign(seqs[b]->begin() + start[b], seqs[b]->end());
     context[b] = *seqs[b];
     longest = std::max(longest, depth[b]);
+    if (!cfg.greedy())
+      for (int64_t i = 0; i < depth[b]; ++i) u[b].push_back(slots[b].rng->uniform());
   }
   forward_slots(cache, slots, fed, start, row, out);
   // A forward that feeds a newcomer's prompt (a batch: the slots' prompts ride along with the
@@ -78,34 +118,41 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     clock.charge(&PhaseTimes::prefill);
   else
     ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  const bool penalty = cfg.repetition_penalty != 1.0;  // processes each row after the text so far
   for (int64_t i = 0; i < longest; ++i) {
-    clock.charge(&PhaseTimes::other);  // the context copies, appending x_i
+    clock.charge(&PhaseTimes::other);
     if (i > 0) {
-      for (int64_t b = 0; b < B; ++b) {
-        fed[b].clear();
-        if (depth[b] <= i) continue;
-        fed[b].push_back(out[b].tokens.back());
-        start[b] = n[b] + i - 1;
-      }
-      forward_slots(cache, slots, fed, start, row, out);
+      feed_drafted(cache, slots, drafted, depth, n, i, row, out);
       clock.charge(&PhaseTimes::draft);
     }
     for (int64_t b = 0; b < B; ++b) {
       if (depth[b] <= i) continue;
-      TokenId x;
-      if (cfg.greedy()) {
-        x = sampling::greedy_token(row[b], cfg, context[b]);  // q is one-hot; the greedy verifier ignores it
+      const at::Tensor logits = row[b].unsqueeze(0);  // [1, V]
+      if (cfg.greedy()) {  // q is one-hot; the greedy verifier ignores it
+        drafted[b].push_back(sampling::pick_tokens(penalty ? sampling::process_logits(logits, cfg, context[b]) : logits));
       } else {
-        at::Tensor q = sampling::probabilities(row[b].unsqueeze(0), cfg, context[b]);  // [1, V]
-        x = sampling::sample_from(q, slots[b].rng->uniform());
+        const at::Tensor q = sampling::probabilities(logits, cfg, context[b]);  // [1, V]
+        drafted[b].push_back(sampling::pick_tokens(q, {u[b][i]}));
         q_rows[b].push_back(q);
       }
-      out[b].tokens.push_back(x);
-      context[b].push_back(x);
+      if (penalty) context[b].push_back(static_cast<TokenId>(model::on_host(drafted[b].back()).item<int64_t>()));
     }
     clock.charge(&PhaseTimes::sample);
   }
-  clock.charge(&PhaseTimes::other);
+  // The drafted tokens come to the host: read as they were drawn (penalty), else all slots' in one read.
+  std::vector<at::Tensor> all;
+  for (int64_t b = 0; b < B; ++b)
+    if (penalty)
+      out[b].tokens.assign(context[b].begin() + n[b], context[b].end());
+    else
+      all.insert(all.end(), drafted[b].begin(), drafted[b].end());
+  if (!all.empty()) {
+    const at::Tensor ids = model::on_host(at::cat(all));  // [sum of depths] int64
+    const int64_t* p = ids.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (size_t j = 0; j < drafted[b].size(); ++j) out[b].tokens.push_back(static_cast<TokenId>(*p++));
+  }
+  clock.charge(&PhaseTimes::draft);  // on a device the read waits for the draft's forwards
   bool copied = false;  // greedy drafting keeps no q
   for (int64_t b = 0; b < B; ++b)
     if (!q_rows[b].empty()) {
