@@ -13,6 +13,7 @@ void kv_compact_cuda(const CompactArgs&, const CudaLaunch&) { fail("kv_compact_c
 void kv_reorder_cuda(float*, const float*, const int64_t*, int64_t, int64_t, const CudaLaunch&) {
   fail("kv_reorder_cuda: built without CUDA");
 }
+void pick_cuda(const PickArgs&, const CudaLaunch&) { fail("pick_cuda: built without CUDA"); }
 bool cuda_available() { return false; }
 
 }  // namespace specdec::kernels

@@ -11,10 +11,9 @@
 //    its q reaches the target's kernel on the target's device (needs CUDA on both params).
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "core/host_reads.h"
 #include "model/causal_lm.h"
