@@ -75,8 +75,9 @@ TokenId sample_from(const at::Tensor& probs, double u);
 // Token choice that stays on the scores' device (kernels::PickArgs through its backend): one
 // token per row of scores [R, V], the argmax (no uniforms; argmax_row's rules) or a draw by the
 // lanes' inverse CDF with uniforms[r] (each in [0, 1)). Returns [R] int64 on that device,
-// queued, not read: a draft loop feeds it to its next forward. A drawn row without mass is a
-// named error after the loop's next read (model::check_later).
+// queued, not read: a draft loop feeds it to its next forward. A drawn row without mass gives
+// -1, which the caller checks when it reads the tokens (a check per call would cost the device
+// a reduction and a copy per token).
 at::Tensor pick_tokens(const at::Tensor& scores, const std::vector<double>& uniforms = {});
 
 }  // namespace specdec::sampling

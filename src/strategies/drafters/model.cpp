@@ -57,18 +57,22 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
   std::vector<bool> done(B, false);
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= i || done[b]) continue;
+    // A token of -1 (no mass to draw from: read and reported at the loop's end) must not reach an
+    // embedding lookup, where a device would assert: fed as 0 until then.
+    const at::Tensor none = at::zeros({1}, drafted[b].back().options());  // slots not fed: never read
     std::vector<at::Tensor> ids(B);  // [1] int64 each
     std::vector<int64_t> from(B), n_fed(B, 0);
     for (int64_t c = 0; c < B; ++c) {
       const bool feeds = !done[c] && depth[c] > i && slots[c].model == slots[b].model;
-      ids[c] = feeds ? drafted[c].back() : at::zeros({1}, drafted[b].back().options());  // not fed: never read
+      ids[c] = feeds ? drafted[c].back() : none;
       n_fed[c] = feeds ? 1 : 0;
       from[c] = feeds ? n[c] + i - 1 : cache.length(c);  // a slot feeding nothing keeps its cache
       done[c] = done[c] || feeds;
     }
     model::ForwardOptions opt;
     if (std::any_of(n_fed.begin(), n_fed.end(), [](int64_t f) { return f == 0; })) opt.n_fed = n_fed;
-    const at::Tensor logits = slots[b].model->forward(at::cat(ids).view({B, 1}), from, cache, opt).logits;  // [B, 1, V]
+    const at::Tensor tokens = at::cat(ids).clamp_min(0).view({B, 1});  // [B, 1]
+    const at::Tensor logits = slots[b].model->forward(tokens, from, cache, opt).logits;  // [B, 1, V]
     for (int64_t c = 0; c < B; ++c)
       if (n_fed[c] > 0) {
         row[c] = logits[c][0];
@@ -76,6 +80,13 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
         ++out[c].n_forwards;
       }
   }
+}
+
+// A drafted token as read from the device: -1 means q had no mass to draw from (pick_tokens).
+TokenId drawn(int64_t token, int64_t slot, int64_t position) {
+  SD_CHECK(token >= 0, "model drafter: the draft distribution q of slot ", slot, ", draft position ", position,
+           " has no positive entry (the draft model's logits are NaN or every token was filtered)");
+  return static_cast<TokenId>(token);
 }
 
 // Drafts for every slot b with depth[b] > 0: catch its cache up to the committed sequence
@@ -135,7 +146,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
         drafted[b].push_back(sampling::pick_tokens(q, {u[b][i]}));
         q_rows[b].push_back(q);
       }
-      if (penalty) context[b].push_back(static_cast<TokenId>(model::on_host(drafted[b].back()).item<int64_t>()));
+      if (penalty) context[b].push_back(drawn(model::on_host(drafted[b].back()).item<int64_t>(), b, i));
     }
     clock.charge(&PhaseTimes::sample);
   }
@@ -150,7 +161,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     const at::Tensor ids = model::on_host(at::cat(all));  // [sum of depths] int64
     const int64_t* p = ids.data_ptr<int64_t>();
     for (int64_t b = 0; b < B; ++b)
-      for (size_t j = 0; j < drafted[b].size(); ++j) out[b].tokens.push_back(static_cast<TokenId>(*p++));
+      for (size_t j = 0; j < drafted[b].size(); ++j) out[b].tokens.push_back(drawn(*p++, b, static_cast<int64_t>(j)));
   }
   clock.charge(&PhaseTimes::draft);  // on a device the read waits for the draft's forwards
   bool copied = false;  // greedy drafting keeps no q
