@@ -1,7 +1,8 @@
 // `specdec train-drafter` as a user runs it, on SmolLM2-135M:
-//  - the committed config (configs/drafters/smollm2_eagle.yaml, ~3 minutes on 2 cores) trains
-//    a head that beats an untrained one on held-out text, and `specdec generate` with it
-//    (drafter eagle) returns greedy's tokens and accepts some of its drafts;
+//  - the committed config (configs/drafters/smollm2_eagle.yaml, ~3 minutes on 2 cores), on 16384
+//    of its 40960 training tokens (~2 minutes), trains a head that beats an untrained one on
+//    held-out text, and `specdec generate` with it (drafter eagle) returns greedy's tokens and
+//    accepts some of its drafts;
 //  - a run killed with SIGKILL mid-training continues from its checkpoint when rerun: the
 //    features are read back, not made again, and the steps go on from the saved one;
 //  - bad options and config keys are named errors (exit 1).
@@ -58,14 +59,16 @@ TEST_F(TrainDrafterCli, TheCommittedConfigTrainsAHeadThatGenerateUsesLosslessly)
   const std::string out = temp_dir("eagle");
   const auto t0 = std::chrono::steady_clock::now();
   const Output o = run({"train-drafter", "--config", SPECDEC_SOURCE_DIR "/configs/drafters/smollm2_eagle.yaml", "--set",
-                        "out=" + out, "--quiet", "--json"});
+                        "out=" + out, "--set", "tokens=16384", "--quiet", "--json"});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(o.code, 0) << o.text;
   const nlohmann::json r = last_json(o);
   std::printf("trained in %.0f s (features %.0f s, training %.0f s): held-out top-1 %.3f (untrained %.3f)\n", s,
               r.value("seconds_features", 0.0), r.value("seconds_training", 0.0), r.value("held_out_top1", 0.0),
               r.value("held_out_top1_untrained", 0.0));
-  EXPECT_GE(r.value("held_out_top1", 0.0), r.value("held_out_top1_untrained", 1.0) + 0.15) << r.dump();
+  // At this budget held-out top-1 was 0.159 against 0.000 untrained (2026-11-28);
+  // test_harness_trained_drafters_smollm2 holds what training learns more closely.
+  EXPECT_GE(r.value("held_out_top1", 0.0), r.value("held_out_top1_untrained", 1.0) + 0.1) << r.dump();
   EXPECT_TRUE(fs::exists(out + "/head.safetensors"));
   std::ifstream cfg(out + "/head.json");
   const nlohmann::json head = nlohmann::json::parse(cfg, nullptr, false);

@@ -314,6 +314,10 @@ TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
   EXPECT_GT(accepted, 0) << "the trained head never drafted an accepted token";
 }
 
+// The tests that run many generations a kind (batches, the law checks: 15-80 s each), with their
+// own instantiations (at the end): CI runs some kinds, the label "slow" the rest.
+class TrainedDrafterHeavy : public TrainedDrafter {};
+
 // In a batch each sequence drafts, is verified and emits what it does alone: the batch passes
 // every sequence its own rows of the shared target forward's features (and a newcomer's prompt
 // features before its first draft). Greedy tokens alone cannot show that (any draft gives them),
@@ -321,7 +325,7 @@ TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
 // draft forwards; and at T = 0.7 the sampled tokens, which follow the drafts. Four requests of
 // different lengths, batch_size 2: two join after the start (continuous refill), and rounds mix
 // a newcomer's prompt forward with the other slot's verification.
-TEST_P(TrainedDrafter, BatchesDraftWhatEachSequenceDraftsAlone) {
+TEST_P(TrainedDrafterHeavy, BatchesDraftWhatEachSequenceDraftsAlone) {
   std::vector<Request> reqs;
   uint64_t seed = 21;
   for (const char* prompt : {"import os\n\ndef list_python_files(root):\n    ", "def add(a, b):",
@@ -399,7 +403,7 @@ const ts::Dist& exact_law() {
   return d;
 }
 
-TEST_P(TrainedDrafter, SamplingFollowsTheExactProcessedLaw) {
+TEST_P(TrainedDrafterHeavy, SamplingFollowsTheExactProcessedLaw) {
   auto p = kProcessors;
   p["gamma"] = "3";
   std::printf("law support: %zu outcomes\n", exact_law().size());
@@ -409,12 +413,13 @@ TEST_P(TrainedDrafter, SamplingFollowsTheExactProcessedLaw) {
   EXPECT_GT(ts::report_law(GetParam(), exact_law(), s), 0.01);
 }
 
-TEST_P(TrainedDrafter, APlantedResidualBugFailsTheLawCheck) {
+TEST_P(TrainedDrafterHeavy, APlantedResidualBugFailsTheLawCheck) {
   if (GetParam().find("_tree") != std::string::npos)
     GTEST_SKIP() << "a dynamic tree carries no q: no residual to get wrong";
   // This Medusa head's q is far from p where it is rejected here, so the residual is nearly p
   // and the bug moves the law by TV ~0.03 only (p = 0.15 at N = 600): the verifier it plants the
-  // bug in is shared by every drafter and caught through the EAGLE chain and the static tree.
+  // bug in is shared by every drafter and caught through the EAGLE chain (and, under "slow", the
+  // draft vocabulary and the static tree).
   if (GetParam().rfind("medusa", 0) == 0) GTEST_SKIP() << "the bug's effect with this head is below the check's power";
   auto p = kProcessors;
   p["gamma"] = "3";
@@ -426,6 +431,16 @@ TEST_P(TrainedDrafter, APlantedResidualBugFailsTheLawCheck) {
 
 INSTANTIATE_TEST_SUITE_P(Kind, TrainedDrafter, ::testing::Values("eagle", "medusa", "eagle_vocab", "eagle_tree", "eagle_static",
                                                                    "medusa_tree", "medusa_static"),
+                         [](const auto& info) { return info.param; });
+// CI runs the heavy tests on three kinds that between them reach every verification path (the
+// chain with q, the dynamic tree verified tokens_only, multi-draft on a static tree with Medusa's
+// q), both heads' features in batches, and the planted bug through the EAGLE chain; the other
+// kinds run under the label "slow" (the ctest entry test_harness_trained_drafters_smollm2_slow,
+// scripts/test.sh --slow).
+// ctest-slow: Slow/*
+INSTANTIATE_TEST_SUITE_P(Kind, TrainedDrafterHeavy, ::testing::Values("eagle", "eagle_tree", "medusa_static"),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Slow, TrainedDrafterHeavy, ::testing::Values("medusa", "eagle_vocab", "eagle_static", "medusa_tree"),
                          [](const auto& info) { return info.param; });
 
 // data = chat: a conversation about the corpus text, no longer than the corpus sequence, whose
