@@ -202,7 +202,9 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // A draft model adds one: its loop picks each token on the device and feeds it to its next
 // forward from there (sampling::pick_tokens), greedy or drawn from q, and the round's drafted
 // tokens come to the host in one read. With a repetition penalty it reads each token as it is
-// drawn (the penalty needs the text on the host): checked too, with its own bound.
+// drawn (the penalty needs the text on the host): checked too, with its own bound. The draft
+// model's tree (drafter tree) reads once per depth it expands, all the depth's nodes together
+// (their children decide what the next depth feeds), then the verdict.
 TEST_P(OnDevice, HostReadsPerStepAndRound) {
   const model::LoadedModel m = load(GetParam(), "aten");
   const int64_t r0 = host_reads();
@@ -227,15 +229,20 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
                 static_cast<long long>(r.stats.n_tree_rounds));
   }
   // The draft model at temperature > 0 (q and the draws on the device), and with a repetition
-  // penalty (one read per drafted token, then the verdict).
+  // penalty (one read per drafted token, then the verdict); its trees: a dynamic one at T = 0
+  // (4 depths: 4 reads) and a sampled static one at T = 0.8 (3 depths: 3 reads).
   for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
-           {{{"temperature", "0.8"}}, 2}, {{{"repetition_penalty", "1.3"}}, 1 + 4}}) {
+           {{{"temperature", "0.8"}}, 2},
+           {{{"repetition_penalty", "1.3"}}, 1 + 4},
+           {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}, 1 + 4},
+           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1 + 3}}) {
     Request req = request(m, kPrompts[1], 24);
     req.draft = m.model;
     req.seed = 5;
     std::map<std::string, std::string> p = {{"drafter", "model"}, {"gamma", "4"}};
-    p.insert(extra.begin(), extra.end());
-    const std::string what = extra.begin()->first;
+    for (const auto& [key, value] : extra) p[key] = value;
+    std::string what;
+    for (const auto& [key, value] : extra) what += (what.empty() ? "" : ", ") + key + "=" + value;
     const int64_t r1 = host_reads();
     const Result r = create("speculative", params(p))->generate(req, {});
     const int64_t reads = host_reads() - r1;

@@ -176,8 +176,9 @@ class TreeDrafter : public Drafter {
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
 
  private:
-  // Children of one expanded node: top-k by value (greedy, dynamic) or k draws from q.
-  void expand(const at::Tensor& row /* [V] */, const Tokens& context, int32_t parent, double logp, int64_t k);
+  // Children of the expanded nodes `parents` (-1: the root), one row of `rows` [F, V] each: the
+  // top k by value (greedy, dynamic) or k draws from q. One host read for all of them.
+  void expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k);
   Tokens path_context(const Tokens& seq, int32_t node) const;
   // Feeds nodes[ids] (ascending, parents fed before) into the draft cache; returns [n, V].
   at::Tensor feed(const std::vector<int32_t>& ids, DraftProposal& out);
@@ -207,23 +208,45 @@ Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
   return ctx;
 }
 
-void TreeDrafter::expand(const at::Tensor& row, const Tokens& context, int32_t parent, double logp, int64_t k) {
-  if (cfg_.greedy() || budget_ != 0) {
+void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k) {
+  const bool by_value = cfg_.greedy() || budget_ != 0;
+  const int64_t F = static_cast<int64_t>(parents.size());
+  std::vector<at::Tensor> processed;  // per row, after the processors with the row's own path as context
+  for (int64_t i = 0; i < F; ++i) {
+    const at::Tensor row = rows[i].unsqueeze(0);
+    const Tokens context = parents[i] < 0 ? seq : path_context(seq, parents[i]);
+    processed.push_back(by_value ? at::log_softmax(sampling::process_logits(row, cfg_, context)[0], 0)
+                                 : sampling::probabilities(row, cfg_, context)[0]);
+  }
+  const at::Tensor all = at::stack(processed);  // [F, V] on the source's device
+  const auto base = [&](int64_t i) { return parents[i] < 0 ? 0.0 : nodes_[parents[i]].logp; };
+  if (by_value) {
     // Top-k of the processed distribution (greedy: argmax first; ties to the lower id).
-    const at::Tensor logq = at::log_softmax(sampling::process_logits(row.unsqueeze(0), cfg_, context)[0], 0);
-    const auto top = at::topk(logq, std::min<int64_t>(k, logq.size(0)));
-    const at::Tensor values = model::on_host(std::get<0>(top)), indices = model::on_host(std::get<1>(top));
+    const auto top = at::topk(all, std::min<int64_t>(k, all.size(1)), 1);
+    const at::Tensor values = model::to_host_async(std::get<0>(top));  // comes with the read below
+    const at::Tensor indices = model::on_host(std::get<1>(top));        // [F, k]
+    const int64_t kk = indices.size(1);
     const float* v = values.data_ptr<float>();
     const int64_t* ids = indices.data_ptr<int64_t>();
-    for (int64_t i = 0; i < indices.size(0); ++i)
-      if (std::isfinite(v[i])) nodes_.push_back({static_cast<TokenId>(ids[i]), parent, logp + v[i], {}, -1});
+    for (int64_t i = 0; i < F; ++i)
+      for (int64_t j = 0; j < kk; ++j)
+        if (std::isfinite(v[i * kk + j]))
+          nodes_.push_back({static_cast<TokenId>(ids[i * kk + j]), parents[i], base(i) + v[i * kk + j], {}, -1});
     return;
   }
-  const at::Tensor q = sampling::probabilities(row.unsqueeze(0), cfg_, context)[0];  // [V], the model's device
-  const at::Tensor q_host = model::on_host(q);
-  for (int64_t i = 0; i < k; ++i) {  // independent draws, duplicates kept (multi-draft verification)
-    const TokenId x = sampling::sample_from(q_host.data_ptr<float>(), q_host.size(0), rng_.uniform());
-    nodes_.push_back({x, parent, logp + std::log(std::max(1e-30f, q_host.data_ptr<float>()[x])), q, -1});
+  // k independent draws per row, duplicates kept (multi-draft verification), on the device by
+  // the lanes' inverse CDF (sampling::pick_tokens); the uniforms in the order the draws take.
+  std::vector<double> u(F * k);
+  for (double& x : u) x = rng_.uniform();
+  const at::Tensor repeated = all.repeat_interleave(k, 0);                  // [F k, V]
+  const at::Tensor drawn = sampling::pick_tokens(repeated, u);               // [F k], -1: no mass
+  const at::Tensor q_drawn = model::to_host_async(repeated.gather(1, drawn.clamp_min(0).unsqueeze(1)).squeeze(1));
+  const at::Tensor ids = model::on_host(drawn);
+  for (int64_t r = 0; r < F * k; ++r) {
+    const int64_t i = r / k, x = ids.data_ptr<int64_t>()[r];
+    SD_CHECK(x >= 0, "tree drafter: the draft distribution of node ", parents[i], " (-1: the root) has no mass to draw from");
+    const float qx = q_drawn.data_ptr<float>()[r];
+    nodes_.push_back({static_cast<TokenId>(x), parents[i], base(i) + std::log(std::max(1e-30f, qx)), all[i], -1});
   }
 }
 
@@ -257,7 +280,7 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
   const int64_t depth = std::min(shape_depth, source_->max_depth());
-  expand(root, seq, -1, 0.0, dynamic ? topk_ : branching_[0]);
+  expand(root.unsqueeze(0), {-1}, seq, dynamic ? topk_ : branching_[0]);
   size_t level_begin = 0;
   for (int64_t d = 1; d < depth; ++d) {
     std::vector<int32_t> frontier(nodes_.size() - level_begin);
@@ -272,9 +295,7 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
     const at::Tensor logits = feed(frontier, out);  // [frontier, V]
     clock.charge(&PhaseTimes::draft);
     level_begin = nodes_.size();
-    for (size_t i = 0; i < frontier.size(); ++i)
-      expand(logits[static_cast<int64_t>(i)], path_context(seq, frontier[i]), frontier[i], nodes_[frontier[i]].logp,
-             dynamic ? topk_ : branching_[d]);
+    expand(logits, frontier, seq, dynamic ? topk_ : branching_[d]);
   }
   std::vector<int32_t> keep(nodes_.size());
   std::iota(keep.begin(), keep.end(), 0);
