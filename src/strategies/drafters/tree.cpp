@@ -244,7 +244,8 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
   const at::Tensor ids = model::on_host(drawn);
   for (int64_t r = 0; r < F * k; ++r) {
     const int64_t i = r / k, x = ids.data_ptr<int64_t>()[r];
-    SD_CHECK(x >= 0, "tree drafter: the draft distribution of node ", parents[i], " (-1: the root) has no mass to draw from");
+    SD_CHECK(x >= 0, "tree drafter: the draft distribution of node ", parents[i],
+             " (-1: the root) has no mass to draw from");
     const float qx = q_drawn.data_ptr<float>()[r];
     nodes_.push_back({static_cast<TokenId>(x), parents[i], base(i) + std::log(std::max(1e-30f, qx)), all[i], -1});
   }
