@@ -240,9 +240,11 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     req.draft = m.model;
     req.seed = 5;
     std::map<std::string, std::string> p = {{"drafter", "model"}, {"gamma", "4"}};
-    for (const auto& [key, value] : extra) p[key] = value;
     std::string what;
-    for (const auto& [key, value] : extra) what += (what.empty() ? "" : ", ") + key + "=" + value;
+    for (const auto& [key, value] : extra) {
+      p[key] = value;
+      what += (what.empty() ? "" : ", ") + key + "=" + value;
+    }
     const int64_t r1 = host_reads();
     const Result r = create("speculative", params(p))->generate(req, {});
     const int64_t reads = host_reads() - r1;

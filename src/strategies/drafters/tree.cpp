@@ -214,7 +214,7 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
   std::vector<at::Tensor> processed;  // per row, after the processors with the row's own path as context
   for (int64_t i = 0; i < F; ++i) {
     const at::Tensor row = rows[i].unsqueeze(0);
-    const Tokens context = parents[i] < 0 ? seq : path_context(seq, parents[i]);
+    const Tokens context = path_context(seq, parents[i]);  // the root's (-1): seq
     processed.push_back(by_value ? at::log_softmax(sampling::process_logits(row, cfg_, context)[0], 0)
                                  : sampling::probabilities(row, cfg_, context)[0]);
   }
