@@ -7,7 +7,8 @@
 //
 // Memory split, the same for both backends: the big arrays (target/draft probabilities, KV
 // tensors) are in the device's memory; the small per-round arrays the host loop produces and
-// consumes (draft tokens, counts, uniforms, index lists, the outputs) are host memory. A call
+// consumes (draft tokens, counts, uniforms, index lists, the outputs) are host memory, but for
+// a draft model's chain, whose tokens stay where it drew them until the verdict. A call
 // returns with its outputs on the host, so the caller needs no synchronisation of its own.
 #include <cstdint>
 #include <memory>
@@ -31,8 +32,8 @@ class Backend {
   virtual Device device() const = 0;
 
   // Chain verification (kernels.h, VerifyArgs). args.p and args.q point to this device's
-  // memory, every other pointer to host memory. Bad input throws specdec::Error naming the
-  // entry, as verify_cpu does.
+  // memory, and args.draft_tokens too when args.draft_tokens_on_device; every other pointer to
+  // host memory. Bad input throws specdec::Error naming the entry, as verify_cpu does.
   virtual void verify(const VerifyArgs& args) = 0;
   // Token-tree verification with the same split. args.scratch is ignored: the backend brings
   // its own residual buffer.

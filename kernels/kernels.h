@@ -50,6 +50,8 @@ struct VerifyArgs {
   int64_t vocab = 0;               // V
   VerifyMode mode = VerifyMode::greedy;
   const int32_t* draft_tokens = nullptr;  // [B, gamma]   x_i (entries >= n_draft[b] ignored)
+  bool draft_tokens_on_device = false;    // Backend::verify only: draft_tokens is in the device's
+                                          // memory (a chain drawn there, unread), not the host's
   const int32_t* n_draft = nullptr;       // [B]          ragged draft lengths, 0..gamma
   const float* q = nullptr;               // [B, gamma, V] draft probs (sampling and block modes)
   const float* p = nullptr;               // [B, gamma+1, V] target probs (rows sum to 1)

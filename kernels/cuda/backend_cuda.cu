@@ -138,16 +138,18 @@ class CudaBackend final : public Backend {
     const int64_t B = host.batch, G = host.gamma;
     Staging& st = staging_;
     st.reset();
-    const size_t o_draft = stage(st, host.draft_tokens, B * G), o_n = stage(st, host.n_draft, B),
+    // Draft tokens already on the device (a draft model's unread chain) are read from there.
+    const int32_t* staged_tokens = host.draft_tokens_on_device ? nullptr : host.draft_tokens;
+    const size_t o_draft = stage(st, staged_tokens, B * G), o_n = stage(st, host.n_draft, B),
                  o_u = stage(st, host.uniforms, B * (G + 1));
     const size_t inputs_end = st.size();
     const size_t o_acc = st.add(sizeof(int32_t) * B), o_out = st.add(sizeof(int32_t) * B * (G + 1));
     st.fit(who);
-    copy_in(st, host.draft_tokens, o_draft, B * G);
+    copy_in(st, staged_tokens, o_draft, B * G);
     copy_in(st, host.n_draft, o_n, B);
     copy_in(st, host.uniforms, o_u, B * (G + 1));
     VerifyArgs a = host;  // p and q already on the device
-    a.draft_tokens = host.draft_tokens ? st.device<int32_t>(o_draft) : nullptr;
+    a.draft_tokens = staged_tokens ? st.device<int32_t>(o_draft) : host.draft_tokens;
     a.n_draft = host.n_draft ? st.device<int32_t>(o_n) : nullptr;
     a.uniforms = host.uniforms ? st.device<double>(o_u) : nullptr;
     a.n_accepted = st.device<int32_t>(o_acc);

@@ -26,7 +26,11 @@ class ResidualBug final : public kernels::Backend {
       if (acc >= n_draft) continue;  // all accepted: the bonus token stays correct
       int32_t& next = a.out_tokens[b * (a.gamma + 1) + acc];
       if (a.mode == VerifyMode::greedy || a.mode == VerifyMode::tokens_only) {
-        next = a.draft_tokens[b * a.gamma + acc];
+        const int32_t* x = a.draft_tokens + b * a.gamma + acc;
+        if (a.draft_tokens_on_device)  // a draft model's chain, unread (Backend::verify)
+          real_->to_host(&next, x, sizeof next);
+        else
+          next = *x;
       } else {  // sampling, block: p at the rejected position, with the final-sample uniform
         real_->to_host(row.data(), a.p + (b * (a.gamma + 1) + acc) * V, sizeof(float) * row.size());
         next = sampling::sample_from(row.data(), V, a.uniforms[b * (a.gamma + 1) + a.gamma]);

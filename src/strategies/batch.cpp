@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/device.h"
 
 namespace specdec::strategies {
 
@@ -81,7 +82,7 @@ void BatchSlots::finish(int64_t slot) {
 
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
                          const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees,
-                         at::Tensor* hidden) {
+                         at::Tensor* hidden, const std::vector<at::Tensor>& unread) {
   const int64_t B = static_cast<int64_t>(fed.size());
   int64_t T = 1;
   for (const Tokens& f : fed) T = std::max(T, static_cast<int64_t>(f.size()));
@@ -103,12 +104,20 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
   // batches take it too (a batch of one, for instance).
   if (std::all_of(opt.n_fed.begin(), opt.n_fed.end(), [&](int64_t n) { return n == T; })) opt.n_fed.clear();
   opt.final_hidden = hidden != nullptr;
+  const auto is_unread = [&](int64_t b) { return !unread.empty() && unread[b].defined(); };
+  for (int64_t b = 0; b < B; ++b) {
+    if (!is_unread(b)) continue;
+    if (tokens.is_cpu()) tokens = model::to_device_async(tokens, model.device());
+    const int64_t k = unread[b].size(0), n = static_cast<int64_t>(fed[b].size());
+    tokens[b].narrow(0, n - k, k).copy_(unread[b].clamp_min(0));  // a -1 (named once read) fed as 0
+  }
   model::ForwardResult out = model.forward(tokens, from, cache, opt);
   if (hidden) *hidden = out.hidden;  // [B, T, d]
   const at::Tensor& logits = out.logits;  // [B, T, V]
   for (int64_t b = 0; b < B; ++b)
     if (!fed[b].empty())
-      check_finite_logits(logits[b].narrow(0, 0, static_cast<int64_t>(fed[b].size())), model, fed[b].data(), from[b]);
+      check_finite_logits(logits[b].narrow(0, 0, static_cast<int64_t>(fed[b].size())), model,
+                          is_unread(b) ? nullptr : fed[b].data(), from[b]);
   return logits;
 }
 

@@ -92,13 +92,21 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
 
 model::ForwardResult forward_rows(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
                                   int64_t start_pos, const model::ForwardOptions& options) {
-  at::Tensor tokens = at::empty({1, n}, at::kLong);
-  int64_t* t = tokens.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) t[i] = ids[i];
-  model::ForwardResult res = model.forward(tokens, {start_pos}, cache, options);  // [1, n, ...]
+  return forward_rows(model, cache, at::tensor(std::vector<int64_t>(ids, ids + n), at::kLong), start_pos, options);
+}
+
+model::ForwardResult forward_rows(model::CausalLM& model, model::KVCache& cache, const at::Tensor& tokens,
+                                  int64_t start_pos, const model::ForwardOptions& options) {
+  model::ForwardResult res = model.forward(tokens.view({1, -1}), {start_pos}, cache, options);  // [1, n, ...]
   if (res.logits.defined()) {
     res.logits = res.logits.select(0, 0).to(at::kFloat).contiguous();  // [n, V]
-    check_finite_logits(res.logits, model, ids, start_pos);
+    // The fed ids name a bad logit where they are on the host already.
+    std::vector<TokenId> ids;
+    if (tokens.is_cpu()) {
+      const at::Tensor t = tokens.contiguous();
+      ids.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+    }
+    check_finite_logits(res.logits, model, ids.empty() ? nullptr : ids.data(), start_pos);
   }
   if (res.hidden.defined()) res.hidden = res.hidden.select(0, 0);              // [n, d]
   if (res.layer_hidden.defined()) res.layer_hidden = res.layer_hidden.select(0, 0);  // [n, d]

@@ -40,6 +40,10 @@ at::Tensor forward_tokens(model::CausalLM& model, model::KVCache& cache, const T
 // and, when asked for, hidden [n, d] / layer_hidden [n, d] of sequence 0.
 model::ForwardResult forward_rows(model::CausalLM& model, model::KVCache& cache, const TokenId* ids, int64_t n,
                                   int64_t start_pos, const model::ForwardOptions& options);
+// The same, the tokens a tensor [n] int64 on any device (a draft model's unread chain): fed
+// from there, never read.
+model::ForwardResult forward_rows(model::CausalLM& model, model::KVCache& cache, const at::Tensor& tokens,
+                                  int64_t start_pos, const model::ForwardOptions& options);
 
 // Cache capacity for a request: prompt + max_new_tokens + `slack` speculative positions.
 int64_t cache_capacity(const Request& req, int64_t slack);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/device.h"
 
 namespace specdec::strategies {
 
@@ -15,6 +16,19 @@ int64_t DraftProposal::depth(int64_t i) const {
   // parents[j] < j (topological order), so this walk ends at a root within i steps.
   for (int32_t j = parents[i]; j >= 0; j = parents[j]) ++d;
   return d;
+}
+
+void DraftProposal::read_drawn(bool synced) {
+  if (!drawn.defined()) return;
+  const at::Tensor ids = (synced ? drawn_host : model::on_host(drawn)).contiguous();  // [N] int64
+  const int64_t* p = ids.data_ptr<int64_t>();
+  tokens.clear();
+  for (int64_t j = 0; j < ids.size(0); ++j) {
+    SD_CHECK(p[j] >= 0, "model drafter: the draft distribution q at draft position ", j,
+             " has no positive entry (the draft model's logits are NaN or every token was filtered)");
+    tokens.push_back(static_cast<TokenId>(p[j]));
+  }
+  drawn = drawn_host = at::Tensor();
 }
 
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,

@@ -31,7 +31,7 @@ constexpr int64_t k_max_draft_nodes = 256;
 // N draft tokens: a chain x_1..x_N (parents empty), or the nodes of a tree in topological
 // order (parents[i] < i; -1 = the node follows the last committed token).
 struct DraftProposal {
-  Tokens tokens;                 // [N]
+  Tokens tokens;                 // [N] (empty while `drawn` holds them)
   std::vector<int32_t> parents;  // [N] or empty (chain: parent of x_i is x_{i-1})
   at::Tensor q;                  // [N, V] processed draft probabilities: row i is the distribution
                                  // x_i was drawn from (siblings share their parent's row values).
@@ -40,9 +40,20 @@ struct DraftProposal {
   // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
   // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
   PhaseTimes ms;
+  // A chain drawn on the draft model's device and not yet read (drafter model without a
+  // repetition penalty): [N] int64 there (-1: q had no mass), and its host copy,
+  // queued (model::to_host_async). The target's forward and the verifier take them from the
+  // device, and the round's one read, the verdict, brings them in: read_drawn(true) then moves
+  // them into `tokens` (a draft on a GPU for a target on the CPU: read at once). Undefined for
+  // every other proposal.
+  at::Tensor drawn, drawn_host;
 
   bool is_chain() const { return parents.empty(); }
-  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t size() const { return drawn.defined() ? drawn.size(0) : static_cast<int64_t>(tokens.size()); }
+  // Moves `drawn` into `tokens` (a no-op without). synced: a read has waited for the device
+  // since drawn_host was queued (the verdict); false: this is a read of its own. A token of -1
+  // is a named error.
+  void read_drawn(bool synced);
   // Depth of node i (1 for a child of the last committed token).
   int64_t depth(int64_t i) const;
 };

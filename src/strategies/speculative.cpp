@@ -90,6 +90,21 @@ model::ForwardOptions tree_forward_options(const DraftProposal& d) {
   return opt;
 }
 
+namespace {
+// What a round's target forward feeds: the last committed token, then the draft ([k + 1]
+// int64). A chain still on the draft model's device is fed from there, a token of -1 (q without
+// mass: a named error once read) as 0 until then.
+at::Tensor fed_tokens(TokenId last, const DraftProposal& d, const at::Device& target) {
+  if (!d.drawn.defined()) {
+    Tokens fed = {last};
+    fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
+    return at::tensor(std::vector<int64_t>(fed.begin(), fed.end()), at::kLong);
+  }
+  const at::Tensor drawn = model::to_device_async(d.drawn, target).clamp_min(0);
+  return at::cat({at::full({1}, static_cast<int64_t>(last), drawn.options()), drawn});
+}
+}  // namespace
+
 at::Tensor top_token_ids(const at::Tensor& logits, int64_t k) {
   // k = 1 is the argmax: take the project's one (ties -> lowest id), which at::topk does not
   // promise.
@@ -192,18 +207,18 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const int64_t gamma = std::min(ctl.next(), req.stop.max_new_tokens - tracker.n_tokens() - 1);
     phase.charge(&PhaseTimes::other);
     // 1. draft (the drafter splits its own time: forwards, sampling q, copies)
-    const DraftProposal d = drafter->propose(seq, gamma);
+    DraftProposal d = drafter->propose(seq, gamma);
+    // A draft on a GPU for a target on the CPU: the chain is read here, as the host's forward would.
+    if (d.drawn.defined() && !d.drawn.is_cpu() && req.target->device().is_cpu()) d.read_drawn(false);
     const double ms_draft = phase.charge_parts(d.ms, &PhaseTimes::draft);
     // 2. score: the target sees [last, draft...] in one forward -> a next-token row for the
     //    last committed token and for every draft node (a tree: each node sees its own path)
-    const int64_t k = d.size();
-    Tokens fed = {seq.back()};
-    fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
     model::ForwardOptions opt = d.is_chain() ? model::ForwardOptions{} : tree_forward_options(d);
     opt.final_hidden = with_features.final_hidden;
     phase.charge(&PhaseTimes::other);
-    const model::ForwardResult scored = forward_rows(*req.target, cache, fed.data(), k + 1, n - 1, opt);
-    const at::Tensor& logits = scored.logits;  // [k+1, V]
+    const model::ForwardResult scored =
+        forward_rows(*req.target, cache, fed_tokens(seq.back(), d, req.target->device()), n - 1, opt);
+    const at::Tensor& logits = scored.logits;  // [k+1, V], k = d.size()
     const double ms_verify = phase.charge(&PhaseTimes::verify);
     // 3. verify, each row processed after the committed text + its own root-to-node path
     const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
@@ -211,8 +226,11 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
     const at::Tensor best = cfg_.synthetic >= 0 ? top_token_ids(p, 1) : at::Tensor();  // likewise
     Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
+    d.read_drawn(/*synced=*/true);  // the verdict's read brought them
     if (cfg_.synthetic >= 0) v = synthetic_verdict(d, token_rows(best), cfg_.synthetic, synthetic_rng);
     phase.charge(&PhaseTimes::sample);
+    Tokens fed = {seq.back()};
+    fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
     if (top > 0) drafter->observe(fed, opt.parents, token_rows(top_ids));
     if (scored.hidden.defined()) drafter->observe_features(fed, opt.parents, scored.hidden);
     phase.charge(&PhaseTimes::draft);

@@ -32,12 +32,15 @@ struct SpecSequence {
 
 // What the round's target forward feeds for a sequence: a newcomer's prompt (all but its last
 // token), the last committed token, the draft; from cache slot `start`. A tree round also gets
-// its parents over those tokens: the prompt's rows as a chain, then the tree from its root.
+// its parents over those tokens: the prompt's rows as a chain, then the tree from its root. A
+// chain still on the draft's device (DraftProposal::drawn) is fed from there: zeros here until
+// the verdict brings it in (forward_batch's `unread`).
 void target_feed(const SpecSequence& s, Tokens& fed, int64_t& start, std::vector<int32_t>& tree) {
   const int64_t P = static_cast<int64_t>(s.prefill.size());
   fed = s.prefill;
   fed.push_back(s.seq.back());
   fed.insert(fed.end(), s.d.tokens.begin(), s.d.tokens.end());
+  if (s.d.drawn.defined()) fed.resize(fed.size() + s.d.size(), 0);
   start = static_cast<int64_t>(s.seq.size()) - 1 - P;
   if (s.d.is_chain()) return;
   for (int64_t t = 0; t < P; ++t) tree.push_back(static_cast<int32_t>(t - 1));
@@ -118,19 +121,24 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     std::vector<Tokens> fed(B);
     std::vector<int64_t> start(B, 0);
     std::vector<std::vector<int32_t>> trees(B);  // a tree round's parents over fed[b]
+    std::vector<at::Tensor> unread(B);  // chains still on the draft's device
     std::vector<SpecSequence*> active;
     std::vector<int64_t> slot_of;
     for (int64_t b = 0; b < B; ++b) {
       if (!slots[b]) continue;
       SpecSequence& s = spec[b];
       s.d = std::move(drafts[b]);
+      // A draft on a GPU for a target on the CPU: read here, as the host's forward would.
+      if (s.d.drawn.defined() && !s.d.drawn.is_cpu() && target.device().is_cpu()) s.d.read_drawn(false);
       target_feed(s, fed[b], start[b], trees[b]);
+      unread[b] = s.d.drawn;
       active.push_back(&s);
       slot_of.push_back(b);
     }
     // 2. score: one ragged target forward for every active sequence
     at::Tensor hidden;  // [B, T, d] when the drafters read features
-    const at::Tensor logits = forward_batch(target, cache, fed, start, trees, features ? &hidden : nullptr);  // [B, T, V]
+    const at::Tensor logits =
+        forward_batch(target, cache, fed, start, trees, features ? &hidden : nullptr, unread);  // [B, T, V]
     // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
     // (the others' verification rows ride along); a pure verification round as verify.
     const bool prefill =
@@ -155,6 +163,10 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     for (size_t i = 0; i < active.size(); ++i) {
       SpecSequence& s = *active[i];
       const int64_t b = slot_of[i];
+      if (s.d.drawn.defined()) {  // the verdict's read brought the chain in
+        s.d.read_drawn(/*synced=*/true);
+        std::copy(s.d.tokens.begin(), s.d.tokens.end(), fed[b].end() - s.d.size());
+      }
       if (const int64_t top = s.drafter->target_topk(); top > 0 || hidden.defined()) {  // it learns from the round
         const int64_t P = static_cast<int64_t>(s.prefill.size());
         const Tokens scored(fed[b].begin() + P, fed[b].end());  // the last committed token, then the draft

@@ -3,6 +3,7 @@
 // uniforms) and one kernel call per (shape, mode) group. Speculative::generate calls it with one
 // sequence, speculative_decode_batch with all active ones, so both verify alike.
 #include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 #include "core/host_reads.h"
@@ -18,10 +19,12 @@ namespace {
 // [R, W + 1]. Both kernels read the final sample's uniform from column W, so each sequence's
 // last uniform goes there and a row sees exactly the uniforms of its batch-1 call. p and q end
 // up on p's device (the target's): a draft model on another device hands its q over here.
+// Where a proposal's chain is still on the draft's device (DraftProposal::drawn), all rows'
+// tokens go to p's device too (on_device [R, W] int32), a -1 there as 0 (named once read).
 struct Packed {
   int64_t W = 0;
   std::vector<int32_t> tokens, n_draft;
-  at::Tensor p, q;
+  at::Tensor p, q, on_device;
   std::vector<double> uniforms;
 };
 
@@ -54,7 +57,28 @@ Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<a
     k.p[r].narrow(0, 0, n + 1).copy_(p[i]);
     if (with_q) k.q[r].narrow(0, 0, n).copy_(d.q);  // copy_ crosses devices
   }
+  for (int64_t r = 0; r < R; ++r) {
+    const DraftProposal& d = *drafts[rows[r]];
+    if (!d.drawn.defined()) continue;
+    if (!k.on_device.defined())
+      k.on_device = model::to_device_async(at::from_blob(k.tokens.data(), {R, W}, at::kInt).clone(), on.device());
+    k.on_device[r].narrow(0, 0, d.size()).copy_(d.drawn.clamp_min(0));  // int64 -> int32, across devices
+  }
   return k;
+}
+
+// Runs a backend's verification: the verdict, the CUDA backend's one synchronising copy back.
+// The logits' finiteness flags came in before it, and they name a cause first: NaN logits of
+// the draft or the target are the likeliest reason for a kernel to refuse its rows, too.
+void verdict(const std::function<void()>& verify) {
+  count_host_read();
+  try {
+    verify();
+  } catch (const Error&) {
+    model::checks_after_read();
+    throw;
+  }
+  model::checks_after_read();
 }
 
 // Verifies a group of chains with the chain kernel (ragged n_draft), one call.
@@ -70,16 +94,15 @@ void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const st
   args.gamma = G;
   args.vocab = k.p.size(-1);
   args.mode = mode;
-  args.draft_tokens = k.tokens.data();
+  args.draft_tokens = k.on_device.defined() ? k.on_device.data_ptr<int32_t>() : k.tokens.data();
+  args.draft_tokens_on_device = k.on_device.defined();
   args.n_draft = k.n_draft.data();
   args.q = with_q ? k.q.data_ptr<float>() : nullptr;
   args.p = k.p.data_ptr<float>();
   args.uniforms = k.uniforms.data();
   args.n_accepted = n_accepted.data();
   args.out_tokens = emitted.data();
-  backend.verify(args);
-  count_host_read();  // the verdict: the CUDA backend's one synchronising copy back
-  model::checks_after_read();  // the logits' finiteness flags came in before it
+  verdict([&] { backend.verify(args); });
   for (int64_t r = 0; r < B; ++r) {
     Verdict& v = out[rows[r]];
     v.mode = mode;
@@ -95,6 +118,8 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
                   const std::vector<size_t>& rows, std::vector<Verdict>& out) {
   const bool with_q = mode == kernels::VerifyMode::sampling;
   Packed k = pack(drafts, p, u, rows, with_q);
+  SD_CHECK(!k.on_device.defined(),
+           "verify_round: a token tree's tokens must be on the host (only chains are drawn unread)");
   const int64_t B = static_cast<int64_t>(rows.size()), N = k.W;
   std::vector<int32_t> parents(B * N, -1), n_accepted(B, 0), path(B * N, -1), emitted(B * (N + 1), -1);
   for (int64_t r = 0; r < B; ++r) {
@@ -115,9 +140,7 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
   args.n_accepted = n_accepted.data();
   args.path = path.data();
   args.out_tokens = emitted.data();
-  backend.verify_tree(args);
-  count_host_read();  // the verdict: the CUDA backend's one synchronising copy back
-  model::checks_after_read();  // the logits' finiteness flags came in before it
+  verdict([&] { backend.verify_tree(args); });
   for (int64_t r = 0; r < B; ++r) {
     Verdict& v = out[rows[r]];
     v.mode = mode;

@@ -199,10 +199,11 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // with a drafter that runs on the host, chains (ngram, suffix) or trees (recycling, which also
 // takes the target's top-k rows: they ride with the verdict, model::to_host_async): one read,
 // the verdict; acceptance, residual sampling, rollback and tree compaction stay on the device.
-// A draft model adds one: its loop picks each token on the device and feeds it to its next
-// forward from there (sampling::pick_tokens), greedy or drawn from q, and the round's drafted
-// tokens come to the host in one read. With a repetition penalty it reads each token as it is
-// drawn (the penalty needs the text on the host): checked too, with its own bound. The draft
+// A draft model's chain too: its loop picks each token on the device and feeds it to its next
+// forward from there (sampling::pick_tokens), greedy or drawn from q, and the drafted tokens
+// stay there for the target's forward and the verifier; they come to the host with the verdict
+// (DraftProposal::drawn), in a batch too. With a repetition penalty it reads each token as it
+// is drawn (the penalty needs the text on the host): checked too, with its own bound. The draft
 // model's tree (drafter tree) reads once per depth it expands, all the depth's nodes together
 // (their children decide what the next depth feeds), then the verdict.
 TEST_P(OnDevice, HostReadsPerStepAndRound) {
@@ -215,7 +216,7 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
               static_cast<long long>(g.stats.n_target_forwards));
   // drafter -> reads per round allowed
   for (const auto& [drafter, per_round] : std::vector<std::pair<std::string, int64_t>>{
-           {"ngram", 1}, {"suffix", 1}, {"recycling", 1}, {"model", 2}}) {
+           {"ngram", 1}, {"suffix", 1}, {"recycling", 1}, {"model", 1}}) {
     Request req = request(m, kPrompts[1], 24);
     req.draft = m.model;
     const int64_t r1 = host_reads();
@@ -232,7 +233,7 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   // penalty (one read per drafted token, then the verdict); its trees: a dynamic one at T = 0
   // (4 depths: 4 reads) and a sampled static one at T = 0.8 (3 depths: 3 reads).
   for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
-           {{{"temperature", "0.8"}}, 2},
+           {{{"temperature", "0.8"}}, 1},
            {{{"repetition_penalty", "1.3"}}, 1 + 4},
            {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}, 1 + 4},
            {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1 + 3}}) {
@@ -253,6 +254,29 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     EXPECT_LE(reads, per_round * r.stats.n_rounds) << what << ": " << reads << " reads in " << r.stats.n_rounds << " rounds";
     std::printf("host reads (%s): speculative model, %s: %lld for %lld rounds\n", GetParam().c_str(), what.c_str(),
                 static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds));
+  }
+  // A batch of two with the draft model: the slots' chains stay on the draft's device as well,
+  // so a batch round costs one read, the verdict of both. They start together, so the batch
+  // runs as many rounds as its longer sequence.
+  for (const char* temperature : {"0", "0.8"}) {
+    std::vector<Request> reqs;
+    for (const char* text : kPrompts) {
+      reqs.push_back(request(m, text, 24));
+      reqs.back().draft = m.model;
+      reqs.back().seed = 5;
+    }
+    const int64_t r1 = host_reads();
+    const std::vector<Result> batch =
+        create("speculative", params({{"drafter", "model"}, {"gamma", "4"}, {"temperature", temperature}}))
+            ->generate_batch(reqs, {2, 0}, {});
+    const int64_t reads = host_reads() - r1;
+    int64_t rounds = 0;
+    for (const Result& r : batch) rounds = std::max(rounds, r.stats.n_rounds);
+    ASSERT_GT(rounds, 0) << temperature;
+    EXPECT_LE(reads, rounds) << "batch, temperature " << temperature << ": " << reads << " reads in " << rounds
+                             << " rounds";
+    std::printf("host reads (%s): batch of 2, speculative model, temperature %s: %lld for %lld batch rounds\n",
+                GetParam().c_str(), temperature, static_cast<long long>(reads), static_cast<long long>(rounds));
   }
 }
 

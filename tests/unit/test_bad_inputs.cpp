@@ -506,6 +506,9 @@ std::vector<Case> cases() {
       {"gguf_nan_weights_sampling", g("{in}/nan_weights.gguf", {"--strategy", "sampling"}), "non-finite logits"},
       {"gguf_nan_weights_beam", g("{in}/nan_weights.gguf", {"--strategy", "beam"}), "non-finite logits"},
       {"gguf_nan_weights_speculative", g("{in}/nan_weights.gguf", {"--strategy", "speculative", "--set", "drafter=ngram"}), "non-finite logits"},
+      // A draft model whose logits are NaN, its chain kept on the device until the verdict: named at the draft's step.
+      {"gguf_nan_draft_greedy", g(good, {"--strategy", "speculative", "--draft", "{in}/nan_weights.gguf", "--set", "drafter=model"}), "non-finite logits"},
+      {"gguf_nan_draft_sampling", g(good, {"--strategy", "speculative", "--draft", "{in}/nan_weights.gguf", "--set", "drafter=model", "--set", "temperature=0.8"}), "non-finite logits"},
       {"gguf_bos_outside_vocab", g("{in}/bos_outside.gguf"), "tokenizer.ggml.bos_token_id = 1000000 is outside the vocabulary"},
       {"gguf_string_length_huge", g("{in}/string_len.gguf"), "runs past the end of the file"},
       {"gguf_tokens_not_strings", g("{in}/tokens_not_strings.gguf"), "tokenizer.ggml.tokens' is not an array of strings"},

@@ -320,14 +320,41 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
   g.stop.max_new_tokens = 6;
   const Tokens greedy = create("greedy", {})->generate(g, {}).tokens;
   d->prefill(Tokens(g.prompt.begin(), g.prompt.end() - 1));
-  const DraftProposal p = d->propose(g.prompt, 4);
+  DraftProposal p = d->propose(g.prompt, 4);
+  // The chain stays where the draft model drew it; the loop's verdict brings it in.
+  ASSERT_TRUE(p.drawn.defined());
+  EXPECT_TRUE(p.tokens.empty());
+  EXPECT_EQ(p.size(), 4);
+  p.read_drawn(/*synced=*/false);
   EXPECT_EQ(p.tokens, Tokens(greedy.begin(), greedy.begin() + 4));
+  EXPECT_FALSE(p.drawn.defined());
   EXPECT_EQ(p.n_forwards, 4);
   // Keep two of the four, then draft on: the cache was cut back to the committed prefix.
   Tokens seq = g.prompt;
   seq.insert(seq.end(), greedy.begin(), greedy.begin() + 3);
   d->commit(static_cast<int64_t>(seq.size()) - 1, {0, 1});
-  EXPECT_EQ(d->propose(seq, 3).tokens, Tokens(greedy.begin() + 3, greedy.begin() + 6));
+  DraftProposal next = d->propose(seq, 3);
+  next.read_drawn(/*synced=*/false);
+  EXPECT_EQ(next.tokens, Tokens(greedy.begin() + 3, greedy.begin() + 6));
+}
+
+TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
+  // pick_tokens gives -1 for a row of q without mass; the chain is read with the verdict.
+  DraftProposal d;
+  d.drawn = at::tensor(std::vector<int64_t>{7, -1, 3}, at::kLong);
+  d.drawn_host = d.drawn;
+  EXPECT_EQ(d.size(), 3);
+  try {
+    d.read_drawn(/*synced=*/true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q at draft position 1 has no positive entry"), std::string::npos) << e.what();
+  }
+  DraftProposal ok;
+  ok.drawn = ok.drawn_host = at::tensor(std::vector<int64_t>{7, 0, 3}, at::kLong);
+  ok.read_drawn(/*synced=*/true);
+  EXPECT_EQ(ok.tokens, (Tokens{7, 0, 3}));
+  EXPECT_EQ(ok.size(), 3);
 }
 
 // ---- every drafter through the strategy ------------------------------------------------------------

@@ -57,8 +57,8 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
   std::vector<bool> done(B, false);
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= i || done[b]) continue;
-    // A token of -1 (no mass to draw from: read and reported at the loop's end) must not reach an
-    // embedding lookup, where a device would assert: fed as 0 until then.
+    // A token of -1 (no mass to draw from: named when the verdict brings the chain in) must not
+    // reach an embedding lookup, where a device would assert: fed as 0 until then.
     const at::Tensor none = at::zeros({1}, drafted[b].back().options());  // slots not fed: never read
     std::vector<at::Tensor> ids(B);  // [1] int64 each
     std::vector<int64_t> from(B), n_fed(B, 0);
@@ -82,7 +82,8 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
   }
 }
 
-// A drafted token as read from the device: -1 means q had no mass to draw from (pick_tokens).
+// A drafted token read as it is drawn (repetition penalty): -1 means q had no mass to draw from
+// (pick_tokens). (Without the penalty DraftProposal::read_drawn checks them.)
 TokenId drawn(int64_t token, int64_t slot, int64_t position) {
   SD_CHECK(token >= 0, "model drafter: the draft distribution q of slot ", slot, ", draft position ", position,
            " has no positive entry (the draft model's logits are NaN or every token was filtered)");
@@ -92,10 +93,11 @@ TokenId drawn(int64_t token, int64_t slot, int64_t position) {
 // Drafts for every slot b with depth[b] > 0: catch its cache up to the committed sequence
 // seqs[b] (1-2 tokens after a round, a newcomer's whole prompt), then draft depth[b] tokens one
 // forward each; the last one itself is never fed (the next round may reject it). Each token is
-// chosen on the draft's device (sampling::pick_tokens) and fed from there: the loop reads the
-// round's drafted tokens once, at its end. The repetition penalty is the exception: it needs
-// the text so far on the host, so there every token is read as it is drawn. Time goes to `ms` by
-// phase (a catch-up that feeds a prompt: prefill).
+// chosen on the draft's device (sampling::pick_tokens) and fed from there, and the proposals
+// keep their tokens there (DraftProposal::drawn) for the target's forward and the verifier: the
+// round's verdict brings them in, with no read of their own. The repetition penalty is the
+// exception: it needs the text so far on the host, so there every token is read as it is
+// drawn. Time goes to `ms` by phase (a catch-up that feeds a prompt: prefill).
 std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
                                        const std::vector<int64_t>& depth, PhaseTimes& ms) {
@@ -150,20 +152,16 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     }
     clock.charge(&PhaseTimes::sample);
   }
-  // The drafted tokens come to the host: read as they were drawn (penalty), else all slots' in one read.
-  std::vector<at::Tensor> all;
+  // The drafted tokens: read as they were drawn (penalty), else left on the device for the
+  // target's forward and the verifier (DraftProposal::drawn), their host copy queued.
   for (int64_t b = 0; b < B; ++b)
-    if (penalty)
+    if (penalty) {
       out[b].tokens.assign(context[b].begin() + n[b], context[b].end());
-    else
-      all.insert(all.end(), drafted[b].begin(), drafted[b].end());
-  if (!all.empty()) {
-    const at::Tensor ids = model::on_host(at::cat(all));  // [sum of depths] int64
-    const int64_t* p = ids.data_ptr<int64_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (size_t j = 0; j < drafted[b].size(); ++j) out[b].tokens.push_back(drawn(*p++, b, static_cast<int64_t>(j)));
-  }
-  clock.charge(&PhaseTimes::draft);  // on a device the read waits for the draft's forwards
+    } else if (!drafted[b].empty()) {
+      out[b].drawn = at::cat(drafted[b]);  // [depth] int64
+      out[b].drawn_host = model::to_host_async(out[b].drawn);
+    }
+  clock.charge(&PhaseTimes::draft);
   bool copied = false;  // greedy drafting keeps no q
   for (int64_t b = 0; b < B; ++b)
     if (!q_rows[b].empty()) {
