@@ -109,7 +109,7 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
     if (!is_unread(b)) continue;
     if (tokens.is_cpu()) tokens = model::to_device_async(tokens, model.device());
     const int64_t k = unread[b].size(0), n = static_cast<int64_t>(fed[b].size());
-    tokens[b].narrow(0, n - k, k).copy_(unread[b].clamp_min(0));  // a -1 (named once read) fed as 0
+    tokens[b].narrow(0, n - k, k).copy_(unread[b]);
   }
   model::ForwardResult out = model.forward(tokens, from, cache, opt);
   if (hidden) *hidden = out.hidden;  // [B, T, d]

@@ -31,6 +31,11 @@ void DraftProposal::read_drawn(bool synced) {
   drawn = drawn_host = at::Tensor();
 }
 
+at::Tensor DraftProposal::drawn_on(const at::Device& device) const {
+  const bool read = device.is_cpu() && !drawn.is_cpu();
+  return (read ? model::on_host(drawn) : model::to_device_async(drawn, device)).clamp_min(0);
+}
+
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
                                     int64_t lo, int64_t hi) {
   std::vector<int64_t> out;

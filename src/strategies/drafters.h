@@ -44,8 +44,7 @@ struct DraftProposal {
   // repetition penalty): [N] int64 there (-1: q had no mass), and its host copy,
   // queued (model::to_host_async). The target's forward and the verifier take them from the
   // device, and the round's one read, the verdict, brings them in: read_drawn(true) then moves
-  // them into `tokens` (a draft on a GPU for a target on the CPU: read at once). Undefined for
-  // every other proposal.
+  // them into `tokens`. Undefined for every other proposal.
   at::Tensor drawn, drawn_host;
 
   bool is_chain() const { return parents.empty(); }
@@ -54,6 +53,9 @@ struct DraftProposal {
   // since drawn_host was queued (the verdict); false: this is a read of its own. A token of -1
   // is a named error.
   void read_drawn(bool synced);
+  // `drawn` as the target's forward and the verifier take it: [N] int64 on `device`, a -1 as 0
+  // until read_drawn names it. A chain on a GPU wanted on the CPU costs a read of its own.
+  at::Tensor drawn_on(const at::Device& device) const;
   // Depth of node i (1 for a child of the last committed token).
   int64_t depth(int64_t i) const;
 };

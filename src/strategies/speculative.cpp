@@ -92,15 +92,14 @@ model::ForwardOptions tree_forward_options(const DraftProposal& d) {
 
 namespace {
 // What a round's target forward feeds: the last committed token, then the draft ([k + 1]
-// int64). A chain still on the draft model's device is fed from there, a token of -1 (q without
-// mass: a named error once read) as 0 until then.
+// int64). A chain still on the draft model's device is fed from there (DraftProposal::drawn_on).
 at::Tensor fed_tokens(TokenId last, const DraftProposal& d, const at::Device& target) {
   if (!d.drawn.defined()) {
     Tokens fed = {last};
     fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
     return at::tensor(std::vector<int64_t>(fed.begin(), fed.end()), at::kLong);
   }
-  const at::Tensor drawn = model::to_device_async(d.drawn, target).clamp_min(0);
+  const at::Tensor drawn = d.drawn_on(target);
   return at::cat({at::full({1}, static_cast<int64_t>(last), drawn.options()), drawn});
 }
 }  // namespace
@@ -208,8 +207,6 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     phase.charge(&PhaseTimes::other);
     // 1. draft (the drafter splits its own time: forwards, sampling q, copies)
     DraftProposal d = drafter->propose(seq, gamma);
-    // A draft on a GPU for a target on the CPU: the chain is read here, as the host's forward would.
-    if (d.drawn.defined() && !d.drawn.is_cpu() && req.target->device().is_cpu()) d.read_drawn(false);
     const double ms_draft = phase.charge_parts(d.ms, &PhaseTimes::draft);
     // 2. score: the target sees [last, draft...] in one forward -> a next-token row for the
     //    last committed token and for every draft node (a tree: each node sees its own path)

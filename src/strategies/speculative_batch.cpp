@@ -128,10 +128,8 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       if (!slots[b]) continue;
       SpecSequence& s = spec[b];
       s.d = std::move(drafts[b]);
-      // A draft on a GPU for a target on the CPU: read here, as the host's forward would.
-      if (s.d.drawn.defined() && !s.d.drawn.is_cpu() && target.device().is_cpu()) s.d.read_drawn(false);
       target_feed(s, fed[b], start[b], trees[b]);
-      unread[b] = s.d.drawn;
+      if (s.d.drawn.defined()) unread[b] = s.d.drawn_on(target.device());
       active.push_back(&s);
       slot_of.push_back(b);
     }

@@ -20,7 +20,7 @@ namespace {
 // last uniform goes there and a row sees exactly the uniforms of its batch-1 call. p and q end
 // up on p's device (the target's): a draft model on another device hands its q over here.
 // Where a proposal's chain is still on the draft's device (DraftProposal::drawn), all rows'
-// tokens go to p's device too (on_device [R, W] int32), a -1 there as 0 (named once read).
+// tokens go to p's device too (on_device [R, W] int32; DraftProposal::drawn_on).
 struct Packed {
   int64_t W = 0;
   std::vector<int32_t> tokens, n_draft;
@@ -62,7 +62,7 @@ Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<a
     if (!d.drawn.defined()) continue;
     if (!k.on_device.defined())
       k.on_device = model::to_device_async(at::from_blob(k.tokens.data(), {R, W}, at::kInt).clone(), on.device());
-    k.on_device[r].narrow(0, 0, d.size()).copy_(d.drawn.clamp_min(0));  // int64 -> int32, across devices
+    k.on_device[r].narrow(0, 0, d.size()).copy_(d.drawn_on(on.device()));  // int64 -> int32
   }
   return k;
 }
