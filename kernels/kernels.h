@@ -116,6 +116,8 @@ struct TreeVerifyArgs {
   int64_t vocab = 0;           // V
   VerifyMode mode = VerifyMode::greedy;
   const int32_t* tokens = nullptr;   // [B, N] node tokens (entries >= n_nodes[b] ignored)
+  bool tokens_on_device = false;     // Backend::verify_tree only: tokens is in the device's
+                                     // memory (a static tree drawn there, unread), not the host's
   const int32_t* parents = nullptr;  // [B, N] parent node, -1 (root) .. i-1
   const int32_t* n_nodes = nullptr;  // [B] ragged node counts, 0..N
   const float* q = nullptr;          // [B, N, V] draft probs of each node (sampling mode only)

@@ -170,18 +170,20 @@ class CudaBackend final : public Backend {
     const int64_t B = host.batch, N = host.max_nodes;
     Staging& st = staging_;
     st.reset();
-    const size_t o_tok = stage(st, host.tokens, B * N), o_par = stage(st, host.parents, B * N),
+    // Node tokens already on the device (a static tree drawn there, unread) are read from there.
+    const int32_t* staged_tokens = host.tokens_on_device ? nullptr : host.tokens;
+    const size_t o_tok = stage(st, staged_tokens, B * N), o_par = stage(st, host.parents, B * N),
                  o_n = stage(st, host.n_nodes, B), o_u = stage(st, host.uniforms, B * (N + 1));
     const size_t inputs_end = st.size();
     const size_t o_acc = st.add(sizeof(int32_t) * B), o_path = st.add(sizeof(int32_t) * B * N),
                  o_out = st.add(sizeof(int32_t) * B * (N + 1));
     st.fit(who);
-    copy_in(st, host.tokens, o_tok, B * N);
+    copy_in(st, staged_tokens, o_tok, B * N);
     copy_in(st, host.parents, o_par, B * N);
     copy_in(st, host.n_nodes, o_n, B);
     copy_in(st, host.uniforms, o_u, B * (N + 1));
     TreeVerifyArgs a = host;
-    a.tokens = host.tokens ? st.device<int32_t>(o_tok) : nullptr;
+    a.tokens = staged_tokens ? st.device<int32_t>(o_tok) : host.tokens;
     a.parents = host.parents ? st.device<int32_t>(o_par) : nullptr;
     a.n_nodes = host.n_nodes ? st.device<int32_t>(o_n) : nullptr;
     a.uniforms = host.uniforms ? st.device<double>(o_u) : nullptr;

@@ -66,7 +66,8 @@ class BatchSlots {
 // hidden: when given, the forward also returns the final normed hidden states there, [B, T, d]
 // (ForwardOptions::final_hidden: what trained drafters read). unread: empty, or per slot an
 // undefined tensor or the last k tokens of fed[b] as [k] int64 on the model's device (a draft
-// model's chain, DraftProposal::drawn_on): fed from there in place of fed[b]'s last k, unread.
+// model's chain or static tree, DraftProposal::drawn_on): fed from there in place of fed[b]'s
+// last k, unread.
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
                          const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees = {},
                          at::Tensor* hidden = nullptr, const std::vector<at::Tensor>& unread = {});

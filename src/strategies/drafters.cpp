@@ -24,7 +24,8 @@ void DraftProposal::read_drawn(bool synced) {
   const int64_t* p = ids.data_ptr<int64_t>();
   tokens.clear();
   for (int64_t j = 0; j < ids.size(0); ++j) {
-    SD_CHECK(p[j] >= 0, "model drafter: the draft distribution q at draft position ", j,
+    SD_CHECK(p[j] >= 0, is_chain() ? "model drafter" : "tree drafter", ": the draft distribution q at draft ",
+             is_chain() ? "position " : "node ", j,
              " has no positive entry (the draft model's logits are NaN or every token was filtered)");
     tokens.push_back(static_cast<TokenId>(p[j]));
   }

@@ -40,11 +40,12 @@ struct DraftProposal {
   // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
   // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
   PhaseTimes ms;
-  // A chain drawn on the draft model's device and not yet read (drafter model without a
-  // repetition penalty): [N] int64 there (-1: q had no mass), and its host copy,
-  // queued (model::to_host_async). The target's forward and the verifier take them from the
-  // device, and the round's one read, the verdict, brings them in: read_drawn(true) then moves
-  // them into `tokens`. Undefined for every other proposal.
+  // Tokens drawn on the draft's device and not yet read, and their host copy, queued
+  // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's chain, or a
+  // static tree's nodes (drafter tree, tree_budget 0; `parents` is then set), without a
+  // repetition penalty. The target's forward and the verifier take them from the device, and
+  // the round's one read, the verdict, brings them in: read_drawn(true) then moves them into
+  // `tokens`. Undefined for every other proposal.
   at::Tensor drawn, drawn_host;
 
   bool is_chain() const { return parents.empty(); }
@@ -54,7 +55,7 @@ struct DraftProposal {
   // is a named error.
   void read_drawn(bool synced);
   // `drawn` as the target's forward and the verifier take it: [N] int64 on `device`, a -1 as 0
-  // until read_drawn names it. A chain on a GPU wanted on the CPU costs a read of its own.
+  // until read_drawn names it. Tokens on a GPU wanted on the CPU cost a read of their own.
   at::Tensor drawn_on(const at::Device& device) const;
   // Depth of node i (1 for a child of the last committed token).
   int64_t depth(int64_t i) const;
@@ -200,10 +201,12 @@ class TreeSource {
   // Catches up with the committed sequence; returns the draft logits [V] of its next token
   // (undefined: nothing to draft from yet). Counts its forwards in out.n_forwards.
   virtual at::Tensor root(const Tokens& seq, DraftProposal& out) = 0;
-  // Feeds this round's new nodes `tokens` [n]; parents [n_cached + n] covers every node fed this
-  // round in feed order (the new ones last), each its parent's feed index or -1 (the root).
-  // Returns their draft logits [n, V].
-  virtual at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+  // Feeds this round's new nodes `tokens` [n] int64 ids, on the device of the logits the source
+  // returns or on the host (a static tree keeps them where it drew them, unread; a draw without
+  // mass is fed as 0 and named when the verdict reads it); parents [n_cached + n]
+  // covers every node fed this round in feed order (the new ones last), each its parent's feed
+  // index or -1 (the root). Returns their draft logits [n, V]. Never reads the tokens.
+  virtual at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
                           DraftProposal& out) = 0;
   // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
   // path's fed nodes (a prefix of the path).

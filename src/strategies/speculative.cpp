@@ -92,7 +92,8 @@ model::ForwardOptions tree_forward_options(const DraftProposal& d) {
 
 namespace {
 // What a round's target forward feeds: the last committed token, then the draft ([k + 1]
-// int64). A chain still on the draft model's device is fed from there (DraftProposal::drawn_on).
+// int64). A draft still on the draft model's device (a chain or a static tree) is fed from
+// there (DraftProposal::drawn_on).
 at::Tensor fed_tokens(TokenId last, const DraftProposal& d, const at::Device& target) {
   if (!d.drawn.defined()) {
     Tokens fed = {last};

@@ -33,8 +33,8 @@ struct SpecSequence {
 // What the round's target forward feeds for a sequence: a newcomer's prompt (all but its last
 // token), the last committed token, the draft; from cache slot `start`. A tree round also gets
 // its parents over those tokens: the prompt's rows as a chain, then the tree from its root. A
-// chain still on the draft's device (DraftProposal::drawn) is fed from there: zeros here until
-// the verdict brings it in (forward_batch's `unread`).
+// draft still on the draft's device (DraftProposal::drawn: a chain or a static tree) is fed from
+// there: zeros here until the verdict brings it in (forward_batch's `unread`).
 void target_feed(const SpecSequence& s, Tokens& fed, int64_t& start, std::vector<int32_t>& tree) {
   const int64_t P = static_cast<int64_t>(s.prefill.size());
   fed = s.prefill;
@@ -121,7 +121,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     std::vector<Tokens> fed(B);
     std::vector<int64_t> start(B, 0);
     std::vector<std::vector<int32_t>> trees(B);  // a tree round's parents over fed[b]
-    std::vector<at::Tensor> unread(B);  // chains still on the draft's device
+    std::vector<at::Tensor> unread(B);  // drafts still on the draft's device
     std::vector<SpecSequence*> active;
     std::vector<int64_t> slot_of;
     for (int64_t b = 0; b < B; ++b) {
@@ -161,7 +161,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     for (size_t i = 0; i < active.size(); ++i) {
       SpecSequence& s = *active[i];
       const int64_t b = slot_of[i];
-      if (s.d.drawn.defined()) {  // the verdict's read brought the chain in
+      if (s.d.drawn.defined()) {  // the verdict's read brought the draft in
         s.d.read_drawn(/*synced=*/true);
         std::copy(s.d.tokens.begin(), s.d.tokens.end(), fed[b].end() - s.d.size());
       }

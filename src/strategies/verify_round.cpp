@@ -19,8 +19,9 @@ namespace {
 // [R, W + 1]. Both kernels read the final sample's uniform from column W, so each sequence's
 // last uniform goes there and a row sees exactly the uniforms of its batch-1 call. p and q end
 // up on p's device (the target's): a draft model on another device hands its q over here.
-// Where a proposal's chain is still on the draft's device (DraftProposal::drawn), all rows'
-// tokens go to p's device too (on_device [R, W] int32; DraftProposal::drawn_on).
+// Where a proposal's tokens are still on the draft's device (DraftProposal::drawn: a chain or a
+// static tree), all rows' tokens go to p's device too (on_device [R, W] int32;
+// DraftProposal::drawn_on).
 struct Packed {
   int64_t W = 0;
   std::vector<int32_t> tokens, n_draft;
@@ -118,8 +119,6 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
                   const std::vector<size_t>& rows, std::vector<Verdict>& out) {
   const bool with_q = mode == kernels::VerifyMode::sampling;
   Packed k = pack(drafts, p, u, rows, with_q);
-  SD_CHECK(!k.on_device.defined(),
-           "verify_round: a token tree's tokens must be on the host (only chains are drawn unread)");
   const int64_t B = static_cast<int64_t>(rows.size()), N = k.W;
   std::vector<int32_t> parents(B * N, -1), n_accepted(B, 0), path(B * N, -1), emitted(B * (N + 1), -1);
   for (int64_t r = 0; r < B; ++r) {
@@ -131,7 +130,8 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
   args.max_nodes = N;
   args.vocab = k.p.size(-1);
   args.mode = mode;
-  args.tokens = k.tokens.data();
+  args.tokens = k.on_device.defined() ? k.on_device.data_ptr<int32_t>() : k.tokens.data();
+  args.tokens_on_device = k.on_device.defined();
   args.parents = parents.data();
   args.n_nodes = k.n_draft.data();
   args.q = with_q ? k.q.data_ptr<float>() : nullptr;

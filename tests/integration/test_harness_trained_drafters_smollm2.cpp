@@ -241,7 +241,9 @@ TEST(TrainedDrafters, MedusaTreesDraftEachDepthFromItsOwnHead) {
     Rng rng(0);
     std::unique_ptr<Drafter> d = make_drafter("medusa", DrafterContext{req, params, proc, rng, n + 64, 8});
     d->observe_features(Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, hidden.narrow(0, 0, n - 1));
-    return d->propose(req.prompt, depth);
+    DraftProposal p = d->propose(req.prompt, depth);
+    p.read_drawn(/*synced=*/false);  // a static tree's tokens stay where they were drawn until read
+    return p;
   };
   const DraftProposal chain = propose({});
   ASSERT_EQ(chain.size(), 3);

@@ -204,8 +204,10 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // stay there for the target's forward and the verifier; they come to the host with the verdict
 // (DraftProposal::drawn), in a batch too. With a repetition penalty it reads each token as it
 // is drawn (the penalty needs the text on the host): checked too, with its own bound. The draft
-// model's tree (drafter tree) reads once per depth it expands, all the depth's nodes together
-// (their children decide what the next depth feeds), then the verdict.
+// model's static tree (drafter tree, tree_budget 0) knows its shape before its tokens: they
+// stay on the device too, each depth fed from there, one read a round. A dynamic tree reads
+// once per depth it expands, all the depth's nodes together (their values decide what the next
+// depth feeds), then the verdict.
 TEST_P(OnDevice, HostReadsPerStepAndRound) {
   const model::LoadedModel m = load(GetParam(), "aten");
   const int64_t r0 = host_reads();
@@ -230,13 +232,15 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
                 static_cast<long long>(r.stats.n_tree_rounds));
   }
   // The draft model at temperature > 0 (q and the draws on the device), and with a repetition
-  // penalty (one read per drafted token, then the verdict); its trees: a dynamic one at T = 0
-  // (4 depths: 4 reads) and a sampled static one at T = 0.8 (3 depths: 3 reads).
+  // penalty (one read per drafted token, then the verdict); its trees: static ones, top-k at
+  // T = 0 and sampled at T = 0.8 (one read, the verdict), and a dynamic one at T = 0 (4 depths:
+  // 4 reads, then the verdict).
   for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
            {{{"temperature", "0.8"}}, 1},
            {{{"repetition_penalty", "1.3"}}, 1 + 4},
            {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}, 1 + 4},
-           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1 + 3}}) {
+           {{{"drafter", "tree"}, {"tree_branching", "3,2,1"}}, 1},
+           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1}}) {
     Request req = request(m, kPrompts[1], 24);
     req.draft = m.model;
     req.seed = 5;
@@ -255,10 +259,11 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     std::printf("host reads (%s): speculative model, %s: %lld for %lld rounds\n", GetParam().c_str(), what.c_str(),
                 static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds));
   }
-  // A batch of two with the draft model: the slots' chains stay on the draft's device as well,
-  // so a batch round costs one read, the verdict of both. They start together, so the batch
-  // runs as many rounds as its longer sequence.
-  for (const char* temperature : {"0", "0.8"}) {
+  // A batch of two with the draft model: the slots' chains and static trees stay on the draft's
+  // device as well, so a batch round costs one read, the verdict of both. They start together,
+  // so the batch runs as many rounds as its longer sequence.
+  for (const auto& [drafter, temperature] : std::vector<std::pair<std::string, std::string>>{
+           {"model", "0"}, {"model", "0.8"}, {"tree", "0"}, {"tree", "0.8"}}) {
     std::vector<Request> reqs;
     for (const char* text : kPrompts) {
       reqs.push_back(request(m, text, 24));
@@ -266,17 +271,21 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
       reqs.back().seed = 5;
     }
     const int64_t r1 = host_reads();
-    const std::vector<Result> batch =
-        create("speculative", params({{"drafter", "model"}, {"gamma", "4"}, {"temperature", temperature}}))
-            ->generate_batch(reqs, {2, 0}, {});
+    const std::vector<Result> batch = create("speculative", params({{"drafter", drafter},
+                                                                    {"tree_branching", "2,2,1"},
+                                                                    {"gamma", "4"},
+                                                                    {"temperature", temperature}}))
+                                          ->generate_batch(reqs, {2, 0}, {});
     const int64_t reads = host_reads() - r1;
-    int64_t rounds = 0;
-    for (const Result& r : batch) rounds = std::max(rounds, r.stats.n_rounds);
-    ASSERT_GT(rounds, 0) << temperature;
-    EXPECT_LE(reads, rounds) << "batch, temperature " << temperature << ": " << reads << " reads in " << rounds
-                             << " rounds";
-    std::printf("host reads (%s): batch of 2, speculative model, temperature %s: %lld for %lld batch rounds\n",
-                GetParam().c_str(), temperature, static_cast<long long>(reads), static_cast<long long>(rounds));
+    int64_t rounds = 0, tree_rounds = 0;
+    for (const Result& r : batch) rounds = std::max(rounds, r.stats.n_rounds), tree_rounds += r.stats.n_tree_rounds;
+    const std::string what = "batch, " + drafter + ", temperature " + temperature;
+    ASSERT_GT(rounds, 0) << what;
+    EXPECT_EQ(tree_rounds > 0, drafter == "tree") << what;
+    EXPECT_LE(reads, rounds) << what << ": " << reads << " reads in " << rounds << " rounds";
+    std::printf("host reads (%s): batch of 2, speculative %s, temperature %s: %lld for %lld batch rounds\n",
+                GetParam().c_str(), drafter.c_str(), temperature.c_str(), static_cast<long long>(reads),
+                static_cast<long long>(rounds));
   }
 }
 

@@ -350,6 +350,17 @@ TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("q at draft position 1 has no positive entry"), std::string::npos) << e.what();
   }
+  DraftProposal tree;  // a static tree's nodes, drawn unread alike
+  tree.drawn = tree.drawn_host = at::tensor(std::vector<int64_t>{7, 4, -1}, at::kLong);
+  tree.parents = {-1, -1, 0};
+  try {
+    tree.read_drawn(/*synced=*/true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tree drafter: the draft distribution q at draft node 2 has no positive entry"),
+              std::string::npos)
+        << e.what();
+  }
   DraftProposal ok;
   ok.drawn = ok.drawn_host = at::tensor(std::vector<int64_t>{7, 0, 3}, at::kLong);
   ok.read_drawn(/*synced=*/true);

@@ -50,7 +50,7 @@ class EagleSource : public TreeSource {
     const at::Tensor f = root_feature(seq, out);
     return f.defined() ? head_->logits(f).select(0, 0) : f;
   }
-  at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+  at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
                   DraftProposal& out) override {
     return head_->logits(feed_features(tokens, parents, n_cached, out));  // [n_new, V]
   }
@@ -68,7 +68,7 @@ class EagleSource : public TreeSource {
     if (!real.defined()) return at::Tensor();  // a 1-token prompt has no feature yet
     const int64_t m = real.size(0);
     SD_CHECK(n_real_ + m == n - 1, "eagle drafter: features for ", n_real_ + m, " positions, sequence of ", n);
-    const Tokens next(seq.begin() + n_real_ + 1, seq.end());
+    const at::Tensor next = at::tensor(std::vector<int64_t>(seq.begin() + n_real_ + 1, seq.end()), at::kLong);
     const model::EagleOut o = forward(real, next, at::arange(n_real_, n - 1, at::kLong), at::Tensor());
     n_real_ += m;
     root_feat_ = o.features.narrow(0, m - 1, 1);  // predicted f_{n-1}: it drafts x_n
@@ -76,11 +76,12 @@ class EagleSource : public TreeSource {
     return root_feat_;
   }
 
-  // Feeds draft nodes (TreeSource::feed); returns their predicted features [n_new, d].
-  at::Tensor feed_features(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+  // Feeds draft nodes (TreeSource::feed: tokens [n_new] int64); returns their predicted
+  // features [n_new, d].
+  at::Tensor feed_features(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
                            DraftProposal& out) {
     at::NoGradGuard no_grad;
-    const int64_t n_new = static_cast<int64_t>(tokens.size()), P = n_real_ + n_cached;
+    const int64_t n_new = tokens.size(0), P = n_real_ + n_cached;
     std::vector<at::Tensor> in;
     std::vector<int64_t> pos;
     // Row i sees the real prefix, its fed ancestors and itself.
@@ -103,12 +104,11 @@ class EagleSource : public TreeSource {
  private:
   // One head forward over rows at `positions` after the cache's first past slots (the real
   // prefix, then this round's fed nodes): their K/V go to the next slots, over whatever a
-  // rejected draft left there. mask undefined: a chain.
-  model::EagleOut forward(const at::Tensor& feat, const Tokens& ids, const at::Tensor& positions,
+  // rejected draft left there. mask undefined: a chain. ids: [m] int64 on any device.
+  model::EagleOut forward(const at::Tensor& feat, const at::Tensor& ids, const at::Tensor& positions,
                           const at::Tensor& mask) {
     const int64_t m = feat.size(0), past = n_real_ + static_cast<int64_t>(fed_feat_.size());
-    const at::Tensor emb = target_->embed(at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong))
-                               .to(at::kCPU).to(at::kFloat);  // [m, d]
+    const at::Tensor emb = target_->embed(ids).to(at::kCPU).to(at::kFloat);  // [m, d]
     model::EagleOut o = head_->head().eagle_forward(feat, emb, positions, k_.narrow(0, 0, past), v_.narrow(0, 0, past), mask);
     k_.narrow(0, past, m).copy_(o.k);
     v_.narrow(0, past, m).copy_(o.v);
@@ -179,7 +179,8 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
       if (i > 0) {  // fed node i - 1 follows fed node i - 2 (-1: the root)
         std::vector<int32_t> parents;
         for (int64_t j = 0; j < i; ++j) parents.push_back(static_cast<int32_t>(j) - 1);
-        feat[b] = slots[b]->source_->feed_features({out[b].tokens.back()}, parents, i - 1, out[b]);
+        const at::Tensor last = at::full({1}, static_cast<int64_t>(out[b].tokens.back()), at::kLong);
+        feat[b] = slots[b]->source_->feed_features(last, parents, i - 1, out[b]);
       }
       live.push_back(b);
       f.push_back(feat[b]);

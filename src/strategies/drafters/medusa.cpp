@@ -99,10 +99,11 @@ class MedusaSource : public TreeSource {
     return logits_.defined() ? logits_[0] : at::Tensor();
   }
 
-  at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached, DraftProposal&) override {
+  at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+                  DraftProposal&) override {
     std::vector<int64_t> head_of;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const int32_t parent = parents.at(n_cached + static_cast<int64_t>(i));
+    for (int64_t i = 0; i < tokens.size(0); ++i) {
+      const int32_t parent = parents.at(n_cached + i);
       depth_.push_back(parent < 0 ? 1 : depth_.at(parent) + 1);
       head_of.push_back(depth_.back());  // a node at depth d drafts its children with head d
     }

@@ -20,6 +20,11 @@
 // here (ForwardOptions::tree_cached keeps the earlier levels in its cache; accepted nodes' cache
 // slots are compacted in commit()), a trained EAGLE head (eagle.cpp, make_tree_drafter), or
 // Medusa heads (medusa.cpp: no forward per depth, each depth reads its own head's row).
+// Host reads: a static tree without a repetition penalty knows its shape before its tokens, so
+// they stay on the source's device (each depth feeds the whole previous one) and the round's
+// verdict reads them (DraftProposal::drawn): no read of its own. A dynamic tree reads each
+// depth's children (their values choose the next frontier); with a repetition penalty each
+// node's row is processed after its own path, read too.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -93,7 +98,7 @@ const std::vector<double>& verify_profile(const Request& req) {
 }
 
 struct Node {
-  TokenId token;
+  TokenId token;      // -1 while unread (TreeDrafter::levels_)
   int32_t parent;     // node index, -1 = the last committed token
   double logp;        // cumulative draft log-probability of the path
   at::Tensor q;       // [V] distribution the token was drawn from (static sampling only)
@@ -129,14 +134,13 @@ class ModelTreeSource : public TreeSource {
     ++out.n_forwards;
     return rows[rows.size(0) - 1];
   }
-  at::Tensor feed(const Tokens& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
+  at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
                   DraftProposal& out) override {
     model::ForwardOptions opt;
     opt.tree_cached = n_cached;
     opt.parents = parents;
     ++out.n_forwards;
-    return forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), base_ + n_cached,
-                          opt);  // [tokens, V]
+    return forward_rows(*model_, cache_, tokens, base_ + n_cached, opt).logits;  // [tokens, V]
   }
   // The accepted path's fed nodes hold their K/V at slots base + feed order: move them next to
   // the committed prefix; later tokens are fed by the next catch-up.
@@ -162,6 +166,7 @@ class TreeDrafter : public Drafter {
     budget_ = parse_budget(ctx.params.get_string("tree_budget"));
     topk_ = ctx.params.get_int("tree_topk");
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
+    unread_ = budget_ == 0 && cfg_.repetition_penalty == 1.0;
   }
 
   void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
@@ -177,7 +182,8 @@ class TreeDrafter : public Drafter {
 
  private:
   // Children of the expanded nodes `parents` (-1: the root), one row of `rows` [F, V] each: the
-  // top k by value (greedy, dynamic) or k draws from q. One host read for all of them.
+  // top k by value (greedy, dynamic) or k draws from q. One host read for all of them, or none
+  // (unread_: their tokens join levels_).
   void expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k);
   Tokens path_context(const Tokens& seq, int32_t node) const;
   // Feeds nodes[ids] (ascending, parents fed before) into the draft cache; returns [n, V].
@@ -191,6 +197,8 @@ class TreeDrafter : public Drafter {
   std::vector<int64_t> branching_;
   static constexpr int64_t k_auto = -1;
   int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
+  bool unread_ = false;            // static, no repetition penalty: tokens stay on the device
+  std::vector<at::Tensor> levels_;  // unread_: each depth's node tokens, [n] int64 in node order
   const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
   int64_t n_rounds_ = 0, n_nodes_ = 0;            // for report()
@@ -220,6 +228,19 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
   }
   const at::Tensor all = at::stack(processed);  // [F, V] on the source's device
   const auto base = [&](int64_t i) { return parents[i] < 0 ? 0.0 : nodes_[parents[i]].logp; };
+  if (unread_) {  // static: k children per row whatever their tokens; logp is not needed
+    const int64_t kk = by_value ? std::min<int64_t>(k, all.size(1)) : k;
+    if (by_value) {
+      levels_.push_back(std::get<1>(at::topk(all, kk, 1)).reshape({-1}));  // [F k]
+    } else {
+      std::vector<double> u(F * k);
+      for (double& x : u) x = rng_.uniform();
+      levels_.push_back(sampling::pick_tokens(all.repeat_interleave(k, 0), u));  // [F k], -1: no mass
+    }
+    for (int64_t i = 0; i < F; ++i)
+      for (int64_t j = 0; j < kk; ++j) nodes_.push_back({-1, parents[i], 0.0, by_value ? at::Tensor() : all[i], -1});
+    return;
+  }
   if (by_value) {
     // Top-k of the processed distribution (greedy: argmax first; ties to the lower id).
     const auto top = at::topk(all, std::min<int64_t>(k, all.size(1)), 1);
@@ -264,7 +285,12 @@ at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out
   }
   std::vector<int32_t> parents;  // over every fed node, in feed order
   for (int32_t id : fed_order_) parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
-  return source_->feed(tokens, parents, n_cached, out);  // [ids, V]
+  // Unread, a static tree feeds its whole last depth: those tokens, as they are on the device.
+  SD_CHECK(!unread_ || static_cast<int64_t>(ids.size()) == levels_.back().size(0),
+           "tree drafter: a static tree feeds its whole last depth (internal error)");
+  const at::Tensor fed = unread_ ? levels_.back().clamp_min(0)
+                                 : at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong);
+  return source_->feed(fed, parents, n_cached, out);  // [ids, V]
 }
 
 DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
@@ -272,6 +298,7 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
   nodes_.clear();
   fed_order_.clear();
   proposed_.clear();
+  levels_.clear();
   if (max_depth <= 0) return out;
   PhaseClock clock(out.ms);
   const Stopwatch round;
@@ -321,11 +348,15 @@ DraftProposal TreeDrafter::finish(std::vector<int32_t> keep, PhaseClock& clock, 
   for (size_t i = 0; i < keep.size(); ++i) {
     const Node& node = nodes_[keep[i]];
     index_of[keep[i]] = static_cast<int32_t>(i);
-    out.tokens.push_back(node.token);
+    if (!unread_) out.tokens.push_back(node.token);
     out.parents.push_back(node.parent < 0 ? -1 : index_of[node.parent]);
     SD_CHECK(node.parent < 0 || index_of[node.parent] >= 0, "tree drafter: kept node ", keep[i],
              " lost its parent (internal error)");
     if (node.q.defined()) q_rows.push_back(node.q.unsqueeze(0));
+  }
+  if (unread_) {  // every node is kept, in level order: the tokens are the levels', unread
+    out.drawn = at::cat(levels_);  // [N] int64
+    out.drawn_host = model::to_host_async(out.drawn);
   }
   proposed_ = std::move(keep);
   if (!q_rows.empty() && q_rows.size() == proposed_.size()) out.q = at::cat(q_rows, 0).contiguous();  // [N, V]
