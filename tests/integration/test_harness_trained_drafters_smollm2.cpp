@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/host_reads.h"
 #include "model/device.h"
 #include "model/draft_heads.h"
 #include "model/prefix_reuse.h"
@@ -302,6 +303,12 @@ class TrainedDrafter : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// Also the host reads (core/host_reads.h), printed for every kind. The heads run on the host, so
+// each head forward reads its inputs from the target's device (EAGLE: the token embeddings) and,
+// without a draft vocabulary, its logits from the target's output head; a round also reads the
+// target's features. Held for the static trees, whose tokens stay where they are drawn: the
+// prompt's features (1), then Medusa's round is 3 reads (features, the heads' rows, the
+// verdict), EAGLE's 2 plus 2 per head forward.
 TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
   int64_t accepted = 0;
   for (const char* prompt : {"import os\n\ndef list_python_files(root):\n    ",
@@ -309,9 +316,17 @@ TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
                              "The three laws of thermodynamics are"}) {
     const Request req = request(prompt);
     const Result want = create("greedy", Params(std::map<std::string, std::string>{}))->generate(req, {});
+    const int64_t r0 = host_reads();
     const Result got = create("speculative", params({{"temperature", "0"}, {"gamma", "4"}}))->generate(req, {});
+    const int64_t reads = host_reads() - r0;
     EXPECT_EQ(got.tokens, want.tokens) << prompt;
     accepted += got.stats.n_accepted;
+    std::printf("host reads (%s): %lld for %lld rounds, %lld draft forwards\n", GetParam().c_str(),
+                static_cast<long long>(reads), static_cast<long long>(got.stats.n_rounds),
+                static_cast<long long>(got.stats.n_draft_forwards));
+    if (GetParam() == "medusa_static") EXPECT_LE(reads, 1 + 3 * got.stats.n_rounds) << prompt;
+    if (GetParam() == "eagle_static")
+      EXPECT_LE(reads, 1 + 2 * got.stats.n_rounds + 2 * got.stats.n_draft_forwards) << prompt;
   }
   EXPECT_GT(accepted, 0) << "the trained head never drafted an accepted token";
 }

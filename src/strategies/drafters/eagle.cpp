@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/device.h"
 #include "strategies/drafters.h"
 #include "strategies/drafters/trained_head.h"
 
@@ -108,7 +109,7 @@ class EagleSource : public TreeSource {
   model::EagleOut forward(const at::Tensor& feat, const at::Tensor& ids, const at::Tensor& positions,
                           const at::Tensor& mask) {
     const int64_t m = feat.size(0), past = n_real_ + static_cast<int64_t>(fed_feat_.size());
-    const at::Tensor emb = target_->embed(ids).to(at::kCPU).to(at::kFloat);  // [m, d]
+    const at::Tensor emb = model::on_host(target_->embed(ids)).to(at::kFloat);  // [m, d], to the host's head
     model::EagleOut o = head_->head().eagle_forward(feat, emb, positions, k_.narrow(0, 0, past), v_.narrow(0, 0, past), mask);
     k_.narrow(0, past, m).copy_(o.k);
     v_.narrow(0, past, m).copy_(o.v);

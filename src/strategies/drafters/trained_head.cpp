@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "model/device.h"
 
 namespace specdec::strategies {
 
@@ -24,7 +25,7 @@ at::Tensor LoadedHead::logits(const at::Tensor& features) const {
   if (!vocab_.defined()) {
     const std::shared_ptr<model::CausalLM> target = target_.lock();
     SD_CHECK(target != nullptr, "trained drafter: its target model was released");
-    return target->output_head(features).to(at::kCPU);
+    return model::on_host(target->output_head(features));  // the target's head: on its device
   }
   const at::Tensor sub = vocab_head_(features.to(at::kCPU).to(at::kFloat).contiguous());  // [n, Vd]
   at::Tensor full = at::full({sub.size(0), n_vocab_}, -std::numeric_limits<float>::infinity(), at::kFloat);
@@ -62,7 +63,7 @@ std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std
 }
 
 void TargetFeatures::observe(const at::Tensor& hidden) {
-  const at::Tensor h = hidden.to(at::kCPU).to(at::kFloat);
+  const at::Tensor h = model::on_host(hidden).to(at::kFloat);  // the head runs on the host
   if (in_round_) {
     stash_ = h;
     return;
