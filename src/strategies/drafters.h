@@ -43,9 +43,9 @@ struct DraftProposal {
   // Tokens drawn on the draft's device and not yet read, and their host copy, queued
   // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's chain, or the
   // nodes of a static tree (the tree drafter over any source, tree_budget 0; `parents` is then
-  // set), without a repetition penalty. The target's forward and the verifier take them from the device, and
-  // the round's one read, the verdict, brings them in: read_drawn(true) then moves them into
-  // `tokens`. Undefined for every other proposal.
+  // set), without a repetition penalty. The target's forward and the verifier take them from
+  // the device, and the round's one read, the verdict, brings them in: read_drawn(true) then
+  // moves them into `tokens`. Undefined for every other proposal.
   at::Tensor drawn, drawn_host;
 
   bool is_chain() const { return parents.empty(); }
