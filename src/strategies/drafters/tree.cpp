@@ -227,48 +227,42 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
                                  : sampling::probabilities(row, cfg_, context)[0]);
   }
   const at::Tensor all = at::stack(processed);  // [F, V] on the source's device
-  const auto base = [&](int64_t i) { return parents[i] < 0 ? 0.0 : nodes_[parents[i]].logp; };
-  if (unread_) {  // static: k children per row whatever their tokens; logp is not needed
-    const int64_t kk = by_value ? std::min<int64_t>(k, all.size(1)) : k;
-    if (by_value) {
-      levels_.push_back(std::get<1>(at::topk(all, kk, 1)).reshape({-1}));  // [F k]
-    } else {
-      std::vector<double> u(F * k);
-      for (double& x : u) x = rng_.uniform();
-      levels_.push_back(sampling::pick_tokens(all.repeat_interleave(k, 0), u));  // [F k], -1: no mass
-    }
-    for (int64_t i = 0; i < F; ++i)
-      for (int64_t j = 0; j < kk; ++j) nodes_.push_back({-1, parents[i], 0.0, by_value ? at::Tensor() : all[i], -1});
-    return;
-  }
+  // The children, on the device: the top k of each row by value (greedy: argmax first; ties to
+  // the lower id), or k independent draws per row, duplicates kept (multi-draft verification),
+  // by the lanes' inverse CDF (sampling::pick_tokens), the uniforms in the order the draws take.
+  const int64_t kk = by_value ? std::min<int64_t>(k, all.size(1)) : k;
+  at::Tensor ids, values;  // [F kk]: the tokens (-1: a draw without mass), their scores
   if (by_value) {
-    // Top-k of the processed distribution (greedy: argmax first; ties to the lower id).
-    const auto top = at::topk(all, std::min<int64_t>(k, all.size(1)), 1);
-    const at::Tensor values = model::to_host_async(std::get<0>(top));  // comes with the read below
-    const at::Tensor indices = model::on_host(std::get<1>(top));        // [F, k]
-    const int64_t kk = indices.size(1);
-    const float* v = values.data_ptr<float>();
-    const int64_t* ids = indices.data_ptr<int64_t>();
-    for (int64_t i = 0; i < F; ++i)
-      for (int64_t j = 0; j < kk; ++j)
-        if (std::isfinite(v[i * kk + j]))
-          nodes_.push_back({static_cast<TokenId>(ids[i * kk + j]), parents[i], base(i) + v[i * kk + j], {}, -1});
+    const auto top = at::topk(all, kk, 1);
+    ids = std::get<1>(top).reshape({-1});
+    values = std::get<0>(top).reshape({-1});
+  } else {
+    std::vector<double> u(F * k);
+    for (double& x : u) x = rng_.uniform();
+    const at::Tensor repeated = all.repeat_interleave(k, 0);  // [F k, V]
+    ids = sampling::pick_tokens(repeated, u);
+    if (!unread_) values = repeated.gather(1, ids.clamp_min(0).unsqueeze(1)).squeeze(1);  // q of each draw
+  }
+  const auto q_row = [&](int64_t i) { return by_value ? at::Tensor() : all[i]; };
+  if (unread_) {  // static: kk children per row whatever their tokens; logp is not needed
+    levels_.push_back(ids);
+    for (int64_t r = 0; r < F * kk; ++r) nodes_.push_back({-1, parents[r / kk], 0.0, q_row(r / kk), -1});
     return;
   }
-  // k independent draws per row, duplicates kept (multi-draft verification), on the device by
-  // the lanes' inverse CDF (sampling::pick_tokens); the uniforms in the order the draws take.
-  std::vector<double> u(F * k);
-  for (double& x : u) x = rng_.uniform();
-  const at::Tensor repeated = all.repeat_interleave(k, 0);                  // [F k, V]
-  const at::Tensor drawn = sampling::pick_tokens(repeated, u);               // [F k], -1: no mass
-  const at::Tensor q_drawn = model::to_host_async(repeated.gather(1, drawn.clamp_min(0).unsqueeze(1)).squeeze(1));
-  const at::Tensor ids = model::on_host(drawn);
-  for (int64_t r = 0; r < F * k; ++r) {
-    const int64_t i = r / k, x = ids.data_ptr<int64_t>()[r];
-    SD_CHECK(x >= 0, "tree drafter: the draft distribution of node ", parents[i],
+  const at::Tensor v_host = model::to_host_async(values);  // comes with the read below
+  const at::Tensor id_host = model::on_host(ids);
+  const float* v = v_host.data_ptr<float>();
+  const int64_t* x = id_host.data_ptr<int64_t>();
+  for (int64_t r = 0; r < F * kk; ++r) {
+    const int64_t i = r / kk;
+    const double base = parents[i] < 0 ? 0.0 : nodes_[parents[i]].logp;
+    if (by_value) {
+      if (std::isfinite(v[r])) nodes_.push_back({static_cast<TokenId>(x[r]), parents[i], base + v[r], {}, -1});
+      continue;
+    }
+    SD_CHECK(x[r] >= 0, "tree drafter: the draft distribution of node ", parents[i],
              " (-1: the root) has no mass to draw from");
-    const float qx = q_drawn.data_ptr<float>()[r];
-    nodes_.push_back({static_cast<TokenId>(x), parents[i], base(i) + std::log(std::max(1e-30f, qx)), all[i], -1});
+    nodes_.push_back({static_cast<TokenId>(x[r]), parents[i], base + std::log(std::max(1e-30f, v[r])), q_row(i), -1});
   }
 }
 
@@ -276,20 +270,19 @@ at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out
   const int64_t n_cached = static_cast<int64_t>(fed_order_.size());
   std::vector<int32_t> slot_of(nodes_.size(), -1);  // node -> feed order
   for (size_t f = 0; f < fed_order_.size(); ++f) slot_of[fed_order_[f]] = static_cast<int32_t>(f);
-  Tokens tokens;
+  std::vector<int64_t> tokens;  // on the host (unread_: on the device, levels_.back())
   for (int32_t id : ids) {
     slot_of[id] = static_cast<int32_t>(fed_order_.size());
     nodes_[id].fed = static_cast<int64_t>(fed_order_.size());
     fed_order_.push_back(id);
-    tokens.push_back(nodes_[id].token);
+    if (!unread_) tokens.push_back(nodes_[id].token);
   }
   std::vector<int32_t> parents;  // over every fed node, in feed order
   for (int32_t id : fed_order_) parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
   // Unread, a static tree feeds its whole last depth: those tokens, as they are on the device.
   SD_CHECK(!unread_ || static_cast<int64_t>(ids.size()) == levels_.back().size(0),
            "tree drafter: a static tree feeds its whole last depth (internal error)");
-  const at::Tensor fed = unread_ ? levels_.back().clamp_min(0)
-                                 : at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong);
+  const at::Tensor fed = unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong);
   return source_->feed(fed, parents, n_cached, out);  // [ids, V]
 }
 
