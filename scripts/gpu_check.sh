@@ -355,7 +355,7 @@ if want bench; then
     # The speculative loop with synthetic acceptance against Leviathan's prediction from the step
     # costs measured in the same process, and batch 8 / 32 greedy tokens/s against batch 1; its
     # rows join steps.json (8 files come back at most).
-    run "bench_strategies_loop" 150 "$BUILD/bench/bench_strategies_loop" --device="$DEVICE" \
+    run "bench_strategies_loop" 180 "$BUILD/bench/bench_strategies_loop" --device="$DEVICE" \
         --shapes="${BENCH_SHAPES:-smollm2,qwen2.5-1.5b}" --dtype=bfloat16 \
         --benchmark_out="$LOGS/loop.json" --benchmark_out_format=json
     "$PYBIN" - "$OUT/steps.json" "$LOGS/loop.json" <<'EOF'

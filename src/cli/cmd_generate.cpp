@@ -149,8 +149,8 @@ int run_generate(const GenerateOptions& o) {
   if (o.json) std::cout << harness::generation_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_stats_line(r, o.strategy);
   if (o.stats && !o.json) print_phase_table(r.stats);
-  if (r.stats.synthetic_acceptance >= 0)
-    std::cerr << "synthetic_acceptance=" << r.stats.synthetic_acceptance
+  if (!r.stats.synthetic_acceptance.empty())
+    std::cerr << "synthetic_acceptance=" << nlohmann::json(r.stats.synthetic_acceptance).dump()
               << ": benchmarking the loop; drafts were accepted at random, the tokens are NOT the target's\n";
   if (!o.trace.empty()) {
     const std::string json_path = harness::write_trace(o.trace, trace_json(o, params, resolved, text, req, r));

@@ -467,7 +467,7 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
                   {"accepted_per_position", s.accepted_per_position},
                   {"drafted_per_position", s.drafted_per_position}, {"phase_ms", to_json(s.phase_ms)}};
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
-    if (s.synthetic_acceptance >= 0) j["synthetic_acceptance"] = s.synthetic_acceptance;
+    if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;
   }
   return j;
 }

@@ -45,7 +45,7 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
       {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
       {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
   if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
-  if (s.synthetic_acceptance >= 0) j["synthetic_acceptance"] = s.synthetic_acceptance;  // not the target's tokens
+  if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;  // not the target's tokens
   return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
 }
 

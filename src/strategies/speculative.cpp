@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -22,7 +23,7 @@ namespace {
 struct SpecConfig {
   int64_t gamma = 4, gamma_max = 8;
   std::string adaptive = "off";
-  double synthetic = -1;  // synthetic_acceptance; < 0: off (verification decides)
+  std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
   VerifySetup verify;  // processors, verify=block, the drafter's name
 };
 
@@ -47,11 +48,8 @@ class Speculative : public Strategy {
              ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
     SD_CHECK(cfg_.adaptive == "off" || cfg_.adaptive == "hf" || cfg_.adaptive == "cost",
              "speculative: adaptive_gamma must be off, hf or cost, got '", cfg_.adaptive, "'");
-    if (const std::string syn = p.get_string("synthetic_acceptance"); syn != "off") {
-      cfg_.synthetic = p.get_float("synthetic_acceptance");
-      SD_CHECK(cfg_.synthetic >= 0.0 && cfg_.synthetic <= 1.0,
-               "speculative: synthetic_acceptance must be off or a probability in [0, 1], got '", syn, "'");
-    }
+    if (const std::string syn = p.get_string("synthetic_acceptance"); syn != "off")
+      cfg_.synthetic = parse_synthetic(syn);
     // verify=block with a drafter that never proposes chains with q, known before any model is
     // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
     // whether a draft model is given.
@@ -67,7 +65,7 @@ class Speculative : public Strategy {
   // Chains and trees, through speculative_decode_batch (speculative_batch.cpp).
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    SD_CHECK(cfg_.synthetic < 0, "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
+    SD_CHECK(cfg_.synthetic.empty(), "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
     VerifySetup verify = cfg_.verify;
     verify.drafter = resolve_drafter_name(params_, !requests.empty() && requests[0].draft != nullptr);
     const SpecBatchSetup setup{verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
@@ -127,14 +125,38 @@ int64_t max_depth(const DraftProposal& d) {
   return deepest;
 }
 
-Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, double alpha, Rng& rng) {
+std::vector<double> parse_synthetic(const std::string& text) {
+  std::vector<double> ranks;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    double a = -1;
+    try {
+      a = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SD_CHECK(!item.empty() && used == item.size() && a >= 0.0 && a <= 1.0, "speculative: synthetic_acceptance = '",
+             text, "': entry '", item, "' must be a probability in [0, 1] (off, a, or a1,a2,... by child rank)");
+    ranks.push_back(a);
+  }
+  SD_CHECK(!ranks.empty() && ranks.size() == size_t(std::count(text.begin(), text.end(), ',')) + 1,
+           "speculative: synthetic_acceptance = '", text, "' has an empty entry");
+  return ranks;
+}
+
+Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, const std::vector<double>& ranks,
+                          Rng& rng) {
+  SD_CHECK(!ranks.empty(), "synthetic_verdict: no acceptance probability");
   Verdict v;
   int32_t node = -1;  // the last accepted node (-1: the root, the last committed token)
   for (bool accepted = true; accepted;) {
     accepted = false;
+    size_t rank = 0;  // the children tried so far at this node
     for (int32_t c = node + 1; c < d.size(); ++c) {  // a node's children come after it
       if ((d.parents.empty() ? c - 1 : d.parents[c]) != node) continue;
-      if (rng.uniform() < alpha) {
+      if (rng.uniform() < ranks[std::min(rank++, ranks.size() - 1)]) {
         v.path.push_back(c);
         v.emitted.push_back(d.tokens[c]);
         node = c;
@@ -222,10 +244,10 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
     const int64_t top = drafter->target_topk();  // the target's top tokens ride with the verdict
     const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
-    const at::Tensor best = cfg_.synthetic >= 0 ? top_token_ids(p, 1) : at::Tensor();  // likewise
+    const at::Tensor best = !cfg_.synthetic.empty() ? top_token_ids(p, 1) : at::Tensor();  // likewise
     Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
     d.read_drawn(/*synced=*/true);  // the verdict's read brought them
-    if (cfg_.synthetic >= 0) v = synthetic_verdict(d, token_rows(best), cfg_.synthetic, synthetic_rng);
+    if (!cfg_.synthetic.empty()) v = synthetic_verdict(d, token_rows(best), cfg_.synthetic, synthetic_rng);
     phase.charge(&PhaseTimes::sample);
     Tokens fed = {seq.back()};
     fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
@@ -296,9 +318,10 @@ StrategyInfo speculative_info() {
       {"verify", "string", "tokenwise",
        "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
       {"synthetic_acceptance", "string", "off",
-       "off | a probability: BENCHMARKING THE LOOP ONLY, each draft node is accepted with it instead of "
-       "verified (chains position by position, trees child by child); the tokens are NOT the target's, "
-       "and every output carries synthetic_acceptance"},
+       "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
+       "accepted at random instead of verified (chains position by position with a1; trees child by child, "
+       "the i-th child tried at a node with ai, the last value for all later ones); the tokens are NOT the "
+       "target's, and every output carries synthetic_acceptance"},
   };
   for (const auto& p : drafter_params()) {
     for (const auto& own : info.params)

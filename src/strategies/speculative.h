@@ -24,11 +24,16 @@ struct Verdict {
 };
 
 // Benchmarking the loop (speculative's synthetic_acceptance; never the default): a verdict that
-// accepts each draft node with probability alpha, a chain position by position and a tree's
-// children in order (the first accepted one is taken: Sequoia's positional model), instead of
-// verifying. The bonus token is best[node + 1][0], the target's likeliest token after the last
-// accepted node (best: top_token_ids(p, 1) as rows). Its tokens are NOT the target's.
-Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, double alpha, Rng& rng);
+// accepts draft nodes at random instead of verifying them, a chain position by position and a
+// tree's children in order, the first accepted one taken (Sequoia's positional model). ranks:
+// the acceptance probability of a node's first child tried, of its second, ...; the last value
+// holds for every later child (one value: the same for all; a chain uses ranks[0] only). The
+// bonus token is best[node + 1][0], the target's likeliest token after the last accepted node
+// (best: top_token_ids(p, 1) as rows). Its tokens are NOT the target's.
+Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, const std::vector<double>& ranks,
+                          Rng& rng);
+// "a" or "a1,a2,...", each in [0, 1], as synthetic_verdict's ranks; else a named error.
+std::vector<double> parse_synthetic(const std::string& text);
 
 // What verification takes from the speculative strategy's resolved configuration.
 struct VerifySetup {

@@ -65,10 +65,11 @@ struct Stats {
   // Rounds per kernel mode that verified them ("greedy", "sampling", "tokens_only", "block"):
   // what verify=... and the drafter's proposals actually ran (temperature 0 is always greedy).
   std::map<std::string, int64_t> verify_mode_rounds;
-  // >= 0: speculative's synthetic_acceptance (benchmarking the loop, never the default): each
-  // round accepted its draft nodes with this probability instead of verifying them, so the
-  // tokens are NOT the target's. Every output that carries the stats says so.
-  double synthetic_acceptance = -1;
+  // Not empty: speculative's synthetic_acceptance (benchmarking the loop, never the default):
+  // each round accepted its draft nodes with these probabilities (by child rank; one value: all
+  // ranks) instead of verifying them, so the tokens are NOT the target's. Every output that
+  // carries the stats says so.
+  std::vector<double> synthetic_acceptance;
   std::vector<int64_t> accepted_per_position;  // [gamma_max]: rounds accepting position i
   std::vector<int64_t> drafted_per_position;   // [gamma_max]: rounds drafting position i
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }

@@ -57,7 +57,7 @@ TEST(SyntheticAcceptance, ChainsAcceptEachPositionWithAlpha) {
     Request req = tiny_request(240);
     req.seed = seed;
     const Stats r = create("speculative", spec("0.6"))->generate(req, {}).stats;
-    EXPECT_DOUBLE_EQ(r.synthetic_acceptance, a);
+    EXPECT_EQ(r.synthetic_acceptance, std::vector<double>{a});
     s.n_rounds += r.n_rounds;
     s.n_generated += r.n_generated;
     for (size_t i = 0; i < 8; ++i) {
@@ -108,10 +108,10 @@ std::vector<Tokens> best_rows() {  // row i: the target's likeliest token after 
 TEST(SyntheticAcceptance, TreesTakeTheFirstAcceptedChildInOrder) {
   const DraftProposal d = small_tree();
   Rng rng(3);
-  const Verdict all = synthetic_verdict(d, best_rows(), 1.0, rng);
+  const Verdict all = synthetic_verdict(d, best_rows(), {1.0}, rng);
   EXPECT_EQ(all.path, (std::vector<int32_t>{0, 2, 4}));
   EXPECT_EQ(all.emitted, (Tokens{10, 12, 14, 105}));
-  const Verdict none = synthetic_verdict(d, best_rows(), 0.0, rng);
+  const Verdict none = synthetic_verdict(d, best_rows(), {0.0}, rng);
   EXPECT_TRUE(none.path.empty());
   EXPECT_EQ(none.emitted, (Tokens{100}));
   // alpha 0.5: P(node accepted) = 0.5 (0), 0.25 (1), 0.25 (2), 0.125 (3), 0.125 (4); the
@@ -120,7 +120,7 @@ TEST(SyntheticAcceptance, TreesTakeTheFirstAcceptedChildInOrder) {
   std::vector<int> hits(5, 0);
   double length = 0;
   for (int i = 0; i < n; ++i) {
-    const Verdict v = synthetic_verdict(d, best_rows(), 0.5, rng);
+    const Verdict v = synthetic_verdict(d, best_rows(), {0.5}, rng);
     for (int32_t node : v.path) ++hits[node];
     length += double(v.path.size());
     ASSERT_EQ(v.emitted.back(), 100 + (v.path.empty() ? 0 : v.path.back() + 1));
@@ -131,8 +131,42 @@ TEST(SyntheticAcceptance, TreesTakeTheFirstAcceptedChildInOrder) {
   EXPECT_NEAR(length / n, 1.25, 0.03);  // the path length's sd is below 1: 4 sigma < 0.03
 }
 
+// By child rank (Sequoia's positional model): a node's i-th child tried is accepted with
+// ranks[i], the last value for later children.
+TEST(SyntheticAcceptance, TreesTakeEachChildWithItsRanksProbability) {
+  const DraftProposal d = small_tree();
+  Rng rng(5);
+  // {0, 1}: every first child is rejected and every second one accepted: node 1 (the root's
+  // second child), which has no children.
+  const Verdict second = synthetic_verdict(d, best_rows(), {0.0, 1.0}, rng);
+  EXPECT_EQ(second.path, (std::vector<int32_t>{1}));
+  EXPECT_EQ(second.emitted, (Tokens{11, 102}));
+  // {0.5, 0.2}: P(node accepted) = 0.5 (0), 0.5 * 0.2 (1), 0.5 * 0.5 (2: node 0's first child),
+  // 0.5 * 0.5 * 0.2 (3: its second), 0.25 * 0.5 (4: node 2's first); the expected path length is
+  // their sum, 1.025. 20,000 draws: 4 sigma of each. One alpha for all ranks (0.5) gives 0.25 for
+  // node 1 and node 3 and fails.
+  const int n = 20000;
+  std::vector<int> hits(5, 0);
+  double length = 0;
+  for (int i = 0; i < n; ++i) {
+    const Verdict v = synthetic_verdict(d, best_rows(), {0.5, 0.2}, rng);
+    for (int32_t node : v.path) ++hits[node];
+    length += double(v.path.size());
+  }
+  const double expect[] = {0.5, 0.1, 0.25, 0.05, 0.125};
+  for (int k = 0; k < 5; ++k)
+    EXPECT_NEAR(hits[k] / double(n), expect[k], 4 * std::sqrt(expect[k] * (1 - expect[k]) / n)) << "node " << k;
+  EXPECT_NEAR(length / n, 1.025, 0.03);
+  // Through the strategy: a chain uses the first rank only, and the stats carry all of them.
+  Request req = tiny_request(40);
+  req.draft = req.target;
+  const Result r = create("speculative", spec("1,0"))->generate(req, {});
+  EXPECT_EQ(r.stats.synthetic_acceptance, (std::vector<double>{1.0, 0.0}));
+  EXPECT_DOUBLE_EQ(r.stats.alpha(), 1.0);
+}
+
 TEST(SyntheticAcceptance, BadValuesAndBatchesAreNamedErrors) {
-  for (const char* bad : {"1.5", "-0.1", "often"}) {
+  for (const char* bad : {"1.5", "-0.1", "often", "0.8,", "0.8,1.2", ",0.5", "0.5;0.2"}) {
     try {
       create("speculative", spec(bad));
       ADD_FAILURE() << bad << " was accepted";
@@ -149,7 +183,7 @@ TEST(SyntheticAcceptance, BadValuesAndBatchesAreNamedErrors) {
   }
   // Off by default: the strategy verifies (the stats carry no label).
   const Result r = create("speculative", Params({{"temperature", "0"}, {"drafter", "model"}}))->generate(tiny_request(8), {});
-  EXPECT_LT(r.stats.synthetic_acceptance, 0);
+  EXPECT_TRUE(r.stats.synthetic_acceptance.empty());
 }
 
 }  // namespace
