@@ -40,6 +40,7 @@
 #   TORCH_DIR   a Torch_DIR (<prefix>/share/cmake/Torch) instead of the python's torch wheel
 #   DEVICE      the device of the device runs (default cuda)
 #   SAN_NO_CACHING=1  memcheck the generate run with PYTORCH_NO_CUDA_MEMORY_CACHING=1
+#   BENCHES     comma list of: steps (bench_model_steps), loop (bench_strategies_loop); default both
 #   HF_ARGS     extra arguments for hf_gpu_decode.py (e.g. "--skip-compile")
 #   EXTRA_CMAKE_ARGS  more configure arguments (space-separated), e.g. for a CUDA build on a
 #               machine without the nvidia-* wheels: -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined
@@ -346,12 +347,14 @@ fi
 
 # ================================================================= 6. benchmark: bench_model_steps
 if want bench; then
-  if [ -x "$BUILD/bench/bench_model_steps" ]; then
+  if [[ ",${BENCHES:-steps,loop}," != *,steps,* ]]; then record "bench_model_steps" SKIPPED "(BENCHES=$BENCHES)"
+  elif [ -x "$BUILD/bench/bench_model_steps" ]; then
     # SmolLM2 and Qwen2.5-1.5B shapes, bf16, static steps (graphs) on and off; Google Benchmark JSON.
     run "bench_model_steps" 240 "$BUILD/bench/bench_model_steps" --device="$DEVICE" --shapes="${BENCH_SHAPES:-smollm2,qwen2.5-1.5b}" \
         --dtype=bfloat16 --benchmark_out="$OUT/steps.json" --benchmark_out_format=json
   else record "bench_model_steps" "NOT BUILT" "(no $BUILD/bench/bench_model_steps)"; fi
-  if [ -x "$BUILD/bench/bench_strategies_loop" ]; then
+  if [[ ",${BENCHES:-steps,loop}," != *,loop,* ]]; then record "bench_strategies_loop" SKIPPED "(BENCHES=$BENCHES)"
+  elif [ -x "$BUILD/bench/bench_strategies_loop" ]; then
     # The speculative loop with synthetic acceptance against Leviathan's prediction from the step
     # costs measured in the same process, and batch 8 / 32 greedy tokens/s against batch 1; its
     # rows join steps.json (8 files come back at most).

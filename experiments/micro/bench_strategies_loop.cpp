@@ -194,6 +194,8 @@ void bench_loop(benchmark::State& state, const Loop* loop, LoopShape shape) {
   state.counters["accept_rank2"] = loop->accept[std::min<size_t>(1, loop->accept.size() - 1)];
   state.counters["nodes"] = double(tree_parents(shape.branching).size());
   state.counters["tokens_per_round"] = tokens / rounds;
+  state.counters["ms_per_round"] = ms_decode / rounds;  // against the steps' sum: the loop's own cost
+  state.counters["predicted_ms_per_round"] = c.draft + c.verify;
   state.counters["predicted_tokens_per_round"] = per_round;
   state.counters["ms_draft_per_round"] = c.draft;
   state.counters["ms_draft_per_round_if_captured"] = c.draft_if_captured;
@@ -247,7 +249,7 @@ std::vector<std::string> split_on(const std::string& text, char sep) {
 
 int main(int argc, char** argv) {
   std::string device = "cpu", shape_list = "tiny", dtype_name = "bfloat16", accept = "0.8,0.45", gammas = "4,6,8",
-              trees = "2,2,1,1;4,2,2,1;4,2,2,1,1,1", batches = "8,32";
+              trees = "2,2,1,1;4,2,2,1;2,2,1,1,1,1;4,2,2,1,1,1;4,2,1,1,1,1,1,1", batches = "8,32";
   if (!bench::parse_flags(argc, argv, {{"device", &device}, {"shapes", &shape_list}, {"dtype", &dtype_name},
                                        {"accept", &accept}, {"gammas", &gammas}, {"trees", &trees},
                                        {"batches", &batches}}))

@@ -67,6 +67,8 @@ struct StaticStep {
   std::vector<const void*> cache_id;  // the data pointers of the cache's K and V tensors
   int64_t B = 0, Tb = 0, S = 0;  // S: the cache's slots, which every row's attention spans
   int64_t n_trees = 1;           // ancestor matrices: 1, or B (ForwardOptions::parents of B trees)
+  int64_t W = 0;                 // their columns: the tree's nodes a row may see (Tb, or more
+                                 // when tree_cached nodes are in the cache before the fed ones)
   std::vector<int64_t> layers;
   int64_t hidden_layer = -1;
   bool final_hidden = false, logits = true;
@@ -353,8 +355,10 @@ ForwardResult LlamaAtenModel::run_layers(const at::Tensor& ids, const Step& s, K
 }
 
 // A static step serves a forward whose fed tokens fit a bucket and the cache: chains and
-// whole trees (one for the batch or one per sequence), ragged or not, any layer subset and
-// outputs; not trees grown over several forwards (tree_cached). Fed row t < T of sequence b
+// trees (one for the batch or one per sequence; whole, or grown over several forwards with
+// tree_cached nodes already in the cache), ragged or not, any layer subset and outputs. A
+// tree's ancestor matrix has W columns, the bucket of tree_cached + Tb (Tb for a whole tree):
+// the nodes a row may see, at slots start - tree_cached + node. Fed row t < T of sequence b
 // gets slot start_pos[b] + t as in the eager path; the bucket's padding rows (t >= T) write
 // their K/V to the slots after them, past the sequence's new length (so never read), and
 // attend only to themselves. A ragged batch's padding rows (n_fed[b] <= t < T) also write past
@@ -362,11 +366,15 @@ ForwardResult LlamaAtenModel::run_layers(const at::Tensor& ids, const Step& s, K
 // tree (to keys just written or cached: finite); their results are discarded.
 StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos, KVCache& cache,
                                         const ForwardOptions& opt) {
-  if (!static_steps_ || opt.tree_cached != 0) return nullptr;
-  const int64_t n_trees = static_cast<int64_t>(opt.parents.size()) == B * T && B > 1 ? B : 1;
+  if (!static_steps_) return nullptr;
+  const int64_t tc = opt.tree_cached;
+  const int64_t n_trees = static_cast<int64_t>(opt.parents.size()) == B * (tc + T) && B > 1 ? B : 1;
   const int64_t* bucket = std::lower_bound(std::begin(k_step_buckets), std::end(k_step_buckets), T);
   if (bucket == std::end(k_step_buckets)) return nullptr;
   const int64_t Tb = *bucket, S = cache.max_seq();
+  const int64_t* columns = std::lower_bound(std::begin(k_step_buckets), std::end(k_step_buckets), tc + Tb);
+  if (columns == std::end(k_step_buckets)) return nullptr;
+  const int64_t W = tc == 0 ? Tb : *columns;
   if (*std::max_element(start_pos.begin(), start_pos.end()) + Tb > S) return nullptr;
   int64_t max_pos = S;
   for (int64_t p : opt.positions) max_pos = std::max(max_pos, p + 1);
@@ -377,7 +385,7 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
     id.push_back(cache.v(l).data_ptr());
   }
   for (auto& st : steps_)
-    if (st->cache_id == id && st->B == B && st->Tb == Tb && st->S == S && st->n_trees == n_trees &&
+    if (st->cache_id == id && st->B == B && st->Tb == Tb && st->S == S && st->n_trees == n_trees && st->W == W &&
         st->layers == opt.layers &&
         st->hidden_layer == opt.hidden_layer && st->final_hidden == opt.final_hidden && st->logits == opt.logits)
       return st.get();
@@ -390,11 +398,12 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
   st->Tb = Tb;
   st->S = S;
   st->n_trees = n_trees;
+  st->W = W;
   st->layers = opt.layers;
   st->hidden_layer = opt.hidden_layer;
   st->final_hidden = opt.final_hidden;
   st->logits = opt.logits;
-  st->graph = std::make_unique<StepGraph>(device_, 5 * B * Tb + n_trees * Tb * Tb);
+  st->graph = std::make_unique<StepGraph>(device_, 5 * B * Tb + n_trees * Tb * W);
   steps_.push_back(std::move(st));
   return steps_.back().get();
 }
@@ -402,11 +411,12 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
 ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& tokens,
                                              const std::vector<int64_t>& start_pos, KVCache& cache,
                                              const ForwardOptions& opt) {
-  const int64_t B = st.B, T = tokens.size(1), Tb = st.Tb, n = B * Tb, S = cache.max_seq();
+  const int64_t B = st.B, T = tokens.size(1), Tb = st.Tb, W = st.W, n = B * Tb, S = cache.max_seq();
+  const int64_t tc = opt.tree_cached;
   // The inputs, built on the host and uploaded in one copy; the token ids follow from wherever
   // they are (a draft loop's own picks are on the device).
   const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
-  std::vector<int64_t> in(5 * n + st.n_trees * Tb * Tb, 0);
+  std::vector<int64_t> in(5 * n + st.n_trees * Tb * W, 0);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < Tb; ++t) {
       const int64_t i = b * Tb + t;
@@ -414,22 +424,22 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& t
       in[n + i] = start_pos[b] + t;
       const bool fed = t < fed_count(opt, b, T);
       in[2 * n + i] = fed ? pos[b * T + t] : start_pos[b] + t;
-      in[3 * n + i] = start_pos[b];
+      in[3 * n + i] = start_pos[b] - tc;  // the slot of tree node 0 (a chain: of fed row 0)
       in[4 * n + i] = 0;  // the token ids: copied in below, from wherever they are
     }
   }
   std::vector<int64_t> path, begin;
   for (int64_t tree = 0; tree < st.n_trees; ++tree) {
-    int64_t* anc = in.data() + 5 * n + tree * Tb * Tb;  // [Tb, Tb]
+    int64_t* anc = in.data() + 5 * n + tree * Tb * W;  // [Tb, W]: row t is node tc + t
     if (const int32_t* parents = tree_of(opt, tree, T)) {
-      tree_ancestors(parents, T, path, begin);
+      tree_ancestors(parents, tc + T, path, begin);
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = begin[t]; k < begin[t + 1]; ++k) anc[t * Tb + path[k]] = 1;
+        for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) anc[t * W + path[k]] = 1;
     } else {
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k <= t; ++k) anc[t * Tb + k] = 1;
+        for (int64_t k = 0; k <= t; ++k) anc[t * W + k] = 1;
     }
-    for (int64_t t = T; t < Tb; ++t) anc[t * Tb + t] = 1;
+    for (int64_t t = T; t < Tb; ++t) anc[t * W + tc + t] = 1;
   }
   st.graph->upload(in);
   const at::Tensor padding = ragged(opt, T) ? to_device_async(padding_rows(opt.n_fed, T), device_) : at::Tensor();
@@ -446,15 +456,16 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& t
     s.slot = x.narrow(0, n, n);
     const at::Tensor p = x.narrow(0, 2 * n, n), base = x.narrow(0, 3 * n, n), tokens = x.narrow(0, 4 * n, n);
     const at::Tensor a =
-        x.narrow(0, 5 * n, st.n_trees * Tb * Tb).view({st.n_trees, Tb, Tb}).to(at::kBool).expand({B, Tb, Tb});
+        x.narrow(0, 5 * n, st.n_trees * Tb * W).view({st.n_trees, Tb, W}).to(at::kBool).expand({B, Tb, W});
     const int64_t half = cfg_.head_dim / 2;
     s.cos = cos_.index_select(0, p).view({n, 1, half});
     s.sin = sin_.index_select(0, p).view({n, 1, half});
-    // Key slot j holds node j - base of the fed block: before it the prefix, which every row
-    // sees; inside it, a row sees its ancestors (a chain: every earlier row) and itself.
+    // Key slot j holds node j - base of the tree (a chain: of the fed block): before it the
+    // prefix, which every row sees; inside it, a row sees its ancestors (a chain: every
+    // earlier row) and itself.
     const at::Tensor node = at::arange(S, x.options()).view({1, 1, S}) - base.view({B, Tb, 1});  // [B, Tb, S]
-    const at::Tensor inside = (node >= 0) & (node < Tb);
-    const at::Tensor visible = (node < 0) | (at::gather(a, 2, node.clamp(0, Tb - 1)) & inside);
+    const at::Tensor inside = (node >= 0) & (node < W);
+    const at::Tensor visible = (node < 0) | (at::gather(a, 2, node.clamp(0, W - 1)) & inside);
     s.mask = at::zeros({B, Tb, S}, at::TensorOptions().dtype(at::kFloat).device(device_))
                  .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
                  .view({B, 1, 1, Tb, S});

@@ -147,6 +147,37 @@ TEST(LlamaAten, StaticStepsAllocateTheSameBuffersWhateverTheirInputs) {
   }
 }
 
+// The same for a tree grown over several forwards (the tree drafter's growth): 3 fed nodes
+// with tree_cached = 2 nodes already in the cache, at other positions and with other tokens,
+// take one static step (bucket 4, ancestor columns 6); the eager path allocates by position.
+TEST(LlamaAten, GrowingTreesTakeStaticStepsToo) {
+  const ModelConfig cfg = tiny_llama_config();
+  const LlamaTensors w = make_tiny_llama_tensors(cfg, 5);
+  ForwardOptions grow;
+  grow.parents = {-1, -1, 0, 1, 0};  // nodes 0, 1 cached; 2..4 fed
+  grow.tree_cached = 2;
+  std::vector<std::vector<int64_t>> logs[2];
+  at::Tensor rows[2];
+  for (const bool static_steps : {false, true}) {
+    auto m = make_llama_aten(cfg, w, at::kFloat, at::kCPU, static_steps);
+    KVCache c = m->make_cache(1, 40);
+    m->forward(random_tokens(1, 30, cfg.n_vocab, 21), {0}, c);
+    uint64_t seed = 40;
+    for (const int64_t start : {29, 29, 22, 25, 14}) {
+      const at::Tensor tokens = random_tokens(1, 3, cfg.n_vocab, ++seed);
+      logs[static_steps].push_back(allocations_of([&] { rows[static_steps] = m->forward(tokens, {start}, c, grow).logits; }));
+    }
+  }
+  // Both paths compute the same rows (the last forward's).
+  EXPECT_LT(max_diff(rows[0], rows[1]), 1e-5f);
+  const auto& eager = logs[0];
+  const auto& fixed = logs[1];
+  ASSERT_FALSE(fixed[1].empty());
+  EXPECT_NE(eager[1], eager.back()) << "the log did not see the eager path's position-dependent buffers";
+  for (size_t i = 2; i < fixed.size(); ++i)
+    EXPECT_EQ(fixed[i], fixed[1]) << "growth forward " << i << " did not replay the static step of forward 1";
+}
+
 // Two sequences at different start positions in one forward give the rows each gives alone;
 // for a tree too (tree_cached > 0: a tree grown over two forwards).
 TEST(LlamaAten, RaggedBatchAndGrowingTreeEqualSequencesAlone) {

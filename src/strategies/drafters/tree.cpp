@@ -219,14 +219,18 @@ Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
 void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k) {
   const bool by_value = cfg_.greedy() || budget_ != 0;
   const int64_t F = static_cast<int64_t>(parents.size());
-  std::vector<at::Tensor> processed;  // per row, after the processors with the row's own path as context
-  for (int64_t i = 0; i < F; ++i) {
-    const at::Tensor row = rows[i].unsqueeze(0);
-    const Tokens context = path_context(seq, parents[i]);  // the root's (-1): seq
-    processed.push_back(by_value ? at::log_softmax(sampling::process_logits(row, cfg_, context)[0], 0)
-                                 : sampling::probabilities(row, cfg_, context)[0]);
+  const auto process = [&](const at::Tensor& r, const Tokens& context) {
+    return by_value ? at::log_softmax(sampling::process_logits(r, cfg_, context), 1)
+                    : sampling::probabilities(r, cfg_, context);
+  };
+  at::Tensor all;  // [F, V] on the source's device, after the processors
+  if (cfg_.repetition_penalty == 1.0) {
+    all = process(rows, seq);  // no processor reads the context: all rows at once
+  } else {                     // the penalty sees each row's own path
+    std::vector<at::Tensor> processed;
+    for (int64_t i = 0; i < F; ++i) processed.push_back(process(rows[i].unsqueeze(0), path_context(seq, parents[i])));
+    all = at::cat(processed);
   }
-  const at::Tensor all = at::stack(processed);  // [F, V] on the source's device
   // The children, on the device: the top k of each row by value (greedy: argmax first; ties to
   // the lower id), or k independent draws per row, duplicates kept (multi-draft verification),
   // by the lanes' inverse CDF (sampling::pick_tokens), the uniforms in the order the draws take.
