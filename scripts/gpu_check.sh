@@ -14,8 +14,9 @@
 #   5. runs the CUDA and device tests with SPECDEC_REQUIRE_CUDA=1 (gtest XML);
 #   6. build-gpu/bench/bench_model_steps: decode and verify-curve step costs of the SmolLM2 and
 #      Qwen2.5-1.5B shapes (random bf16 weights), static steps on and off, and
-#      bench_strategies_loop: the speculative loop with synthetic acceptance against Leviathan's
-#      prediction from the measured step costs, and greedy batches of 8 and 32 beside batch 1
+#      bench_strategies_loop: the speculative loop with synthetic acceptance, chains and static
+#      trees, against the prediction from the step costs measured in the same process
+#      (Leviathan's for chains, its positional form for trees), and greedy batches of 8 and 32 beside batch 1
 #      (batch_greedy) -> $OUT/steps.json;
 #   7. scripts/peer/hf_gpu_decode.py, the Hugging Face reference (eager and static cache +
 #      torch.compile, same shapes) -> $OUT/hf.json;
