@@ -3,7 +3,7 @@
 // interface: verifying a round and moving KV-cache entries. The loop itself (strategies/)
 // and the models never call a *_cpu or *_cuda launcher directly; they ask the backend of the
 // device their tensors live on. The CPU backend runs in every test; the CUDA backend is
-// compiled in CI but, on this project's machines, has never run on a GPU.
+// compiled in CI and runs on a GPU only in scripts/gpu_check.sh (results/gpu.md).
 //
 // Memory split, the same for both backends: the big arrays (target/draft probabilities, KV
 // tensors) are in the device's memory; the small per-round arrays the host loop produces and
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -40,6 +41,16 @@ class Backend {
   virtual void verify_tree(const TreeVerifyArgs& args) = 0;
   // KV compaction: args.kv in device memory; src_pos, n_keep, dst_start and lengths on the host.
   virtual void kv_compact(const CompactArgs& args) = 0;
+  // The same keep lists applied to every tensor in `layers` (device memory, each laid out as
+  // args.kv, which is ignored): a whole cache in one call. This default compacts them one by
+  // one; the CUDA backend stages the lists once and waits for the device once, not per tensor.
+  virtual void kv_compact_layers(const CompactArgs& args, const std::vector<float*>& layers) {
+    for (float* kv : layers) {
+      CompactArgs a = args;
+      a.kv = kv;
+      kv_compact(a);
+    }
+  }
   // Beam reorder: dst and src in device memory, indices on the host.
   virtual void kv_reorder(float* dst, const float* src, const int64_t* indices, int64_t batch,
                           int64_t row_elems) = 0;

@@ -110,7 +110,6 @@ struct Loop {
 // What one round costs, measured step by step (ms).
 struct RoundCost {
   double draft = 0, verify = 0;
-  double draft_if_captured = 0;  // the growth forwards as plain (captured) steps of as many rows
 };
 
 RoundCost round_cost(const Loop& loop, const std::vector<int64_t>& branching, bool chain) {
@@ -127,11 +126,11 @@ RoundCost round_cost(const Loop& loop, const std::vector<int64_t>& branching, bo
   const std::vector<int32_t> parents = tree_parents(branching);
   const int64_t nodes = static_cast<int64_t>(parents.size());
   if (chain) {
-    c.draft = c.draft_if_captured = double(nodes) * one;
+    c.draft = double(nodes) * one;
     c.verify = step_ms(target, tc, ctx, nodes + 1);
     return c;
   }
-  c.draft = c.draft_if_captured = one;  // the root: the last committed token
+  c.draft = one;  // the root: the last committed token
   int64_t cached = 0, width = 1;
   for (size_t d = 0; d + 1 < branching.size(); ++d) {  // depth d + 1's nodes are fed; the leaves never
     width *= branching[d];
@@ -142,7 +141,6 @@ RoundCost round_cost(const Loop& loop, const std::vector<int64_t>& branching, bo
     if (cached > 0) draft.forward(at::randint(V, {1, cached}, at::kLong), {ctx}, dc, before);
     c.draft += step_ms(draft, dc, ctx + cached, width, grow);
     dc.truncate(0, ctx);
-    c.draft_if_captured += step_ms(draft, dc, ctx, width);
     cached += width;
   }
   model::ForwardOptions verify;  // the root (the last committed token) is row 0
@@ -198,11 +196,9 @@ void bench_loop(benchmark::State& state, const Loop* loop, LoopShape shape) {
   state.counters["predicted_ms_per_round"] = c.draft + c.verify;
   state.counters["predicted_tokens_per_round"] = per_round;
   state.counters["ms_draft_per_round"] = c.draft;
-  state.counters["ms_draft_per_round_if_captured"] = c.draft_if_captured;
   state.counters["ms_verify_step"] = c.verify;
   state.counters["tokens_per_s"] = measured;
   state.counters["predicted_tokens_per_s"] = predicted;
-  state.counters["predicted_tokens_per_s_if_captured"] = 1000.0 * per_round / (c.draft_if_captured + c.verify);
   state.counters["measured_over_predicted"] = measured / predicted;
 }
 

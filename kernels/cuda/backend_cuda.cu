@@ -201,33 +201,46 @@ class CudaBackend final : public Backend {
     check_tree_status(host.n_accepted, host.out_tokens, B, N + 1, who);
   }
 
-  void kv_compact(const CompactArgs& host) override {
+  void kv_compact(const CompactArgs& host) override { kv_compact_layers(host, {host.kv}); }
+
+  // One staging of the keep lists and one wait for all the tensors: a launch per tensor, each
+  // with its own status section, and one download of the statuses at the end.
+  void kv_compact_layers(const CompactArgs& host, const std::vector<float*>& layers) override {
     const char* who = "kv_compact (cuda)";
-    check_compact_args(host, who);  // index lists are on the host: checked before anything moves
+    if (layers.empty()) return;
+    for (size_t l = 0; l < layers.size(); ++l) SD_CHECK(layers[l], who, ": layers[", l, "] is null");
+    CompactArgs a = host;
+    a.kv = layers[0];
+    check_compact_args(a, who);  // index lists are on the host: checked before anything moves
     std::lock_guard<std::mutex> lock(mu_);
     const DeviceGuard guard(index_, who);
-    const int64_t B = host.batch;
+    const int64_t B = host.batch, L = static_cast<int64_t>(layers.size());
     Staging& st = staging_;
     st.reset();
     const size_t o_src = stage(st, host.src_pos, B * host.max_keep), o_n = stage(st, host.n_keep, B),
                  o_dst = stage(st, host.dst_start, B);
     const size_t inputs_end = st.size();
-    const size_t status_bytes = kv_compact_cuda_workspace_bytes(host);
-    const size_t o_status = st.add(status_bytes);
+    const size_t status_bytes = kv_compact_cuda_workspace_bytes(a);
+    const size_t o_status = st.add(status_bytes * static_cast<size_t>(L));
     st.fit(who);
     copy_in(st, host.src_pos, o_src, B * host.max_keep);
     copy_in(st, host.n_keep, o_n, B);
     copy_in(st, host.dst_start, o_dst, B);
-    CompactArgs a = host;
     a.src_pos = st.device<int64_t>(o_src);
     a.n_keep = st.device<int32_t>(o_n);
     a.dst_start = st.device<int64_t>(o_dst);
     a.lengths = nullptr;  // set on the host below
     st.upload(0, inputs_end, stream_, who);
-    const CudaLaunch launch = workspace_.launch(status_bytes, stream_, who);
-    kv_compact_cuda(a, launch);
-    download_status(st.host<char>(o_status), launch.workspace, status_bytes, who);
-    check_compact_status(st.host<int32_t>(o_status), B, who);
+    const CudaLaunch all = workspace_.launch(status_bytes * static_cast<size_t>(L), stream_, who);
+    for (int64_t l = 0; l < L; ++l) {
+      a.kv = layers[l];
+      CudaLaunch one = all;
+      one.workspace = static_cast<char*>(all.workspace) + l * status_bytes;
+      one.workspace_bytes = status_bytes;
+      kv_compact_cuda(a, one);
+    }
+    download_status(st.host<char>(o_status), all.workspace, status_bytes * static_cast<size_t>(L), who);
+    for (int64_t l = 0; l < L; ++l) check_compact_status(st.host<int32_t>(o_status + l * status_bytes), B, who);
     if (host.lengths)
       for (int64_t b = 0; b < B; ++b) host.lengths[b] = host.dst_start[b] + host.n_keep[b];
   }

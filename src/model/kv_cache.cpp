@@ -1,6 +1,8 @@
 // Preallocated KV cache: allocation, O(1) rollback, beam reorder and tree compaction.
 #include "model/kv_cache.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "model/device.h"
 
@@ -8,16 +10,17 @@ namespace specdec::model {
 
 namespace {
 
-// Compacts sequence `seq` of one layer tensor t: [B, H, S, D] float32 through the kernel of
-// the tensor's device (kernels/backend.h). The kernel works on whole batches; a single entry of a contiguous [B, H, S, D]
+// Compacts sequence `seq` of the float32 tensors `ts` (the cache's K and V, all [B, H, S, D]
+// alike) through the kernel of their device (kernels/backend.h), in one backend call for the
+// whole cache. The kernel works on whole batches; a single entry of a contiguous [B, H, S, D]
 // tensor is itself a contiguous [1, H, S, D] tensor, so the other sequences are untouched.
-void compact_layer_f32(at::Tensor& t, int64_t seq, int64_t start,
-                       const std::vector<int64_t>& keep) {
-  if (keep.empty()) return;
-  at::Tensor row = t.select(0, seq);  // [H, S, D], contiguous within the batch entry
+void compact_f32(const std::vector<at::Tensor*>& ts, int64_t seq, int64_t start, const std::vector<int64_t>& keep) {
+  if (keep.empty() || ts.empty()) return;
+  std::vector<float*> layers;
+  for (at::Tensor* t : ts) layers.push_back(t->select(0, seq).data_ptr<float>());  // [H, S, D] each
+  const at::Tensor& t = *ts[0];
   int32_t n_keep = static_cast<int32_t>(keep.size());
   kernels::CompactArgs a;
-  a.kv = row.data_ptr<float>();
   a.batch = 1;
   a.heads = t.size(1);
   a.max_seq = t.size(2);
@@ -26,7 +29,7 @@ void compact_layer_f32(at::Tensor& t, int64_t seq, int64_t start,
   a.n_keep = &n_keep;
   a.dst_start = &start;
   a.max_keep = static_cast<int64_t>(keep.size());
-  backend_of(t.device())->kv_compact(a);
+  backend_of(t.device())->kv_compact_layers(a, layers);
 }
 
 }  // namespace
@@ -104,10 +107,11 @@ void KVCache::compact(int64_t seq, int64_t start, const std::vector<int64_t>& ke
              "ascending, but keep[", i, "] = ", keep[i], " after ", keep[i - 1]);
   }
   const int64_t n_keep = static_cast<int64_t>(keep.size());
+  std::vector<at::Tensor*> f32;  // compacted together, by the kernels
   for (auto* layers : {&k_, &v_}) {
     for (auto& t : *layers) {
       if (t.scalar_type() == at::kFloat) {
-        compact_layer_f32(t, seq, start, keep);
+        f32.push_back(&t);
       } else {
         // Ascending sources >= destinations: a forward copy never reads an overwritten row.
         at::Tensor s = t.select(0, seq);  // [H, S, D]
@@ -116,6 +120,7 @@ void KVCache::compact(int64_t seq, int64_t start, const std::vector<int64_t>& ke
       }
     }
   }
+  compact_f32(f32, seq, start, keep);
   lengths_[seq] = start + n_keep;
 }
 

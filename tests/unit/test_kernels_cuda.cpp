@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/backend.h"
 #include "kernels/kernels.h"
 
 #ifdef SPECDEC_WITH_CUDA
@@ -498,5 +500,49 @@ TEST(KernelsCuda, CompactAndReorderMatchCpu) {
   rws = rl.ws.to_host();
   std::memcpy(rstatus.data(), rws.data(), sizeof(int32_t) * B);
   expect_error([&] { sk::check_reorder_status(rstatus.data(), B, "kv_reorder_cuda"); }, "indices[1]");
+#endif
+}
+
+// A whole cache in one backend call (what KVCache::compact does on a device): the CUDA
+// backend's kv_compact_layers stages the keep list once, launches per tensor and waits once;
+// every tensor must come out as kv_compact_cpu leaves it, and the length is set. A bad list is
+// a named error before anything moves.
+TEST(KernelsCuda, BackendCompactsAllLayersInOneCallLikeTheCpu) {
+  if (!sk::cuda_available()) GTEST_SKIP() << skip_reason();
+#ifdef SPECDEC_WITH_CUDA
+  const int64_t L = 5, H = 3, S = 48, D = 32;
+  specdec::Rng rng(21);
+  std::vector<std::vector<float>> host(L, std::vector<float>(H * S * D));
+  for (auto& layer : host)
+    for (auto& x : layer) x = rng.uniformf();
+  std::vector<int64_t> keep = {12, 15, 16, 30, 41};
+  int64_t start = 10, length = -1;
+  int32_t n_keep = static_cast<int32_t>(keep.size());
+  sk::CompactArgs c;
+  c.batch = 1, c.heads = H, c.max_seq = S, c.head_dim = D;
+  c.src_pos = keep.data(), c.n_keep = &n_keep, c.dst_start = &start, c.max_keep = n_keep;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dev;
+  std::vector<float*> layers;
+  for (const auto& layer : host) {
+    dev.push_back(std::make_unique<DeviceBuffer<float>>(layer));
+    layers.push_back(dev.back()->ptr);
+  }
+  c.lengths = &length;
+  const auto backend = sk::backend_for(sk::Device{sk::Device::Kind::cuda, 0});
+  backend->kv_compact_layers(c, layers);
+  EXPECT_EQ(length, start + n_keep);
+  for (int64_t l = 0; l < L; ++l) {
+    std::vector<float> want = host[l];
+    sk::CompactArgs one = c;
+    one.kv = want.data();
+    one.lengths = nullptr;
+    sk::kv_compact_cpu(one);
+    EXPECT_EQ(dev[l]->to_host(), want) << "layer " << l;
+  }
+  std::vector<int64_t> bad = {12, 12, 16, 30, 41};  // not strictly ascending
+  c.src_pos = bad.data();
+  const std::vector<float> before = dev[0]->to_host();
+  expect_error([&] { backend->kv_compact_layers(c, layers); }, "src_pos[0][1]");
+  EXPECT_EQ(dev[0]->to_host(), before);
 #endif
 }
