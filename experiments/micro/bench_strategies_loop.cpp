@@ -32,7 +32,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -233,14 +232,6 @@ void bench_batch(benchmark::State& state, const Loop* loop, int64_t B) {
   state.counters["speedup_over_batch1"] = batched / single;
 }
 
-std::vector<std::string> split_on(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, sep);)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -252,11 +243,11 @@ int main(int argc, char** argv) {
     return 1;
   std::vector<LoopShape> loops;
   try {
-    for (const std::string& g : split_on(gammas, ','))
+    for (const std::string& g : bench::split(gammas))
       loops.push_back({"model", std::vector<int64_t>(size_t(std::stoll(g)), 1), "gamma:" + g});
-    for (const std::string& t : split_on(trees, ';')) {
+    for (const std::string& t : bench::split(trees, ';')) {
       LoopShape s{"tree", {}, t};
-      for (const std::string& k : split_on(t, ',')) s.branching.push_back(std::stoll(k));
+      for (const std::string& k : bench::split(t)) s.branching.push_back(std::stoll(k));
       loops.push_back(s);
     }
   } catch (const std::exception&) {

@@ -94,11 +94,12 @@ inline bool parse_flags(int argc, char** argv, const std::map<std::string, std::
   return !benchmark::ReportUnrecognizedArguments(n_rest, rest.data());
 }
 
-inline std::vector<std::string> split(const std::string& s) {
+// The non-empty items of a `sep`-separated list.
+inline std::vector<std::string> split(const std::string& s, char sep = ',') {
   std::vector<std::string> out;
   size_t a = 0;
   while (a <= s.size()) {
-    const size_t b = std::min(s.find(',', a), s.size());
+    const size_t b = std::min(s.find(sep, a), s.size());
     if (b > a) out.push_back(s.substr(a, b - a));
     a = b + 1;
   }
