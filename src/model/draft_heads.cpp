@@ -232,6 +232,12 @@ void DraftHead::pack(at::ScalarType dtype) {
   }
 }
 
+void DraftHead::to(const at::Device& device) {
+  SD_CHECK(packed_.empty() || device.is_cpu(), "draft head: a packed head runs on the host, not on ", device.str());
+  for (auto& [name, t] : params_) t = t.detach().to(device);
+  inv_freq_ = inv_freq_.to(device);
+}
+
 at::Tensor DraftHead::linear(const std::string& w, const std::string& b, const at::Tensor& x) const {
   const auto it = packed_.find(w);
   if (it != packed_.end()) return it->second(x.contiguous());
@@ -244,7 +250,7 @@ EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb,
   const int64_t P = k_past.defined() ? k_past.size(0) : 0;
   const at::Tensor x = linear("fc.weight", "fc.bias", at::cat({feat, emb}, 1));  // [T, d]
   const at::Tensor xn = rms_norm_aten(x, p("attn_norm"), cfg_.norm_eps);
-  const at::Tensor ang = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.to(x.device());  // [T, hd/2]
+  const at::Tensor ang = positions.to(x.device(), at::kFloat).unsqueeze(1) * inv_freq_.to(x.device());  // [T, hd/2]
   const at::Tensor cos = ang.cos().unsqueeze(1), sin = ang.sin().unsqueeze(1);           // [T, 1, hd/2]
   const at::Tensor q = rope_rotate_half(linear("wq", "", xn).view({T, H, hd}), cos, sin);
   const at::Tensor k = rope_rotate_half(linear("wk", "", xn).view({T, Hkv, hd}), cos, sin);

@@ -90,6 +90,9 @@ class DraftHead {
   // reads). The forwards then use them; call it after the last change to params(), never on a
   // head being trained (the packed copies carry no gradient).
   void pack(at::ScalarType dtype);
+  // The inference form on a device (a target's GPU): the float32 parameters moved there, run by
+  // ATen ops. A packed head stays on the host (call one of the two, never both).
+  void to(const at::Device& device);
 
   // EAGLE. feat, emb: [T, d]; positions [T] int64 (RoPE); k_past, v_past: [P, Hkv, hd] (P may
   // be 0: undefined tensors); mask: [T, P + T] additive (0 attend, -inf not), undefined for a

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/device.h"
 #include "strategies/common.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
@@ -97,14 +98,19 @@ std::vector<Candidate> Beam::top_candidates(const at::Tensor& logits, const std:
   }
   std::vector<float> scores(running.size());
   for (size_t b = 0; b < running.size(); ++b) scores[b] = running[b].score;
-  at::Tensor acc = (lp + at::from_blob(scores.data(), {n_beams, 1}, at::kFloat)).reshape({-1});  // [B*V]
+  const at::Tensor running_scores = at::tensor(scores, at::kFloat).view({n_beams, 1});
+  const at::Tensor acc = (lp + model::to_device_async(running_scores, lp.device())).reshape({-1});  // [B*V]
   auto [vals, idx] = acc.topk(n_keep);
+  // One host read for the step: the candidates' ids, their scores riding with them.
+  const at::Tensor vals_host = model::to_host_async(vals.contiguous());
+  const at::Tensor idx_host = model::on_host(idx).contiguous();
+  const float* v = vals_host.data_ptr<float>();
+  const int64_t* x = idx_host.data_ptr<int64_t>();
   std::vector<Candidate> out(n_keep);
   for (int64_t c = 0; c < n_keep; ++c) {
-    const int64_t flat = idx[c].item<int64_t>();
-    out[c].beam = flat / n_vocab;
-    out[c].token = static_cast<TokenId>(flat % n_vocab);
-    out[c].logprob = vals[c].item<float>();
+    out[c].beam = x[c] / n_vocab;
+    out[c].token = static_cast<TokenId>(x[c] % n_vocab);
+    out[c].logprob = v[c];
     const bool eos = std::count(req.stop.eos_ids.begin(), req.stop.eos_ids.end(), out[c].token) > 0;
     out[c].hits_stop = eos || step + 1 >= req.stop.max_new_tokens;
   }

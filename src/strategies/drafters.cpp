@@ -24,9 +24,9 @@ void DraftProposal::read_drawn(bool synced) {
   const int64_t* p = ids.data_ptr<int64_t>();
   tokens.clear();
   for (int64_t j = 0; j < ids.size(0); ++j) {
-    SD_CHECK(p[j] >= 0, is_chain() ? "model drafter" : "tree drafter", ": the draft distribution q at draft ",
+    SD_CHECK(p[j] >= 0, is_chain() ? "drafter" : "tree drafter", ": the draft distribution q at draft ",
              is_chain() ? "position " : "node ", j,
-             " has no positive entry (the draft model's logits are NaN or every token was filtered)");
+             " has no positive entry (the draft's logits are NaN or every token was filtered)");
     tokens.push_back(static_cast<TokenId>(p[j]));
   }
   drawn = drawn_host = at::Tensor();
@@ -35,6 +35,23 @@ void DraftProposal::read_drawn(bool synced) {
 at::Tensor DraftProposal::drawn_on(const at::Device& device) const {
   const bool read = device.is_cpu() && !drawn.is_cpu();
   return (read ? model::on_host(drawn) : model::to_device_async(drawn, device)).clamp_min(0);
+}
+
+at::Tensor pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, double u,
+                      std::vector<at::Tensor>& q_rows) {
+  const at::Tensor logits = row.unsqueeze(0);  // [1, V]
+  if (proc.greedy())  // q is one-hot; the greedy verifier ignores it
+    return sampling::pick_tokens(proc.repetition_penalty != 1.0 ? sampling::process_logits(logits, proc, context) : logits);
+  const at::Tensor q = sampling::probabilities(logits, proc, context);  // [1, V]
+  q_rows.push_back(q);
+  return sampling::pick_tokens(q, {u});
+}
+
+TokenId drafted_token(const at::Tensor& picked, const std::string& drafter, int64_t slot, int64_t position) {
+  const int64_t token = model::on_host(picked).item<int64_t>();
+  SD_CHECK(token >= 0, drafter, " drafter: the draft distribution q of slot ", slot, ", draft position ", position,
+           " has no positive entry (the draft's logits are NaN or every token was filtered)");
+  return static_cast<TokenId>(token);
 }
 
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,

@@ -191,6 +191,15 @@ void check_drafter_params(const Params& resolved);
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
                                     int64_t lo, int64_t hi);
 
+// A draft token chosen where its row [V] of draft logits is, and left there: [1] int64
+// (sampling::pick_tokens; -1: q had no mass). Greedy: the argmax (q not kept); else a draw from
+// q with uniform u, its q row [1, V] appended to q_rows. The processors see `context`: with a
+// repetition penalty the caller reads each token as it is drawn (drafted_token) to extend it.
+at::Tensor pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, double u,
+                      std::vector<at::Tensor>& q_rows);
+// A picked token, read (one host read); a -1 is an error naming the drafter, slot and position.
+TokenId drafted_token(const at::Tensor& picked, const std::string& drafter, int64_t slot, int64_t position);
+
 // What grows the tree drafter's trees (drafters/tree.cpp): the tree drafter chooses the shape
 // (static branching, EAGLE-2 dynamic growth, Sequoia's budget) and draws the tokens; a source
 // gives the draft logits. The draft model is one source, a trained EAGLE head another (eagle.cpp).

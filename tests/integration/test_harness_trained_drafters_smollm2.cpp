@@ -204,8 +204,9 @@ TEST(TrainedDrafters, EagleDraftsWhatTheHeadPredicts) {
     ASSERT_TRUE(d->wants_target_features());
     // The loop's prefill: every prompt position but the last (the first round's root).
     d->observe_features(Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, hidden.narrow(0, 0, n - 1));
-    const DraftProposal p = d->propose(req.prompt, 2);
+    DraftProposal p = d->propose(req.prompt, 2);
     ASSERT_EQ(p.size(), 2);
+    p.read_drawn(/*synced=*/false);  // the tokens stay where they were picked until read
     ASSERT_TRUE(p.q.defined());
     at::NoGradGuard no_grad;
     train::Sequence s;
@@ -303,12 +304,10 @@ class TrainedDrafter : public ::testing::TestWithParam<std::string> {
   }
 };
 
-// Also the host reads (core/host_reads.h), printed for every kind. The heads run on the host, so
-// each head forward reads its inputs from the target's device (EAGLE: the token embeddings) and,
-// without a draft vocabulary, its logits from the target's output head; a round also reads the
-// target's features. Held for the static trees, whose tokens stay where they are drawn: the
-// prompt's features (1), then Medusa's round is 3 reads (features, the heads' rows, the
-// verdict), EAGLE's 2 plus 2 per head forward.
+// Also the host reads (core/host_reads.h), printed for every kind. The heads run where the
+// target's features are and the drafted tokens stay where they were picked, so a chain or a
+// static tree costs one read a round, the verdict; a dynamic tree one more per depth (gamma 4).
+// (On a device target: test_strategies_device_smollm2, TrainedHeadsDraftWhereTheTargetIs...)
 TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
   int64_t accepted = 0;
   for (const char* prompt : {"import os\n\ndef list_python_files(root):\n    ",
@@ -324,9 +323,8 @@ TEST_P(TrainedDrafter, GreedyTokensEqualTheTargetsAndTheHeadIsAccepted) {
     std::printf("host reads (%s): %lld for %lld rounds, %lld draft forwards\n", GetParam().c_str(),
                 static_cast<long long>(reads), static_cast<long long>(got.stats.n_rounds),
                 static_cast<long long>(got.stats.n_draft_forwards));
-    if (GetParam() == "medusa_static") EXPECT_LE(reads, 1 + 3 * got.stats.n_rounds) << prompt;
-    if (GetParam() == "eagle_static")
-      EXPECT_LE(reads, 1 + 2 * got.stats.n_rounds + 2 * got.stats.n_draft_forwards) << prompt;
+    const bool dynamic = GetParam().find("_tree") != std::string::npos;
+    EXPECT_LE(reads, (dynamic ? 1 + 4 : 1) * got.stats.n_rounds) << prompt;
   }
   EXPECT_GT(accepted, 0) << "the trained head never drafted an accepted token";
 }

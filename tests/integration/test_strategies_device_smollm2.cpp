@@ -17,6 +17,7 @@
 
 #include "core/host_reads.h"
 #include "model/causal_lm.h"
+#include "model/draft_heads.h"
 #include "model/layer_subset.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
@@ -216,6 +217,14 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   EXPECT_EQ(greedy_reads, g.stats.n_target_forwards);
   std::printf("host reads (%s): greedy %lld for %lld steps\n", GetParam().c_str(), static_cast<long long>(greedy_reads),
               static_cast<long long>(g.stats.n_target_forwards));
+  // Beam search: one read a step, its candidates (their scores ride with them). (The cache's
+  // reorder moves on the device; a GPU backend still waits there for its status check.)
+  const int64_t rb = host_reads();
+  const Result beam = create("beam", Params(std::map<std::string, std::string>{{"num_beams", "2"}}))->generate(request(m, kPrompts[1], 8), {});
+  const int64_t beam_reads = host_reads() - rb;
+  EXPECT_LE(beam_reads, beam.stats.n_target_forwards);
+  std::printf("host reads (%s): beam %lld for %lld steps\n", GetParam().c_str(), static_cast<long long>(beam_reads),
+              static_cast<long long>(beam.stats.n_target_forwards));
   // drafter -> reads per round allowed
   for (const auto& [drafter, per_round] : std::vector<std::pair<std::string, int64_t>>{
            {"ngram", 1}, {"suffix", 1}, {"recycling", 1}, {"model", 1}}) {
@@ -286,6 +295,58 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     std::printf("host reads (%s): batch of 2, speculative %s, temperature %s: %lld for %lld batch rounds\n",
                 GetParam().c_str(), drafter.c_str(), temperature.c_str(), static_cast<long long>(reads),
                 static_cast<long long>(rounds));
+  }
+}
+
+// The trained drafters' heads run where the target's features are (a GPU target: on the GPU,
+// trained_head.h): the features, the head's layers and KV cache, its output head and the picks
+// stay there, and the drafted tokens reach the host with the verdict, one read a round, for
+// chains and static trees (the dynamic tree: one read per depth, as the draft model's). The heads
+// here are untrained (model::DraftHead::fresh): where tensors live and what the host reads does
+// not depend on what a head learned; greedy equality holds for any head (lossless).
+TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
+  // The eager path places the same tensors in the same places: the static steps' run suffices.
+  if (GetParam() == "cpu") GTEST_SKIP() << "the static steps' test (cpu_graphs, cuda)";
+  const model::LoadedModel m = load(GetParam(), "aten");
+  const std::string dir = ::testing::TempDir() + "/specdec_device_heads_" + GetParam();
+  model::DraftHead::fresh(*m.model, "eagle", "smollm2-135m", 1).save(dir + "/eagle");
+  model::DraftHead::fresh(*m.model, "medusa", "smollm2-135m", 1, 0, 3).save(dir + "/medusa");
+  const Result g = create("greedy", params({}))->generate(request(m, kPrompts[0], 16), {});
+  struct Case {
+    std::map<std::string, std::string> p;
+    int64_t per_round;
+  };
+  const std::map<std::string, std::string> eagle = {{"drafter", "eagle"}, {"eagle_head", dir + "/eagle"}};
+  const std::map<std::string, std::string> medusa = {{"drafter", "medusa"}, {"medusa_head", dir + "/medusa"}};
+  const auto with = [](std::map<std::string, std::string> p, const std::map<std::string, std::string>& extra) {
+    for (const auto& [k, v] : extra) p[k] = v;
+    return p;
+  };
+  for (const Case& c : std::vector<Case>{
+           {eagle, 1},
+           {with(eagle, {{"temperature", "0.8"}}), 1},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1 + 3},
+           {with(eagle, {{"repetition_penalty", "1.3"}}), 1 + 3},
+           {medusa, 1},
+           {with(medusa, {{"temperature", "0.8"}}), 1},
+           {with(medusa, {{"medusa_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1}}) {
+    std::map<std::string, std::string> p = with(c.p, {{"gamma", "3"}});
+    std::string what;
+    for (const auto& [k, v] : p)
+      if (k.find("_head") == std::string::npos) what += (what.empty() ? "" : ", ") + k + "=" + v;
+    Request req = request(m, kPrompts[0], 16);
+    req.seed = 5;
+    const int64_t r0 = host_reads();
+    const Result r = create("speculative", params(p))->generate(req, {});
+    const int64_t reads = host_reads() - r0;
+    ASSERT_GT(r.stats.n_rounds, 0) << what;
+    if (!p.count("temperature") && !p.count("repetition_penalty")) EXPECT_EQ(r.tokens, g.tokens) << what;
+    EXPECT_LE(reads, c.per_round * r.stats.n_rounds) << what << ": " << reads << " reads in " << r.stats.n_rounds
+                                                    << " rounds";
+    std::printf("host reads (%s): speculative %s: %lld for %lld rounds, %lld of %lld drafts accepted\n",
+                GetParam().c_str(), what.c_str(), static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds),
+                static_cast<long long>(r.stats.n_accepted), static_cast<long long>(r.stats.n_drafted));
   }
 }
 

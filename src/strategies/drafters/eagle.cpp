@@ -11,6 +11,10 @@
 // static, EAGLE-2 dynamic (by the head's confidence) or Sequoia-budgeted trees with it: a node
 // is fed with its parent's predicted feature, attending to the real prefix and its ancestors.
 //
+// The head runs where the target's features are (LoadedHead: on a GPU target, on the GPU), with
+// its cache; the tokens it drafts are picked there and fed from there, and the round's verdict
+// reads them (one host read a round, as the draft model's chains and static trees).
+//
 // In a batch the chains of all sequences are drafted in lockstep (draft_chains): each has its
 // own head cache and forwards, but at each depth one output-head product serves every sequence,
 // so the vocabulary rows (about half of the head's bytes) are read once per depth, not once per
@@ -33,7 +37,7 @@ class EagleSource : public TreeSource {
   EagleSource(std::shared_ptr<const LoadedHead> head, std::shared_ptr<model::CausalLM> target, int64_t capacity)
       : head_(std::move(head)), target_(std::move(target)) {
     const model::DraftHeadConfig& c = head_->head().config();
-    k_ = at::zeros({capacity, c.n_kv_heads, c.head_dim}, at::kFloat);
+    k_ = at::zeros({capacity, c.n_kv_heads, c.head_dim}, at::TensorOptions().dtype(at::kFloat).device(head_->device()));
     v_ = at::zeros_like(k_);
   }
 
@@ -70,7 +74,9 @@ class EagleSource : public TreeSource {
     const int64_t m = real.size(0);
     SD_CHECK(n_real_ + m == n - 1, "eagle drafter: features for ", n_real_ + m, " positions, sequence of ", n);
     const at::Tensor next = at::tensor(std::vector<int64_t>(seq.begin() + n_real_ + 1, seq.end()), at::kLong);
-    const model::EagleOut o = forward(real, next, at::arange(n_real_, n - 1, at::kLong), at::Tensor());
+    const model::EagleOut o =
+        forward(real, next, at::arange(n_real_, n - 1, at::TensorOptions().dtype(at::kLong).device(k_.device())),
+                at::Tensor());
     n_real_ += m;
     root_feat_ = o.features.narrow(0, m - 1, 1);  // predicted f_{n-1}: it drafts x_n
     ++out.n_forwards;
@@ -96,7 +102,9 @@ class EagleSource : public TreeSource {
       for (int32_t a = parent; a >= 0; a = parents.at(a)) mask[i][n_real_ + a] = 0;
       mask[i][P + i] = 0;
     }
-    const model::EagleOut o = forward(at::cat(in, 0), tokens, at::tensor(pos, at::kLong), mask);
+    const at::Device device = k_.device();  // the mask and positions, built here, go up in uploads
+    const model::EagleOut o = forward(at::cat(in, 0), tokens, model::to_device_async(at::tensor(pos, at::kLong), device),
+                                      model::to_device_async(mask, device));
     for (int64_t i = 0; i < n_new; ++i) fed_feat_.push_back(o.features.narrow(0, i, 1));
     ++out.n_forwards;
     return o.features;
@@ -105,11 +113,12 @@ class EagleSource : public TreeSource {
  private:
   // One head forward over rows at `positions` after the cache's first past slots (the real
   // prefix, then this round's fed nodes): their K/V go to the next slots, over whatever a
-  // rejected draft left there. mask undefined: a chain. ids: [m] int64 on any device.
+  // rejected draft left there. mask undefined: a chain. ids: [m] int64 on any device (a draw
+  // without mass, -1, is fed as 0 and named when the verdict reads it).
   model::EagleOut forward(const at::Tensor& feat, const at::Tensor& ids, const at::Tensor& positions,
                           const at::Tensor& mask) {
     const int64_t m = feat.size(0), past = n_real_ + static_cast<int64_t>(fed_feat_.size());
-    const at::Tensor emb = model::on_host(target_->embed(ids)).to(at::kFloat);  // [m, d], to the host's head
+    const at::Tensor emb = target_->embed(ids.clamp_min(0)).to(head_->device(), at::kFloat);  // [m, d]
     model::EagleOut o = head_->head().eagle_forward(feat, emb, positions, k_.narrow(0, 0, past), v_.narrow(0, 0, past), mask);
     k_.narrow(0, past, m).copy_(o.k);
     v_.narrow(0, past, m).copy_(o.v);
@@ -150,8 +159,11 @@ class EagleChainDrafter : public Drafter {
 
 // The chains of slots b with depth[b] > 0, in lockstep: per depth, each slot's head forward
 // (its own cache) and then one output-head product over all their predicted features; each
-// slot draws from its own generator as it does alone. A batch-1 run is one slot. Time goes to
-// `ms` (the root's head forward and its rows: draft_catchup, as part of draft).
+// slot draws from its own generator as it does alone. A batch-1 run is one slot. Each token is
+// picked where the head runs and fed from there (pick_draft); the proposals keep them there
+// (DraftProposal::drawn) and the round's verdict reads them, except with a repetition penalty,
+// which reads each as it is drawn. Time goes to `ms` (the root's head forward and its rows:
+// draft_catchup, as part of draft).
 std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& slots,
                                         const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& depth,
                                         PhaseTimes& ms) {
@@ -160,7 +172,7 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
   PhaseClock clock(ms);
   std::vector<at::Tensor> feat(B);  // [1, d]: the feature that drafts the slot's next token
   std::vector<Tokens> context(B);
-  std::vector<std::vector<at::Tensor>> q_rows(B);
+  std::vector<std::vector<at::Tensor>> q_rows(B), drafted(B);  // [1, V] each; [1] int64 each
   const LoadedHead* head = nullptr;
   int64_t longest = 0;
   for (size_t b = 0; b < B; ++b) {
@@ -180,8 +192,7 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
       if (i > 0) {  // fed node i - 1 follows fed node i - 2 (-1: the root)
         std::vector<int32_t> parents;
         for (int64_t j = 0; j < i; ++j) parents.push_back(static_cast<int32_t>(j) - 1);
-        const at::Tensor last = at::full({1}, static_cast<int64_t>(out[b].tokens.back()), at::kLong);
-        feat[b] = slots[b]->source_->feed_features(last, parents, i - 1, out[b]);
+        feat[b] = slots[b]->source_->feed_features(drafted[b].back(), parents, i - 1, out[b]);
       }
       live.push_back(b);
       f.push_back(feat[b]);
@@ -191,14 +202,23 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
     if (i == 0) ms.draft_catchup += t;
     for (size_t k = 0; k < live.size(); ++k) {
       const size_t b = live[k];
-      const TokenId x = draw_token(rows[static_cast<int64_t>(k)], slots[b]->proc_, context[b], slots[b]->rng_, q_rows[b]);
-      out[b].tokens.push_back(x);
-      context[b].push_back(x);
+      const sampling::ProcessorConfig& proc = slots[b]->proc_;
+      const double u = proc.greedy() ? 0.0 : slots[b]->rng_.uniform();
+      drafted[b].push_back(pick_draft(rows[static_cast<int64_t>(k)], proc, context[b], u, q_rows[b]));
+      if (proc.repetition_penalty != 1.0) context[b].push_back(drafted_token(drafted[b].back(), "eagle", b, i));
     }
     clock.charge(&PhaseTimes::sample);
   }
-  for (size_t b = 0; b < B; ++b)
+  for (size_t b = 0; b < B; ++b) {
+    if (drafted[b].empty()) continue;
+    if (slots[b]->proc_.repetition_penalty != 1.0) {  // read as drawn
+      out[b].tokens.assign(context[b].end() - static_cast<int64_t>(drafted[b].size()), context[b].end());
+    } else {
+      out[b].drawn = at::cat(drafted[b]);  // [depth] int64
+      out[b].drawn_host = model::to_host_async(out[b].drawn);
+    }
     if (!q_rows[b].empty()) out[b].q = at::cat(q_rows[b], 0).contiguous();  // [depth, V]
+  }
   clock.charge(&PhaseTimes::logits_copy);
   return out;
 }

@@ -4,11 +4,15 @@
 // the result into q for the token i + 1 places after that: one small forward drafts the whole
 // chain, with no draft cache to roll back. Draft depth is at most the number of heads.
 //
+// The heads run where the target's features are (LoadedHead), and the drafted tokens stay there
+// until the round's verdict reads them.
+//
 // medusa_shape=tree hands the heads to the tree drafter (tree.cpp), as Medusa's own trees do:
 // static tree_branching, or a dynamic tree by the heads' confidence (tree_budget > 0). A Medusa
 // head does not see the tokens drafted before it, so every node at depth d takes its children
 // from head d's row, and the whole tree still costs one forward.
 #include "core/error.h"
+#include "model/device.h"
 #include "strategies/drafters.h"
 #include "strategies/drafters/trained_head.h"
 
@@ -59,12 +63,20 @@ class MedusaDrafter : public Drafter {
     const at::Tensor logits = rows_.begin_round(std::min(max_depth, rows_.n_heads()), out);
     clock.charge(&PhaseTimes::draft);
     if (!logits.defined()) return out;
+    // Each token picked where the heads ran and left there for the verdict to read
+    // (DraftProposal::drawn), unless a repetition penalty needs the text so far.
+    const bool penalty = proc_.repetition_penalty != 1.0;
     Tokens context = seq;
-    std::vector<at::Tensor> q_rows;
+    std::vector<at::Tensor> q_rows, drafted;
     for (int64_t i = 0; i < logits.size(0); ++i) {
-      const TokenId x = draw_token(logits[i], proc_, context, rng_, q_rows);
-      out.tokens.push_back(x);
-      context.push_back(x);
+      drafted.push_back(pick_draft(logits[i], proc_, context, proc_.greedy() ? 0.0 : rng_.uniform(), q_rows));
+      if (!penalty) continue;
+      out.tokens.push_back(drafted_token(drafted.back(), "medusa", 0, i));
+      context.push_back(out.tokens.back());
+    }
+    if (!penalty) {
+      out.drawn = at::cat(drafted);  // [depth] int64
+      out.drawn_host = model::to_host_async(out.drawn);
     }
     clock.charge(&PhaseTimes::sample);
     if (!q_rows.empty()) out.q = at::cat(q_rows, 0).contiguous();  // [depth, V]
@@ -107,7 +119,7 @@ class MedusaSource : public TreeSource {
       depth_.push_back(parent < 0 ? 1 : depth_.at(parent) + 1);
       head_of.push_back(depth_.back());  // a node at depth d drafts its children with head d
     }
-    return logits_.index_select(0, at::tensor(head_of, at::kLong));  // [n, V]
+    return logits_.index_select(0, model::to_device_async(at::tensor(head_of, at::kLong), logits_.device()));  // [n, V]
   }
 
  private:

@@ -82,14 +82,6 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
   }
 }
 
-// A drafted token read as it is drawn (repetition penalty): -1 means q had no mass to draw from
-// (pick_tokens). (Without the penalty DraftProposal::read_drawn checks them.)
-TokenId drawn(int64_t token, int64_t slot, int64_t position) {
-  SD_CHECK(token >= 0, "model drafter: the draft distribution q of slot ", slot, ", draft position ", position,
-           " has no positive entry (the draft model's logits are NaN or every token was filtered)");
-  return static_cast<TokenId>(token);
-}
-
 // Drafts for every slot b with depth[b] > 0: catch its cache up to the committed sequence
 // seqs[b] (1-2 tokens after a round, a newcomer's whole prompt), then draft depth[b] tokens one
 // forward each; the last one itself is never fed (the next round may reject it). Each token is
@@ -140,15 +132,8 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     }
     for (int64_t b = 0; b < B; ++b) {
       if (depth[b] <= i) continue;
-      const at::Tensor logits = row[b].unsqueeze(0);  // [1, V]
-      if (cfg.greedy()) {  // q is one-hot; the greedy verifier ignores it
-        drafted[b].push_back(sampling::pick_tokens(penalty ? sampling::process_logits(logits, cfg, context[b]) : logits));
-      } else {
-        const at::Tensor q = sampling::probabilities(logits, cfg, context[b]);  // [1, V]
-        drafted[b].push_back(sampling::pick_tokens(q, {u[b][i]}));
-        q_rows[b].push_back(q);
-      }
-      if (penalty) context[b].push_back(drawn(model::on_host(drafted[b].back()).item<int64_t>(), b, i));
+      drafted[b].push_back(pick_draft(row[b], cfg, context[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]));
+      if (penalty) context[b].push_back(drafted_token(drafted[b].back(), "model", b, i));
     }
     clock.charge(&PhaseTimes::sample);
   }

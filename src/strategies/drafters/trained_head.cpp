@@ -12,23 +12,30 @@
 namespace specdec::strategies {
 
 LoadedHead::LoadedHead(const model::DraftHead& trained, const std::shared_ptr<model::CausalLM>& target)
-    : head_(trained), target_(target), n_vocab_(target->config().n_vocab) {
-  head_.pack(at::kBFloat16);
+    : head_(trained), target_(target), device_(target->device()), n_vocab_(target->config().n_vocab) {
+  if (device_.is_cpu())
+    head_.pack(at::kBFloat16);
+  else
+    head_.to(device_);
   const std::vector<int64_t>& ids = head_.config().draft_vocab;
   if (ids.empty()) return;
-  vocab_ = at::tensor(ids, at::kLong);
-  vocab_head_ = model::Linear(target->head_rows(vocab_).to(at::kCPU).to(at::kFloat).contiguous(), at::Tensor(),
-                              at::kBFloat16);
+  vocab_ = at::tensor(ids, at::kLong).to(device_);
+  const at::Tensor rows = target->head_rows(vocab_).to(device_, at::kFloat).contiguous();  // [Vd, d]
+  if (device_.is_cpu())
+    vocab_head_ = model::Linear(rows, at::Tensor(), at::kBFloat16);
+  else
+    vocab_rows_ = rows;
 }
 
 at::Tensor LoadedHead::logits(const at::Tensor& features) const {
   if (!vocab_.defined()) {
     const std::shared_ptr<model::CausalLM> target = target_.lock();
     SD_CHECK(target != nullptr, "trained drafter: its target model was released");
-    return model::on_host(target->output_head(features));  // the target's head: on its device
+    return target->output_head(features);  // the target's head, on its device
   }
-  const at::Tensor sub = vocab_head_(features.to(at::kCPU).to(at::kFloat).contiguous());  // [n, Vd]
-  at::Tensor full = at::full({sub.size(0), n_vocab_}, -std::numeric_limits<float>::infinity(), at::kFloat);
+  const at::Tensor x = features.to(device_, at::kFloat).contiguous();
+  const at::Tensor sub = device_.is_cpu() ? vocab_head_(x) : at::linear(x, vocab_rows_);  // [n, Vd]
+  at::Tensor full = at::full({sub.size(0), n_vocab_}, -std::numeric_limits<float>::infinity(), sub.options());
   return full.index_copy_(1, vocab_, sub);
 }
 
@@ -63,7 +70,7 @@ std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std
 }
 
 void TargetFeatures::observe(const at::Tensor& hidden) {
-  const at::Tensor h = model::on_host(hidden).to(at::kFloat);  // the head runs on the host
+  const at::Tensor h = hidden.to(at::kFloat);  // stays on the target's device, where the head runs
   if (in_round_) {
     stash_ = h;
     return;
@@ -78,7 +85,7 @@ void TargetFeatures::commit(const std::vector<int32_t>& accepted) {
   if (!stash_.defined()) return;
   std::vector<int64_t> rows = {0};  // fed row 0 is the root, node i is row i + 1
   for (int32_t node : accepted) rows.push_back(node + 1);
-  const at::Tensor kept = stash_.index_select(0, at::tensor(rows, at::kLong));
+  const at::Tensor kept = stash_.index_select(0, model::to_device_async(at::tensor(rows, at::kLong), stash_.device()));
   pending_.push_back(kept);
   n_seen_ += kept.size(0);
   last_ = kept.narrow(0, kept.size(0) - 1, 1);
@@ -90,14 +97,6 @@ at::Tensor TargetFeatures::take() {
   at::Tensor out = pending_.size() == 1 ? pending_[0] : at::cat(pending_, 0);
   pending_.clear();
   return out;
-}
-
-TokenId draw_token(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, Rng& rng,
-                   std::vector<at::Tensor>& q_rows) {
-  if (proc.greedy()) return sampling::greedy_token(row, proc, context);  // q one-hot: the greedy verifier ignores it
-  at::Tensor q = sampling::probabilities(row.unsqueeze(0), proc, context);  // [1, V]
-  q_rows.push_back(q);
-  return sampling::sample_from(q, rng.uniform());
 }
 
 }  // namespace specdec::strategies

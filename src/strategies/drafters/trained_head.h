@@ -15,23 +15,29 @@
 
 namespace specdec::strategies {
 
-// A trained head as the drafters run it, for one target: its layers packed for the engine's
-// panel kernel in bf16 (DraftHead::pack: half the bytes of the trained float32), and its output
-// head: the target's rows of the head's draft vocabulary packed the same way, or the target's
-// own output head when the head drafts from the whole vocabulary.
+// A trained head as the drafters run it, for one target, where the target's features are: on
+// a host target (the packed engines, the ATen engine on the CPU) its layers packed for the
+// engine's panel kernel in bf16 (DraftHead::pack: half the bytes of the trained float32), on a
+// GPU target in float32 there (DraftHead::to). Its output head: the target's rows of the head's
+// draft vocabulary, prepared the same way, or the target's own output head when the head drafts
+// from the whole vocabulary. Nothing a head computes is read by the host.
 class LoadedHead {
  public:
   LoadedHead(const model::DraftHead& trained, const std::shared_ptr<model::CausalLM>& target);
   const model::DraftHead& head() const { return head_; }
+  const at::Device& device() const { return device_; }
   bool serves(const std::shared_ptr<model::CausalLM>& target) const { return target_.lock() == target; }
-  // Draft logits of features [n, d]: [n, V] on the CPU, -inf outside the draft vocabulary.
+  // Draft logits of features [n, d]: [n, V] float32 on the head's device, -inf outside the
+  // draft vocabulary.
   at::Tensor logits(const at::Tensor& features) const;
 
  private:
   model::DraftHead head_;
   std::weak_ptr<model::CausalLM> target_;  // the cache outlives requests: never keeps a target alive
-  at::Tensor vocab_;          // [Vd] int64, undefined: the whole vocabulary
-  model::Linear vocab_head_;  // the target's output rows of vocab_
+  at::Device device_;
+  at::Tensor vocab_;          // [Vd] int64 on device_, undefined: the whole vocabulary
+  model::Linear vocab_head_;  // the target's output rows of vocab_ (host: packed)
+  at::Tensor vocab_rows_;     // the same rows [Vd, d] float32 on a GPU
   int64_t n_vocab_;
 };
 
@@ -62,10 +68,5 @@ class TargetFeatures {
   int64_t n_seen_ = 0;
   bool in_round_ = false;
 };
-
-// A draft token from one row of draft logits [V] after the strategy's processors: the argmax
-// when greedy (q then not kept), else a draw from q with rng, its q row [1, V] appended to q_rows.
-TokenId draw_token(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, Rng& rng,
-                   std::vector<at::Tensor>& q_rows);
 
 }  // namespace specdec::strategies
