@@ -348,6 +348,23 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
                 GetParam().c_str(), what.c_str(), static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds),
                 static_cast<long long>(r.stats.n_accepted), static_cast<long long>(r.stats.n_drafted));
   }
+  // A batch of two EAGLE chains (drafted in lockstep): one read a batch round, and each request
+  // gets its batch-1 tokens. The untrained head's rounds emit one token each, so the last round
+  // (one token left) drafts nothing, and a sequence without a draft samples its token on the
+  // host (verify_round: sample_from, one read each): that round reads twice.
+  std::vector<Request> reqs = {request(m, kPrompts[0], 12), request(m, kPrompts[1], 12)};
+  const auto spec = create("speculative", params(with(eagle, {{"gamma", "3"}})));
+  const int64_t r0 = host_reads();
+  const std::vector<Result> batch = spec->generate_batch(reqs, {2, 0}, {});
+  const int64_t reads = host_reads() - r0;
+  int64_t rounds = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    rounds = std::max(rounds, batch[i].stats.n_rounds);
+    EXPECT_EQ(batch[i].tokens, spec->generate(reqs[i], {}).tokens) << "request " << i;
+  }
+  EXPECT_LE(reads, rounds + 1) << reads << " reads in " << rounds << " batch rounds";
+  std::printf("host reads (%s): batch of 2, eagle chains: %lld for %lld batch rounds\n", GetParam().c_str(),
+              static_cast<long long>(reads), static_cast<long long>(rounds));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cpu_graphs", "cuda"),
