@@ -56,7 +56,7 @@ Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<a
     k.uniforms[r * (W + 1) + W] = u[i][n];
     if (R == 1) continue;
     k.p[r].narrow(0, 0, n + 1).copy_(p[i]);
-    if (with_q) k.q[r].narrow(0, 0, n).copy_(d.q);  // copy_ crosses devices
+    if (with_q && n > 0) k.q[r].narrow(0, 0, n).copy_(d.q);  // copy_ crosses devices
   }
   for (int64_t r = 0; r < R; ++r) {
     const DraftProposal& d = *drafts[rows[r]];
@@ -106,7 +106,7 @@ void verify_chains(kernels::Backend& backend, kernels::VerifyMode mode, const st
   verdict([&] { backend.verify(args); });
   for (int64_t r = 0; r < B; ++r) {
     Verdict& v = out[rows[r]];
-    v.mode = mode;
+    if (drafts[rows[r]]->size() > 0) v.mode = mode;  // none: a plain step (no draft)
     v.path.resize(n_accepted[r]);
     for (int32_t j = 0; j < n_accepted[r]; ++j) v.path[j] = j;
     v.emitted.assign(emitted.begin() + r * (G + 1), emitted.begin() + r * (G + 1) + n_accepted[r] + 1);
@@ -178,16 +178,27 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& 
   std::vector<Verdict> out(n);
   std::vector<std::vector<double>> u(n);
   std::vector<std::vector<size_t>> chains(4), trees(4);  // by kernels::VerifyMode
+  std::vector<size_t> plain;  // sequences without a draft this round
   for (size_t i = 0; i < n; ++i) {
     const DraftProposal& d = *drafts[i];
     u[i].resize(d.size() + 1);
     for (auto& x : u[i]) x = rngs[i]->uniform();
-    if (d.size() == 0) {  // plain decoding step
-      out[i].emitted.push_back(sampling::sample_from(p[i], u[i][0]));
+    if (d.size() == 0) {
+      plain.push_back(i);
       continue;
     }
     const auto mode = static_cast<size_t>(verify_mode(cfg, d));
     (d.is_chain() ? chains : trees)[mode].push_back(i);
+  }
+  // A plain decoding step is a chain of 0 drafts: the kernel draws its token from p with its one
+  // uniform, the same law in every mode (greedy: the arg-max). It joins the round's first chain
+  // group, so the round still costs one read, the verdict.
+  if (!plain.empty()) {
+    auto group = std::find_if(chains.begin(), chains.end(), [](const std::vector<size_t>& g) { return !g.empty(); });
+    if (group == chains.end())
+      group = chains.begin() + static_cast<size_t>(cfg.proc.greedy() ? kernels::VerifyMode::greedy
+                                                                     : kernels::VerifyMode::tokens_only);
+    group->insert(group->end(), plain.begin(), plain.end());
   }
   for (size_t m = 0; m < chains.size(); ++m) {
     const auto mode = static_cast<kernels::VerifyMode>(m);

@@ -270,9 +270,10 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   }
   // A batch of two with the draft model: the slots' chains and static trees stay on the draft's
   // device as well, so a batch round costs one read, the verdict of both. They start together,
-  // so the batch runs as many rounds as its longer sequence.
+  // so the batch runs as many rounds as its longer sequence. With n-grams at T = 0.8 some rounds
+  // find no draft for a sequence: its plain step is a chain of 0 drafts in the same kernel call.
   for (const auto& [drafter, temperature] : std::vector<std::pair<std::string, std::string>>{
-           {"model", "0"}, {"model", "0.8"}, {"tree", "0"}, {"tree", "0.8"}}) {
+           {"model", "0"}, {"model", "0.8"}, {"tree", "0"}, {"tree", "0.8"}, {"ngram", "0.8"}}) {
     std::vector<Request> reqs;
     for (const char* text : kPrompts) {
       reqs.push_back(request(m, text, 24));
@@ -290,7 +291,7 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     for (const Result& r : batch) rounds = std::max(rounds, r.stats.n_rounds), tree_rounds += r.stats.n_tree_rounds;
     const std::string what = "batch, " + drafter + ", temperature " + temperature;
     ASSERT_GT(rounds, 0) << what;
-    EXPECT_EQ(tree_rounds > 0, drafter == "tree") << what;
+    EXPECT_EQ(tree_rounds > 0, drafter == "tree") << what;  // (ngram: a miss is a plain step)
     EXPECT_LE(reads, rounds) << what << ": " << reads << " reads in " << rounds << " rounds";
     std::printf("host reads (%s): batch of 2, speculative %s, temperature %s: %lld for %lld batch rounds\n",
                 GetParam().c_str(), drafter.c_str(), temperature.c_str(), static_cast<long long>(reads),
@@ -349,9 +350,8 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
                 static_cast<long long>(r.stats.n_accepted), static_cast<long long>(r.stats.n_drafted));
   }
   // A batch of two EAGLE chains (drafted in lockstep): one read a batch round, and each request
-  // gets its batch-1 tokens. The untrained head's rounds emit one token each, so the last round
-  // (one token left) drafts nothing, and a sequence without a draft samples its token on the
-  // host (verify_round: sample_from, one read each): that round reads twice.
+  // gets its batch-1 tokens. (The untrained head's rounds emit one token each, so the last round,
+  // one token left, drafts nothing: its plain steps ride with the verdict too.)
   std::vector<Request> reqs = {request(m, kPrompts[0], 12), request(m, kPrompts[1], 12)};
   const auto spec = create("speculative", params(with(eagle, {{"gamma", "3"}})));
   const int64_t r0 = host_reads();
@@ -362,7 +362,7 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
     rounds = std::max(rounds, batch[i].stats.n_rounds);
     EXPECT_EQ(batch[i].tokens, spec->generate(reqs[i], {}).tokens) << "request " << i;
   }
-  EXPECT_LE(reads, rounds + 1) << reads << " reads in " << rounds << " batch rounds";
+  EXPECT_LE(reads, rounds) << reads << " reads in " << rounds << " batch rounds";
   std::printf("host reads (%s): batch of 2, eagle chains: %lld for %lld batch rounds\n", GetParam().c_str(),
               static_cast<long long>(reads), static_cast<long long>(rounds));
 }
