@@ -32,6 +32,11 @@ void DraftProposal::read_drawn(bool synced) {
   drawn = drawn_host = at::Tensor();
 }
 
+void DraftProposal::hold_drawn(const std::vector<at::Tensor>& picks) {
+  drawn = at::cat(picks);
+  drawn_host = model::to_host_async(drawn);
+}
+
 at::Tensor DraftProposal::drawn_on(const at::Device& device) const {
   const bool read = device.is_cpu() && !drawn.is_cpu();
   return (read ? model::on_host(drawn) : model::to_device_async(drawn, device)).clamp_min(0);

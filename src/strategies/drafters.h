@@ -54,6 +54,9 @@ struct DraftProposal {
   // since drawn_host was queued (the verdict); false: this is a read of its own. A token of -1
   // is a named error.
   void read_drawn(bool synced);
+  // Leaves picked tokens where they are: drawn = picks concatenated ([N] int64, each pick [n]),
+  // their host copy queued for the verdict to bring in.
+  void hold_drawn(const std::vector<at::Tensor>& picks);
   // `drawn` as the target's forward and the verifier take it: [N] int64 on `device`, a -1 as 0
   // until read_drawn names it. Tokens on a GPU wanted on the CPU cost a read of their own.
   at::Tensor drawn_on(const at::Device& device) const;

@@ -220,7 +220,8 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   // Beam search: one read a step, its candidates (their scores ride with them). (The cache's
   // reorder moves on the device; a GPU backend still waits there for its status check.)
   const int64_t rb = host_reads();
-  const Result beam = create("beam", Params(std::map<std::string, std::string>{{"num_beams", "2"}}))->generate(request(m, kPrompts[1], 8), {});
+  const Params beam_params(std::map<std::string, std::string>{{"num_beams", "2"}});
+  const Result beam = create("beam", beam_params)->generate(request(m, kPrompts[1], 8), {});
   const int64_t beam_reads = host_reads() - rb;
   EXPECT_LE(beam_reads, beam.stats.n_target_forwards);
   std::printf("host reads (%s): beam %lld for %lld steps\n", GetParam().c_str(), static_cast<long long>(beam_reads),

@@ -211,12 +211,10 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
   }
   for (size_t b = 0; b < B; ++b) {
     if (drafted[b].empty()) continue;
-    if (slots[b]->proc_.repetition_penalty != 1.0) {  // read as drawn
+    if (slots[b]->proc_.repetition_penalty != 1.0)  // read as drawn
       out[b].tokens.assign(context[b].end() - static_cast<int64_t>(drafted[b].size()), context[b].end());
-    } else {
-      out[b].drawn = at::cat(drafted[b]);  // [depth] int64
-      out[b].drawn_host = model::to_host_async(out[b].drawn);
-    }
+    else
+      out[b].hold_drawn(drafted[b]);
     if (!q_rows[b].empty()) out[b].q = at::cat(q_rows[b], 0).contiguous();  // [depth, V]
   }
   clock.charge(&PhaseTimes::logits_copy);

@@ -74,10 +74,7 @@ class MedusaDrafter : public Drafter {
       out.tokens.push_back(drafted_token(drafted.back(), "medusa", 0, i));
       context.push_back(out.tokens.back());
     }
-    if (!penalty) {
-      out.drawn = at::cat(drafted);  // [depth] int64
-      out.drawn_host = model::to_host_async(out.drawn);
-    }
+    if (!penalty) out.hold_drawn(drafted);
     clock.charge(&PhaseTimes::sample);
     if (!q_rows.empty()) out.q = at::cat(q_rows, 0).contiguous();  // [depth, V]
     clock.charge(&PhaseTimes::logits_copy);

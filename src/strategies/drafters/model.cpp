@@ -143,8 +143,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     if (penalty) {
       out[b].tokens.assign(context[b].begin() + n[b], context[b].end());
     } else if (!drafted[b].empty()) {
-      out[b].drawn = at::cat(drafted[b]);  // [depth] int64
-      out[b].drawn_host = model::to_host_async(out[b].drawn);
+      out[b].hold_drawn(drafted[b]);
     }
   clock.charge(&PhaseTimes::draft);
   bool copied = false;  // greedy drafting keeps no q

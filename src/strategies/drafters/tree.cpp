@@ -352,8 +352,7 @@ DraftProposal TreeDrafter::finish(std::vector<int32_t> keep, PhaseClock& clock, 
     if (node.q.defined()) q_rows.push_back(node.q.unsqueeze(0));
   }
   if (unread_) {  // every node is kept, in level order: the tokens are the levels', unread
-    out.drawn = at::cat(levels_);  // [N] int64
-    out.drawn_host = model::to_host_async(out.drawn);
+    out.hold_drawn(levels_);
   }
   proposed_ = std::move(keep);
   if (!q_rows.empty() && q_rows.size() == proposed_.size()) out.q = at::cat(q_rows, 0).contiguous();  // [N, V]
