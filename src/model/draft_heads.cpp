@@ -246,8 +246,12 @@ at::Tensor DraftHead::linear(const std::string& w, const std::string& b, const a
 
 EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,
                                   const at::Tensor& k_past, const at::Tensor& v_past, const at::Tensor& mask) const {
+  return eagle_forward(feat, emb, positions, {EagleSlot{feat.size(0), k_past, v_past, mask}});
+}
+
+EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,
+                                  const std::vector<EagleSlot>& slots) const {
   const int64_t T = feat.size(0), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim, g = H / Hkv;
-  const int64_t P = k_past.defined() ? k_past.size(0) : 0;
   const at::Tensor x = linear("fc.weight", "fc.bias", at::cat({feat, emb}, 1));  // [T, d]
   const at::Tensor xn = rms_norm_aten(x, p("attn_norm"), cfg_.norm_eps);
   const at::Tensor ang = positions.to(x.device(), at::kFloat).unsqueeze(1) * inv_freq_.to(x.device());  // [T, hd/2]
@@ -255,20 +259,28 @@ EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb,
   const at::Tensor q = rope_rotate_half(linear("wq", "", xn).view({T, H, hd}), cos, sin);
   const at::Tensor k = rope_rotate_half(linear("wk", "", xn).view({T, Hkv, hd}), cos, sin);
   const at::Tensor v = linear("wv", "", xn).view({T, Hkv, hd});
-  const at::Tensor k_all = P > 0 ? at::cat({k_past, k}, 0) : k, v_all = P > 0 ? at::cat({v_past, v}, 0) : v;
-  // GQA: query heads viewed as [kv head, group]. scores [Hkv, g, T, P + T]
-  const at::Tensor qg = q.view({T, Hkv, g, hd}).permute({1, 2, 0, 3});
-  at::Tensor scores = at::matmul(qg, k_all.permute({1, 2, 0}).unsqueeze(1)) / std::sqrt(static_cast<double>(hd));
-  at::Tensor m = mask;
-  if (!m.defined()) {  // chain: fed row t sees the past and fed rows <= t
-    m = at::zeros({T, P + T}, x.options());
-    if (T > 1) m.narrow(1, P, T).copy_(at::full({T, T}, -std::numeric_limits<float>::infinity(), x.options()).triu(1));
+  std::vector<at::Tensor> outs;  // [rows, H hd] per slot
+  int64_t begin = 0;
+  for (const EagleSlot& s : slots) {
+    const int64_t n = s.rows, P = s.k_past.defined() ? s.k_past.size(0) : 0;
+    const at::Tensor ks = k.narrow(0, begin, n), vs = v.narrow(0, begin, n);
+    const at::Tensor k_all = P > 0 ? at::cat({s.k_past, ks}, 0) : ks, v_all = P > 0 ? at::cat({s.v_past, vs}, 0) : vs;
+    // GQA: query heads viewed as [kv head, group]. scores [Hkv, g, n, P + n]
+    const at::Tensor qg = q.narrow(0, begin, n).view({n, Hkv, g, hd}).permute({1, 2, 0, 3});
+    at::Tensor scores = at::matmul(qg, k_all.permute({1, 2, 0}).unsqueeze(1)) / std::sqrt(static_cast<double>(hd));
+    at::Tensor m = s.mask;
+    if (!m.defined()) {  // chain: fed row t sees the past and fed rows <= t
+      m = at::zeros({n, P + n}, x.options());
+      if (n > 1) m.narrow(1, P, n).copy_(at::full({n, n}, -std::numeric_limits<float>::infinity(), x.options()).triu(1));
+    }
+    const at::Tensor attn = at::softmax(scores + m, -1);
+    outs.push_back(at::matmul(attn, v_all.permute({1, 0, 2}).unsqueeze(1))  // [Hkv, g, n, hd]
+                       .permute({2, 0, 1, 3})
+                       .reshape({n, H * hd}));
+    begin += n;
   }
-  const at::Tensor attn = at::softmax(scores + m, -1);
-  const at::Tensor out = at::matmul(attn, v_all.permute({1, 0, 2}).unsqueeze(1))  // [Hkv, g, T, hd]
-                             .permute({2, 0, 1, 3})
-                             .reshape({T, H * hd});
-  const at::Tensor h = x + linear("wo", "", out);
+  SD_CHECK(begin == T, "eagle forward: slots cover ", begin, " of ", T, " rows (internal error)");
+  const at::Tensor h = x + linear("wo", "", outs.size() == 1 ? outs[0] : at::cat(outs, 0));
   const at::Tensor hn = rms_norm_aten(h, p("ffn_norm"), cfg_.norm_eps);
   const at::Tensor mlp = linear("w_down", "", at::silu(linear("w_gate", "", hn)) * linear("w_up", "", hn));
   return {h + mlp, k, v};

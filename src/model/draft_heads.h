@@ -64,6 +64,15 @@ struct EagleOut {
   at::Tensor k, v;      // [T, Hkv, hd] after RoPE (k)
 };
 
+// One sequence's rows in a batched EAGLE forward (DraftHead::eagle_forward over slots): the
+// next `rows` rows of feat/emb/positions, the keys and values before them in its own cache
+// ([P, Hkv, hd], or undefined: P = 0) and their mask ([rows, P + rows] additive, undefined: a
+// chain).
+struct EagleSlot {
+  int64_t rows = 0;
+  at::Tensor k_past, v_past, mask;
+};
+
 class DraftHead {
  public:
   DraftHead() = default;
@@ -99,6 +108,11 @@ class DraftHead {
   // chain (row t attends to the past and to fed rows <= t).
   EagleOut eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,
                          const at::Tensor& k_past, const at::Tensor& v_past, const at::Tensor& mask) const;
+  // The same for several sequences at once, each with its own cache (slots, in row order): the
+  // projections and the MLP run once over all rows, so the layer's weights are read once; each
+  // slot attends to its own past. A row's result does not depend on the rows beside it.
+  EagleOut eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,
+                         const std::vector<EagleSlot>& slots) const;
   // Medusa. f: [N, d] -> [n_medusa, N, d], the features the output head turns into each head's logits.
   at::Tensor medusa_forward(const at::Tensor& f) const;
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/causal_lm.h"
 #include "sampling/processors.h"
@@ -218,8 +219,25 @@ class TreeSource {
   // mass is fed as 0 and named when the verdict reads it); parents [n_cached + n]
   // covers every node fed this round in feed order (the new ones last), each its parent's feed
   // index or -1 (the root). Returns their draft logits [n, V]. Never reads the tokens.
+  // A source implements one of the two feeds, and says which (feeds_levels). feed: the parents
+  // on the host (the draft model: its engine builds the attention mask from them).
   virtual at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
-                          DraftProposal& out) = 0;
+                          DraftProposal& out) {
+    (void)tokens, (void)parents, (void)n_cached, (void)out;
+    SD_CHECK(false, "tree source: feed on a source that feeds levels (internal error)");
+    return at::Tensor();
+  }
+  // feed_level: a trained head, whose attention mask is built where it runs. The tree drafter
+  // feeds one depth at a time: every new node is at depth `depth` (1: a child of the root), and
+  // parent [n] int64 holds each one's parent's feed index (-1: the root), on the logits' device,
+  // like `tokens`. Nothing is read, so a dynamic tree grows without a read per depth.
+  virtual bool feeds_levels() const { return false; }
+  virtual at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached,
+                                DraftProposal& out) {
+    (void)tokens, (void)parent, (void)depth, (void)n_cached, (void)out;
+    SD_CHECK(false, "tree source: feed_level on a source that does not feed levels (internal error)");
+    return at::Tensor();
+  }
   // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
   // path's fed nodes (a prefix of the path).
   virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted, const std::vector<int64_t>& fed) = 0;

@@ -303,7 +303,8 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
 // The trained drafters' heads run where the target's features are (a GPU target: on the GPU,
 // trained_head.h): the features, the head's layers and KV cache, its output head and the picks
 // stay there, and the drafted tokens reach the host with the verdict, one read a round, for
-// chains and static trees (the dynamic tree: one read per depth, as the draft model's). The heads
+// chains and static trees. A dynamic tree grows there too (each depth's frontier chosen and fed
+// without a read) and is read once, whole, before the target verifies it: two a round. The heads
 // here are untrained (model::DraftHead::fresh): where tensors live and what the host reads does
 // not depend on what a head learned; greedy equality holds for any head (lossless).
 TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
@@ -328,11 +329,13 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
            {eagle, 1},
            {with(eagle, {{"temperature", "0.8"}}), 1},
            {with(eagle, {{"eagle_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1},
-           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1 + 3},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 2},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}, {"temperature", "0.8"}}), 2},
            {with(eagle, {{"repetition_penalty", "1.3"}}), 1 + 3},
            {medusa, 1},
            {with(medusa, {{"temperature", "0.8"}}), 1},
-           {with(medusa, {{"medusa_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1}}) {
+           {with(medusa, {{"medusa_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1},
+           {with(medusa, {{"medusa_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 2}}) {
     std::map<std::string, std::string> p = with(c.p, {{"gamma", "3"}});
     std::string what;
     for (const auto& [k, v] : p)

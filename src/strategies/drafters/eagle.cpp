@@ -13,13 +13,16 @@
 //
 // The head runs where the target's features are (LoadedHead: on a GPU target, on the GPU), with
 // its cache; the tokens it drafts are picked there and fed from there, and the round's verdict
-// reads them (one host read a round, as the draft model's chains and static trees).
+// reads them (one host read a round, as the draft model's chains and static trees). A fed node's
+// attention mask is built there from its parent (EagleSource::level), so a dynamic tree is read once,
+// whole, before the target verifies it (tree.cpp, grow_unread).
 //
 // In a batch the chains of all sequences are drafted in lockstep (draft_chains): each has its
-// own head cache and forwards, but at each depth one output-head product serves every sequence,
-// so the vocabulary rows (about half of the head's bytes) are read once per depth, not once per
-// sequence (16 slots: 1.2x, bench_strategies_eagle_batch). A row's logits do not depend on the rows beside it (model/linear.h), so every
-// sequence drafts what it drafts alone.
+// own head cache, but at each depth one head forward (the layer's projections and MLP over all
+// their rows; each row attends to its own cache: EagleSource::run_head) and one output-head
+// product serve every sequence, so the head's weights are read once per depth, not once per
+// sequence (bench_strategies_eagle_batch, 16 slots: 3.06x). A row's results do not depend on
+// the rows beside it (model/linear.h), so every sequence drafts what it drafts alone.
 #include <algorithm>
 #include <limits>
 
@@ -52,87 +55,132 @@ class EagleSource : public TreeSource {
   const LoadedHead& head() const { return *head_; }
 
   at::Tensor root(const Tokens& seq, DraftProposal& out) override {
-    const at::Tensor f = root_feature(seq, out);
+    const at::Tensor f = run_head({this}, {catch_up(seq)}, {&out})[0];
     return f.defined() ? head_->logits(f).select(0, 0) : f;
   }
-  at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
-                  DraftProposal& out) override {
-    return head_->logits(feed_features(tokens, parents, n_cached, out));  // [n_new, V]
+  bool feeds_levels() const override { return true; }
+  at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached,
+                        DraftProposal& out) override {
+    return head_->logits(run_head({this}, {level(tokens, parent, depth, n_cached)}, {&out})[0]);  // [n, V]
   }
 
-  // Catch up: positions n_real_ .. n - 2 with their real features and the tokens after them.
-  // Returns the predicted feature of the last committed position, [1, d] (it drafts x_n), or
-  // undefined before any feature (a 1-token prompt).
-  at::Tensor root_feature(const Tokens& seq, DraftProposal& out) {
-    at::NoGradGuard no_grad;
+  // What one head forward feeds for this source: feat [m, d], the token after each row ids [m]
+  // int64 on any device (a draw without mass, -1, is fed as 0 and named when the verdict reads
+  // it), positions [m] and the mask (undefined: a chain). feat undefined: nothing to feed.
+  struct Rows {
+    at::Tensor feat, ids, positions, mask;
+    at::Tensor anc;  // a level: [m, fed + m] each row's fed ancestors and itself; catch-up: undefined
+  };
+
+  // A round's first rows, the catch-up: positions n_real_ .. n - 2 with their real features and
+  // the tokens after them (undefined before any feature: a 1-token prompt).
+  Rows catch_up(const Tokens& seq) {
     features_.begin_round();
-    fed_feat_.clear();
-    fed_depth_.clear();
+    fed_feat_ = at::Tensor();
+    fed_anc_ = at::Tensor();
     const int64_t n = static_cast<int64_t>(seq.size());
-    const at::Tensor real = features_.take();  // [m, d]
-    if (!real.defined()) return at::Tensor();  // a 1-token prompt has no feature yet
-    const int64_t m = real.size(0);
+    Rows r;
+    r.feat = features_.take();  // [m, d]
+    if (!r.feat.defined()) return r;
+    const int64_t m = r.feat.size(0);
     SD_CHECK(n_real_ + m == n - 1, "eagle drafter: features for ", n_real_ + m, " positions, sequence of ", n);
-    const at::Tensor next = at::tensor(std::vector<int64_t>(seq.begin() + n_real_ + 1, seq.end()), at::kLong);
-    const model::EagleOut o =
-        forward(real, next, at::arange(n_real_, n - 1, at::TensorOptions().dtype(at::kLong).device(k_.device())),
-                at::Tensor());
-    n_real_ += m;
-    root_feat_ = o.features.narrow(0, m - 1, 1);  // predicted f_{n-1}: it drafts x_n
-    ++out.n_forwards;
-    return root_feat_;
+    r.ids = at::tensor(std::vector<int64_t>(seq.begin() + n_real_ + 1, seq.end()), at::kLong);
+    r.positions = at::arange(n_real_, n - 1, at::TensorOptions().dtype(at::kLong).device(k_.device()));
+    return r;
   }
 
-  // Feeds draft nodes (TreeSource::feed: tokens [n_new] int64); returns their predicted
-  // features [n_new, d].
-  at::Tensor feed_features(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
-                           DraftProposal& out) {
-    at::NoGradGuard no_grad;
-    const int64_t n_new = tokens.size(0), P = n_real_ + n_cached;
-    std::vector<at::Tensor> in;
-    std::vector<int64_t> pos;
-    // Row i sees the real prefix, its fed ancestors and itself.
-    at::Tensor mask = at::full({n_new, P + n_new}, -std::numeric_limits<float>::infinity(), at::kFloat);
-    mask.narrow(1, 0, n_real_).zero_();
-    for (int64_t i = 0; i < n_new; ++i) {
-      const int32_t parent = parents.at(n_cached + i);
-      in.push_back(parent < 0 ? root_feat_ : fed_feat_.at(parent));
-      fed_depth_.push_back(parent < 0 ? 1 : fed_depth_.at(parent) + 1);
-      pos.push_back(n_real_ + fed_depth_.back() - 1);
-      for (int32_t a = parent; a >= 0; a = parents.at(a)) mask[i][n_real_ + a] = 0;
-      mask[i][P + i] = 0;
+  // A level of draft nodes (TreeSource::feed_level: tokens, parent [n] int64 where the head
+  // runs). Row i sees the real prefix, its fed ancestors (from fed_anc_ by its parent, without
+  // a read) and itself.
+  Rows level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached) const {
+    const int64_t n = tokens.size(0), fed = n_fed();
+    SD_CHECK(n_cached == fed && parent.size(0) == n, "eagle drafter: fed ", fed, " nodes, told ", n_cached,
+             " (internal error)");
+    const auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(k_.device()); };
+    const at::Tensor row = parent.to(k_.device(), at::kLong) + 1;  // 0: the root, f + 1: fed node f
+    const at::Tensor self = at::eye(n, on(at::kBool));
+    Rows r;
+    r.ids = tokens;
+    r.feat = (fed == 0 ? root_feat_ : at::cat({root_feat_, fed_feat_}, 0)).index_select(0, row);
+    if (fed == 0) {
+      r.anc = self;
+    } else {  // row 0 of `above`: the root's (none)
+      const at::Tensor above = at::cat({at::zeros({1, fed}, on(at::kBool)), fed_anc_}, 0);
+      r.anc = at::cat({above.index_select(0, row), self}, 1);
     }
-    const at::Device device = k_.device();  // the mask and positions, built here, go up in uploads
-    const model::EagleOut o = forward(at::cat(in, 0), tokens, model::to_device_async(at::tensor(pos, at::kLong), device),
-                                      model::to_device_async(mask, device));
-    for (int64_t i = 0; i < n_new; ++i) fed_feat_.push_back(o.features.narrow(0, i, 1));
-    ++out.n_forwards;
-    return o.features;
+    const float inf = std::numeric_limits<float>::infinity();
+    const at::Tensor fed_part = at::zeros({n, fed + n}, on(at::kFloat)).masked_fill(r.anc.logical_not(), -inf);
+    r.mask = at::cat({at::zeros({n, n_real_}, on(at::kFloat)), fed_part}, 1);
+    r.positions = at::full({n}, n_real_ + depth - 1, on(at::kLong));
+    return r;
+  }
+
+  // One head forward over several sources' rows (the same head; one batch slot each): the
+  // layer's weights are read once for all. Each source's K/V go to its cache's next slots (over
+  // whatever a rejected draft left there). Returns each source's predicted features: the
+  // catch-up's last row [1, d] (it drafts the next token), a level's [n, d]; undefined where
+  // its rows were.
+  static std::vector<at::Tensor> run_head(const std::vector<EagleSource*>& src, const std::vector<Rows>& rows,
+                                          const std::vector<DraftProposal*>& out) {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> feat, ids, positions, result(src.size());
+    std::vector<model::EagleSlot> slots;
+    EagleSource* head = nullptr;  // the first with rows: its head and target serve all
+    for (size_t b = 0; b < src.size(); ++b) {
+      if (!rows[b].feat.defined()) continue;
+      const int64_t past = src[b]->n_real_ + src[b]->n_fed();
+      slots.push_back(
+          {rows[b].feat.size(0), src[b]->k_.narrow(0, 0, past), src[b]->v_.narrow(0, 0, past), rows[b].mask});
+      feat.push_back(rows[b].feat);
+      ids.push_back(model::to_device_async(rows[b].ids, src[b]->k_.device()));
+      positions.push_back(rows[b].positions);
+      head = head ? head : src[b];
+    }
+    if (!head) return result;
+    const auto all = [](const std::vector<at::Tensor>& t) { return t.size() == 1 ? t[0] : at::cat(t, 0); };
+    const at::Tensor emb =
+        head->target_->embed(all(ids).clamp_min(0)).to(head->head_->device(), at::kFloat);  // [rows, d]
+    const model::EagleOut o = head->head_->head().eagle_forward(all(feat), emb, all(positions), slots);
+    int64_t begin = 0;
+    for (size_t b = 0; b < src.size(); ++b) {
+      if (!rows[b].feat.defined()) continue;
+      EagleSource& e = *src[b];
+      const int64_t m = rows[b].feat.size(0), past = e.n_real_ + e.n_fed();
+      e.k_.narrow(0, past, m).copy_(o.k.narrow(0, begin, m));
+      e.v_.narrow(0, past, m).copy_(o.v.narrow(0, begin, m));
+      const at::Tensor f = o.features.narrow(0, begin, m);
+      begin += m;
+      ++out[b]->n_forwards;
+      if (!rows[b].anc.defined()) {  // the catch-up: real features up to the last committed position
+        e.n_real_ += m;
+        e.root_feat_ = f.narrow(0, m - 1, 1);  // predicted f_{n-1}: it drafts x_n
+        result[b] = e.root_feat_;
+        continue;
+      }
+      const int64_t fed = e.n_fed();
+      if (fed == 0) {
+        e.fed_anc_ = rows[b].anc;
+      } else {  // the earlier rows gain m columns (a node is never an earlier node's ancestor)
+        const at::Tensor wider = at::cat({e.fed_anc_, at::zeros({fed, m}, e.fed_anc_.options())}, 1);
+        e.fed_anc_ = at::cat({wider, rows[b].anc}, 0);
+      }
+      e.fed_feat_ = fed == 0 ? f : at::cat({e.fed_feat_, f}, 0);
+      result[b] = f;
+    }
+    return result;
   }
 
  private:
-  // One head forward over rows at `positions` after the cache's first past slots (the real
-  // prefix, then this round's fed nodes): their K/V go to the next slots, over whatever a
-  // rejected draft left there. mask undefined: a chain. ids: [m] int64 on any device (a draw
-  // without mass, -1, is fed as 0 and named when the verdict reads it).
-  model::EagleOut forward(const at::Tensor& feat, const at::Tensor& ids, const at::Tensor& positions,
-                          const at::Tensor& mask) {
-    const int64_t m = feat.size(0), past = n_real_ + static_cast<int64_t>(fed_feat_.size());
-    const at::Tensor emb = target_->embed(ids.clamp_min(0)).to(head_->device(), at::kFloat);  // [m, d]
-    model::EagleOut o = head_->head().eagle_forward(feat, emb, positions, k_.narrow(0, 0, past), v_.narrow(0, 0, past), mask);
-    k_.narrow(0, past, m).copy_(o.k);
-    v_.narrow(0, past, m).copy_(o.v);
-    return o;
-  }
+  int64_t n_fed() const { return fed_feat_.defined() ? fed_feat_.size(0) : 0; }
 
   std::shared_ptr<const LoadedHead> head_;
   std::shared_ptr<model::CausalLM> target_;
   TargetFeatures features_;
   at::Tensor k_, v_;     // [capacity, Hkv, hd]: real-feature positions, then this round's fed nodes
   int64_t n_real_ = 0;   // positions fed with real features (slots 0 .. n_real_ - 1)
-  at::Tensor root_feat_;                 // [1, d] predicted feature of the last committed position
-  std::vector<at::Tensor> fed_feat_;     // [1, d] predicted feature of each fed node, feed order
-  std::vector<int64_t> fed_depth_;       // depth of each fed node (1: a child of the root)
+  at::Tensor root_feat_;  // [1, d] predicted feature of the last committed position
+  at::Tensor fed_feat_;   // [fed, d] predicted feature of each node fed this round, feed order
+  at::Tensor fed_anc_;    // [fed, fed] bool: row f marks fed node f's fed ancestors and itself
 };
 
 // A chain: the root's draft token, then one fed node per further token.
@@ -157,54 +205,63 @@ class EagleChainDrafter : public Drafter {
   Rng& rng_;
 };
 
-// The chains of slots b with depth[b] > 0, in lockstep: per depth, each slot's head forward
-// (its own cache) and then one output-head product over all their predicted features; each
-// slot draws from its own generator as it does alone. A batch-1 run is one slot. Each token is
-// picked where the head runs and fed from there (pick_draft); the proposals keep them there
-// (DraftProposal::drawn) and the round's verdict reads them, except with a repetition penalty,
-// which reads each as it is drawn. Time goes to `ms` (the root's head forward and its rows:
-// draft_catchup, as part of draft).
+// The chains of slots b with depth[b] > 0, in lockstep: per depth one head forward over all
+// their rows (EagleSource::run_head: each slot attends to its own cache) and one output-head
+// product over all their predicted features; each slot draws from its own generator as it does
+// alone. A batch-1 run is one slot. Each token is picked where the head runs and fed from there
+// (pick_draft); the proposals keep them there (DraftProposal::drawn) and the round's verdict
+// reads them, except with a repetition penalty, which reads each as it is drawn. Time goes to
+// `ms` (the root's head forward and its rows: draft_catchup, as part of draft).
 std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& slots,
                                         const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& depth,
                                         PhaseTimes& ms) {
   const size_t B = slots.size();
   std::vector<DraftProposal> out(B);
   PhaseClock clock(ms);
-  std::vector<at::Tensor> feat(B);  // [1, d]: the feature that drafts the slot's next token
+  std::vector<EagleSource*> src(B, nullptr);
+  std::vector<EagleSource::Rows> rows(B);
+  std::vector<DraftProposal*> outs(B);
+  for (size_t b = 0; b < B; ++b) {
+    outs[b] = &out[b];
+    if (depth[b] <= 0) continue;
+    src[b] = slots[b]->source_.get();
+    rows[b] = src[b]->catch_up(*seqs[b]);
+  }
+  // [1, d] per slot: the feature that drafts its next token (undefined: nothing to draft from yet)
+  std::vector<at::Tensor> feat = EagleSource::run_head(src, rows, outs);
   std::vector<Tokens> context(B);
   std::vector<std::vector<at::Tensor>> q_rows(B), drafted(B);  // [1, V] each; [1] int64 each
+  std::vector<bool> drafting(B, false);
   const LoadedHead* head = nullptr;
   int64_t longest = 0;
   for (size_t b = 0; b < B; ++b) {
-    if (depth[b] <= 0) continue;
-    feat[b] = slots[b]->source_->root_feature(*seqs[b], out[b]);
-    if (!feat[b].defined()) continue;  // nothing to draft from yet
+    if (!feat[b].defined()) continue;
+    drafting[b] = true;
     context[b] = *seqs[b];
-    SD_CHECK(head == nullptr || head == &slots[b]->source_->head(), "eagle drafter: a batch's slots draft with one head");
-    head = &slots[b]->source_->head();
+    SD_CHECK(head == nullptr || head == &src[b]->head(), "eagle drafter: a batch's slots draft with one head");
+    head = &src[b]->head();
     longest = std::max(longest, depth[b]);
   }
   for (int64_t i = 0; i < longest; ++i) {
     std::vector<size_t> live;
-    std::vector<at::Tensor> f;
-    for (size_t b = 0; b < B; ++b) {
-      if (!feat[b].defined() || depth[b] <= i) continue;
-      if (i > 0) {  // fed node i - 1 follows fed node i - 2 (-1: the root)
-        std::vector<int32_t> parents;
-        for (int64_t j = 0; j < i; ++j) parents.push_back(static_cast<int32_t>(j) - 1);
-        feat[b] = slots[b]->source_->feed_features(drafted[b].back(), parents, i - 1, out[b]);
-      }
-      live.push_back(b);
-      f.push_back(feat[b]);
+    for (size_t b = 0; b < B; ++b)
+      if (drafting[b] && depth[b] > i) live.push_back(b);
+    if (i > 0) {  // fed node i - 1, at depth i, follows fed node i - 2 (-1: the root)
+      rows.assign(B, EagleSource::Rows());
+      for (size_t b : live)
+        rows[b] = src[b]->level(drafted[b].back(), at::full({1}, i - 2, drafted[b].back().options()), i, i - 1);
+      feat = EagleSource::run_head(src, rows, outs);
     }
-    const at::Tensor rows = head->logits(f.size() == 1 ? f[0] : at::cat(f, 0));  // [live, V]
+    std::vector<at::Tensor> f;
+    for (size_t b : live) f.push_back(feat[b]);
+    const at::Tensor logits = head->logits(f.size() == 1 ? f[0] : at::cat(f, 0));  // [live, V]
     const double t = clock.charge(&PhaseTimes::draft);
     if (i == 0) ms.draft_catchup += t;
     for (size_t k = 0; k < live.size(); ++k) {
       const size_t b = live[k];
       const sampling::ProcessorConfig& proc = slots[b]->proc_;
       const double u = proc.greedy() ? 0.0 : slots[b]->rng_.uniform();
-      drafted[b].push_back(pick_draft(rows[static_cast<int64_t>(k)], proc, context[b], u, q_rows[b]));
+      drafted[b].push_back(pick_draft(logits[static_cast<int64_t>(k)], proc, context[b], u, q_rows[b]));
       if (proc.repetition_penalty != 1.0) context[b].push_back(drafted_token(drafted[b].back(), "eagle", b, i));
     }
     clock.charge(&PhaseTimes::sample);

@@ -103,26 +103,19 @@ class MedusaSource : public TreeSource {
   }
 
   at::Tensor root(const Tokens&, DraftProposal& out) override {
-    depth_.clear();
     logits_ = rows_.begin_round(rows_.n_heads(), out);
     return logits_.defined() ? logits_[0] : at::Tensor();
   }
 
-  at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
-                  DraftProposal&) override {
-    std::vector<int64_t> head_of;
-    for (int64_t i = 0; i < tokens.size(0); ++i) {
-      const int32_t parent = parents.at(n_cached + i);
-      depth_.push_back(parent < 0 ? 1 : depth_.at(parent) + 1);
-      head_of.push_back(depth_.back());  // a node at depth d drafts its children with head d
-    }
-    return logits_.index_select(0, model::to_device_async(at::tensor(head_of, at::kLong), logits_.device()));  // [n, V]
+  // A node at depth d drafts its children with head d, whatever its parent.
+  bool feeds_levels() const override { return true; }
+  at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor&, int64_t depth, int64_t, DraftProposal&) override {
+    return logits_.narrow(0, depth, 1).expand({tokens.size(0), logits_.size(1)}).contiguous();  // [n, V]
   }
 
  private:
   MedusaRows rows_;
-  at::Tensor logits_;           // [heads, V]: this round's rows
-  std::vector<int64_t> depth_;  // depth of each fed node, feed order (1: a child of the root)
+  at::Tensor logits_;  // [heads, V]: this round's rows
 };
 
 void check_medusa_params(const Params& p) {

@@ -22,11 +22,16 @@
 // Medusa heads (medusa.cpp: no forward per depth, each depth reads its own head's row).
 // Host reads: a static tree without a repetition penalty knows its shape before its tokens, so
 // they stay on the source's device (each depth feeds the whole previous one) and the round's
-// verdict reads them (DraftProposal::drawn): no read of its own. A dynamic tree reads each
-// depth's children (their values choose the next frontier); with a repetition penalty each
-// node's row is processed after its own path, read too.
+// verdict reads them (DraftProposal::drawn): no read of its own. A dynamic tree over a source
+// that feeds levels (a trained head: TreeSource::feed_level) grows where the source runs: each
+// depth's children, path log-probabilities and frontier stay there (grow_unread), and one read
+// brings the whole tree in before the target verifies it. Over the draft model (whose engine
+// builds its tree mask from host parents) a dynamic tree reads each depth's children, their
+// values choosing the next frontier; with a repetition penalty each node's row is processed
+// after its own path, read too.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <map>
 #include <mutex>
@@ -186,8 +191,12 @@ class TreeDrafter : public Drafter {
   // (unread_: their tokens join levels_).
   void expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k);
   Tokens path_context(const Tokens& seq, int32_t node) const;
-  // Feeds nodes[ids] (ascending, parents fed before) into the draft cache; returns [n, V].
-  at::Tensor feed(const std::vector<int32_t>& ids, DraftProposal& out);
+  // Feeds nodes[ids] (ascending, parents fed before, all at `depth`) into the draft cache;
+  // returns [n, V] on `device`.
+  at::Tensor feed(const std::vector<int32_t>& ids, int64_t depth, const at::Device& device, DraftProposal& out);
+  // A dynamic tree grown where the source runs (feeds_levels, no repetition penalty): from the
+  // root's row [V], `depth` depths of candidates, then one read brings the whole tree into nodes_.
+  void grow_unread(const at::Tensor& root, const Tokens& seq, int64_t depth, PhaseClock& clock, DraftProposal& out);
   DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
   int64_t choose_budget(double ms_draft);
 
@@ -270,7 +279,8 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
   }
 }
 
-at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out) {
+at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, int64_t depth, const at::Device& device,
+                             DraftProposal& out) {
   const int64_t n_cached = static_cast<int64_t>(fed_order_.size());
   std::vector<int32_t> slot_of(nodes_.size(), -1);  // node -> feed order
   for (size_t f = 0; f < fed_order_.size(); ++f) slot_of[fed_order_[f]] = static_cast<int32_t>(f);
@@ -287,7 +297,77 @@ at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, DraftProposal& out
   SD_CHECK(!unread_ || static_cast<int64_t>(ids.size()) == levels_.back().size(0),
            "tree drafter: a static tree feeds its whole last depth (internal error)");
   const at::Tensor fed = unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong);
-  return source_->feed(fed, parents, n_cached, out);  // [ids, V]
+  if (!source_->feeds_levels()) return source_->feed(fed, parents, n_cached, out);  // [ids, V]
+  const std::vector<int64_t> parent(parents.begin() + n_cached, parents.end());
+  return source_->feed_level(model::to_device_async(fed, device),
+                             model::to_device_async(at::tensor(parent, at::kLong), device), depth, n_cached, out);
+}
+
+void TreeDrafter::grow_unread(const at::Tensor& root, const Tokens& seq, int64_t depth, PhaseClock& clock,
+                              DraftProposal& out) {
+  // Each row's top tree_topk children by processed log-probability: [rows, k] ids and values.
+  const auto children = [&](const at::Tensor& rows) {
+    const at::Tensor logp = at::log_softmax(sampling::process_logits(rows, cfg_, seq), 1);
+    return at::topk(logp, std::min<int64_t>(topk_, logp.size(1)), 1);
+  };
+  // A depth's candidates: token, path log-probability (float64, as the host sums them; a NaN
+  // is -inf), parent (index among the depth above; -1: the root) and feed index (-1: not fed).
+  struct Level {
+    at::Tensor ids, logp, parent, fed;
+  };
+  const auto level = [&](const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent) {
+    const at::Tensor lp = logp.reshape(-1);
+    return Level{ids.reshape(-1), at::where(at::isfinite(lp), lp, -std::numeric_limits<double>::infinity()),
+                 parent, at::full({lp.size(0)}, -1, ids.options())};
+  };
+  std::vector<Level> levels;
+  const auto top = children(root.unsqueeze(0));
+  const at::Tensor& top_ids = std::get<1>(top);
+  const at::Tensor roots = at::full({top_ids.size(1)}, -1, top_ids.options());
+  levels.push_back(level(top_ids, std::get<0>(top).to(at::kDouble), roots));
+  int64_t n_fed = 0;
+  for (int64_t d = 1; d < depth; ++d) {
+    Level& up = levels.back();
+    const int64_t n = up.ids.size(0);
+    // The frontier: the depth's tree_topk likeliest paths (ties: the earlier node), in node order.
+    at::Tensor sel = at::arange(n, up.ids.options());
+    if (n > topk_) sel = std::get<0>(at::sort(std::get<1>(at::sort(up.logp, true, 0, true)).narrow(0, 0, topk_)));
+    const int64_t F = sel.size(0);
+    up.fed.index_copy_(0, sel, at::arange(n_fed, n_fed + F, sel.options()));
+    const at::Tensor parent_fed =  // each frontier node's parent's feed index (-1: the root)
+        levels.size() == 1 ? at::full({F}, -1, sel.options())
+                           : levels[levels.size() - 2].fed.index_select(0, up.parent.index_select(0, sel));
+    clock.charge(&PhaseTimes::sample);
+    const at::Tensor logits = source_->feed_level(up.ids.index_select(0, sel), parent_fed, d, n_fed, out);  // [F, V]
+    clock.charge(&PhaseTimes::draft);
+    n_fed += F;
+    const auto next = children(logits);
+    const int64_t kk = std::get<1>(next).size(1);
+    const at::Tensor logp = up.logp.index_select(0, sel).unsqueeze(1) + std::get<0>(next).to(at::kDouble);
+    levels.push_back(level(std::get<1>(next), logp, sel.repeat_interleave(kk)));
+  }
+  // The one read: every depth's candidates; the unlikely (-inf) ones, and those below them, drop.
+  std::vector<at::Tensor> ints, logps;
+  for (const Level& l : levels) {
+    ints.push_back(at::stack({l.ids, l.parent, l.fed}));
+    logps.push_back(l.logp);
+  }
+  const at::Tensor lp_host = model::to_host_async(at::cat(logps));  // comes with the read below
+  const at::Tensor int_host = model::on_host(at::cat(ints, 1));
+  const double* lp = lp_host.data_ptr<double>();
+  const auto x = int_host.accessor<int64_t, 2>();
+  std::vector<int32_t> above, here;  // a depth's candidates -> their index in nodes_ (-1: dropped)
+  int64_t c = 0;
+  for (const Level& l : levels) {
+    here.assign(static_cast<size_t>(l.ids.size(0)), -1);
+    for (size_t j = 0; j < here.size(); ++j, ++c) {
+      const int32_t parent = x[1][c] < 0 ? -1 : above[static_cast<size_t>(x[1][c])];
+      if (!std::isfinite(lp[c]) || (x[1][c] >= 0 && parent < 0)) continue;
+      here[j] = static_cast<int32_t>(nodes_.size());
+      nodes_.push_back({static_cast<TokenId>(x[0][c]), parent, lp[c], {}, x[2][c]});
+    }
+    above.swap(here);
+  }
 }
 
 DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
@@ -305,9 +385,11 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
   const int64_t depth = std::min(shape_depth, source_->max_depth());
-  expand(root.unsqueeze(0), {-1}, seq, dynamic ? topk_ : branching_[0]);
+  const bool grown_unread = dynamic && cfg_.repetition_penalty == 1.0 && source_->feeds_levels();
+  if (grown_unread) grow_unread(root, seq, depth, clock, out);
+  else expand(root.unsqueeze(0), {-1}, seq, dynamic ? topk_ : branching_[0]);
   size_t level_begin = 0;
-  for (int64_t d = 1; d < depth; ++d) {
+  for (int64_t d = 1; d < depth && !grown_unread; ++d) {
     std::vector<int32_t> frontier(nodes_.size() - level_begin);
     std::iota(frontier.begin(), frontier.end(), static_cast<int32_t>(level_begin));
     if (dynamic && static_cast<int64_t>(frontier.size()) > topk_) {  // the most likely topk paths
@@ -317,7 +399,7 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
       std::sort(frontier.begin(), frontier.end());
     }
     clock.charge(&PhaseTimes::sample);
-    const at::Tensor logits = feed(frontier, out);  // [frontier, V]
+    const at::Tensor logits = feed(frontier, d, root.device(), out);  // [frontier, V]
     clock.charge(&PhaseTimes::draft);
     level_begin = nodes_.size();
     expand(logits, frontier, seq, dynamic ? topk_ : branching_[d]);
