@@ -21,7 +21,7 @@
 // own head cache, but at each depth one head forward (the layer's projections and MLP over all
 // their rows; each row attends to its own cache: EagleSource::run_head) and one output-head
 // product serve every sequence, so the head's weights are read once per depth, not once per
-// sequence (bench_strategies_eagle_batch, 16 slots: 3.06x). A row's results do not depend on
+// sequence (bench_strategies_heads_batch, 16 slots: 3.06x). A row's results do not depend on
 // the rows beside it (model/linear.h), so every sequence drafts what it drafts alone.
 #include <algorithm>
 #include <limits>
@@ -333,7 +333,7 @@ DrafterInfo eagle_drafter_info() {
     auto head = head_for("eagle", "eagle_head", ctx.params.get_string("eagle_head"), "eagle", ctx.request);
     return make_tree_drafter(std::make_unique<EagleSource>(std::move(head), ctx.request.target, ctx.capacity), ctx);
   };
-  // Chains share the output-head product between a batch's slots; trees draft slot by slot.
+  // Chains share the head's forwards between a batch's slots; trees draft slot by slot.
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {
     if (params.get_string("eagle_shape") != "chain") return nullptr;

@@ -11,6 +11,13 @@
 // static tree_branching, or a dynamic tree by the heads' confidence (tree_budget > 0). A Medusa
 // head does not see the tokens drafted before it, so every node at depth d takes its children
 // from head d's row, and the whole tree still costs one forward.
+//
+// In a batch the heads run once a round for every sequence (MedusaRows::run): one forward of
+// the heads and one output-head product over all the sequences' newest features, so the heads'
+// and the output head's weights are read once a round, not once per sequence.
+#include <algorithm>
+#include <limits>
+
 #include "core/error.h"
 #include "model/device.h"
 #include "strategies/drafters.h"
@@ -27,40 +34,71 @@ class MedusaRows {
   int64_t n_heads() const { return head_->head().config().n_medusa; }
   void observe(const at::Tensor& hidden) { features_.observe(hidden); }
   void commit(const std::vector<int32_t>& accepted) {
+    ready_ = at::Tensor();  // rows are a round's: never carried to the next
     features_.commit(accepted);
     features_.take();  // only the newest feature is ever read
   }
-  // This round's rows [depth, V] (undefined before the first feature): one forward.
-  at::Tensor begin_round(int64_t depth, DraftProposal& out) {
+
+  // The rows of several sequences' rounds, each [depth[i], V] (depth at most n_heads), in one
+  // forward of the heads and one output-head product over all their newest features; a batch's
+  // slots share the head (medusa_batch). A sequence without a feature yet gets none. A row's
+  // results do not depend on the rows beside it (model/linear.h), so each drafts what it
+  // drafts alone. Each sequence's begin_round then takes its rows.
+  static void run(const std::vector<MedusaRows*>& seqs, const std::vector<int64_t>& depth) {
     at::NoGradGuard no_grad;
+    std::vector<MedusaRows*> live;
+    std::vector<at::Tensor> f;
+    int64_t most = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (!seqs[i] || depth[i] <= 0 || !seqs[i]->features_.last().defined()) continue;
+      SD_CHECK(live.empty() || seqs[i]->head_ == live[0]->head_, "medusa drafter: a batch's slots draft with one head");
+      live.push_back(seqs[i]);
+      f.push_back(seqs[i]->features_.last());
+      seqs[i]->depth_ = std::min(depth[i], seqs[i]->n_heads());
+      most = std::max(most, seqs[i]->depth_);
+    }
+    if (live.empty()) return;
+    const int64_t m = static_cast<int64_t>(live.size());
+    const LoadedHead& head = *live[0]->head_;
+    const at::Tensor h = head.head().medusa_forward(m == 1 ? f[0] : at::cat(f, 0)).narrow(0, 0, most);  // [most, m, d]
+    const at::Tensor logits = head.logits(h.reshape({most * m, -1})).view({most, m, -1});  // [most, m, V]
+    for (int64_t i = 0; i < m; ++i) live[i]->ready_ = logits.select(1, i).narrow(0, 0, live[i]->depth_);
+  }
+
+  // This round's rows [depth, V] (undefined before the first feature): run() for this sequence
+  // alone unless a batch ran it for this round.
+  at::Tensor begin_round(int64_t depth, DraftProposal& out) {
     features_.begin_round();
-    if (depth <= 0 || !features_.last().defined()) return at::Tensor();
-    const at::Tensor h = head_->head().medusa_forward(features_.last()).narrow(0, 0, depth);  // [depth, 1, d]
-    ++out.n_forwards;
-    return head_->logits(h.reshape({depth, -1}));  // [depth, V]
+    if (!ready_.defined()) run({this}, {depth});
+    at::Tensor rows = std::move(ready_);
+    ready_ = at::Tensor();
+    if (rows.defined()) ++out.n_forwards;
+    return rows;
   }
 
  private:
   std::shared_ptr<const LoadedHead> head_;
   TargetFeatures features_;
+  at::Tensor ready_;   // [depth_, V]: this round's rows, computed by run()
+  int64_t depth_ = 0;
 };
 
 class MedusaDrafter : public Drafter {
  public:
-  MedusaDrafter(std::shared_ptr<const LoadedHead> head, const sampling::ProcessorConfig& proc, Rng& rng)
-      : rows_(std::move(head)), proc_(proc), rng_(rng) {}
+  MedusaDrafter(std::shared_ptr<MedusaRows> rows, const sampling::ProcessorConfig& proc, Rng& rng)
+      : rows_(std::move(rows)), proc_(proc), rng_(rng) {}
 
   bool has_distribution() const override { return true; }
   bool wants_target_features() const override { return true; }
   void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
-    rows_.observe(hidden);
+    rows_->observe(hidden);
   }
-  void commit(int64_t, const std::vector<int32_t>& accepted) override { rows_.commit(accepted); }
+  void commit(int64_t, const std::vector<int32_t>& accepted) override { rows_->commit(accepted); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     DraftProposal out;
     PhaseClock clock(out.ms);
-    const at::Tensor logits = rows_.begin_round(std::min(max_depth, rows_.n_heads()), out);
+    const at::Tensor logits = rows_->begin_round(std::min(max_depth, rows_->n_heads()), out);
     clock.charge(&PhaseTimes::draft);
     if (!logits.defined()) return out;
     // Each token picked where the heads ran and left there for the verdict to read
@@ -82,7 +120,7 @@ class MedusaDrafter : public Drafter {
   }
 
  private:
-  MedusaRows rows_;
+  std::shared_ptr<MedusaRows> rows_;
   sampling::ProcessorConfig proc_;
   Rng& rng_;
 };
@@ -91,19 +129,19 @@ class MedusaDrafter : public Drafter {
 // head d (the tree drafter stops at max_depth() = the number of heads).
 class MedusaSource : public TreeSource {
  public:
-  explicit MedusaSource(std::shared_ptr<const LoadedHead> head) : rows_(std::move(head)) {}
+  explicit MedusaSource(std::shared_ptr<MedusaRows> rows) : rows_(std::move(rows)) {}
 
-  int64_t max_depth() const override { return rows_.n_heads(); }
+  int64_t max_depth() const override { return rows_->n_heads(); }
   bool wants_target_features() const override { return true; }
   void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
-    rows_.observe(hidden);
+    rows_->observe(hidden);
   }
   void commit(int64_t, const std::vector<int32_t>& accepted, const std::vector<int64_t>&) override {
-    rows_.commit(accepted);
+    rows_->commit(accepted);
   }
 
   at::Tensor root(const Tokens&, DraftProposal& out) override {
-    logits_ = rows_.begin_round(rows_.n_heads(), out);
+    logits_ = rows_->begin_round(rows_->n_heads(), out);
     return logits_.defined() ? logits_[0] : at::Tensor();
   }
 
@@ -114,7 +152,7 @@ class MedusaSource : public TreeSource {
   }
 
  private:
-  MedusaRows rows_;
+  std::shared_ptr<MedusaRows> rows_;
   at::Tensor logits_;  // [heads, V]: this round's rows
 };
 
@@ -122,6 +160,42 @@ void check_medusa_params(const Params& p) {
   const std::string shape = p.get_string("medusa_shape");
   SD_CHECK(shape == "chain" || shape == "tree", "drafter medusa: medusa_shape must be chain or tree, got '", shape, "'");
 }
+
+// A Medusa drafter of either shape for ctx, drafting from `rows`.
+std::unique_ptr<Drafter> make_medusa(const DrafterContext& ctx, std::shared_ptr<MedusaRows>& rows) {
+  check_medusa_params(ctx.params);
+  rows = std::make_shared<MedusaRows>(
+      head_for("medusa", "medusa_head", ctx.params.get_string("medusa_head"), "medusa", ctx.request));
+  if (ctx.params.get_string("medusa_shape") == "tree") return make_tree_drafter(std::make_unique<MedusaSource>(rows), ctx);
+  return std::make_unique<MedusaDrafter>(rows, ctx.proc, ctx.rng);
+}
+
+// A batch's Medusa drafters: the heads run once a round for every slot (MedusaRows::run), then
+// each slot drafts its chain or tree from its own rows as it does alone.
+class MedusaBatchDrafter : public BatchDrafter {
+ public:
+  MedusaBatchDrafter(int64_t batch, bool tree) : drafters_(batch), rows_(batch), tree_(tree) {}
+  void join(int64_t slot, const DrafterContext& ctx) override { drafters_.at(slot) = make_medusa(ctx, rows_.at(slot)); }
+  Drafter& at(int64_t slot) override { return *drafters_.at(slot); }
+  std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
+                                     PhaseTimes& ms) override {
+    std::vector<MedusaRows*> rows;
+    std::vector<int64_t> depth;
+    for (size_t b = 0; b < rows_.size(); ++b) {
+      rows.push_back(max_depth[b] > 0 ? rows_[b].get() : nullptr);
+      depth.push_back(tree_ ? std::numeric_limits<int64_t>::max() : max_depth[b]);  // a tree takes every head's row
+    }
+    PhaseClock clock(ms);
+    MedusaRows::run(rows, depth);
+    clock.charge(&PhaseTimes::draft);
+    return BatchDrafter::propose(seqs, max_depth, ms);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Drafter>> drafters_;
+  std::vector<std::shared_ptr<MedusaRows>> rows_;
+  bool tree_;
+};
 
 }  // namespace
 
@@ -139,11 +213,12 @@ DrafterInfo medusa_drafter_info() {
   info.head_kind = "medusa";
   info.check = check_medusa_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    check_medusa_params(ctx.params);
-    auto head = head_for("medusa", "medusa_head", ctx.params.get_string("medusa_head"), "medusa", ctx.request);
-    if (ctx.params.get_string("medusa_shape") == "tree")
-      return make_tree_drafter(std::make_unique<MedusaSource>(std::move(head)), ctx);
-    return std::make_unique<MedusaDrafter>(std::move(head), ctx.proc, ctx.rng);
+    std::shared_ptr<MedusaRows> rows;
+    return make_medusa(ctx, rows);
+  };
+  info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
+                          int64_t) -> std::unique_ptr<BatchDrafter> {
+    return std::make_unique<MedusaBatchDrafter>(batch, params.get_string("medusa_shape") == "tree");
   };
   return info;
 }

@@ -1,14 +1,16 @@
-// An EAGLE chain drafter's round for a batch of B sequences, two ways, in one process:
-//   lockstep  the registry's batch form (make_batch_drafter: eagle.cpp's draft_chains): each
-//             slot's head forward, then one output-head product per depth for all slots;
-//   per_slot  B batch-1 drafters (make_drafter), one after another: B output-head products per
-//             depth, each reading the head's vocabulary rows again.
+// A trained drafter's round for a batch of B sequences, two ways, in one process:
+//   lockstep  the registry's batch form (make_batch_drafter): eagle.cpp's draft_chains (per
+//             depth one head forward and one output-head product for all slots) or medusa.cpp's
+//             MedusaRows::run (the heads and the output-head product once a round for all slots);
+//   per_slot  B batch-1 drafters (make_drafter), one after another: B head forwards and B
+//             output-head products, each reading the weights again.
 // A round: propose gamma = 2 tokens per slot, show the drafter the target's features of the
 // fed rows (random: the head's cost does not depend on their values) and commit with every draft
 // rejected (each sequence grows by one token, the head caches by one position).
-//   build/bench/bench_strategies_eagle_batch --benchmark_repetitions=5 \
+//   build/bench/bench_strategies_heads_batch --benchmark_repetitions=5 \
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
-// Needs the SmolLM2 chat head: build/specdec train-drafter --config configs/drafters/smollm2_eagle_chat.yaml
+// Needs the SmolLM2 heads: build/specdec train-drafter --config configs/drafters/smollm2_eagle_chat.yaml
+// and configs/drafters/smollm2_medusa.yaml (a missing head skips its benchmarks).
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -27,7 +29,15 @@ using specdec::Tokens;
 
 namespace {
 
-const char* const kHead = SPECDEC_SOURCE_DIR "/heads/smollm2-135m-eagle-chat";
+// The drafters and their heads.
+struct Head {
+  const char* drafter;
+  const char* param;
+  const char* dir;
+  const char* config;
+};
+const Head kEagle{"eagle", "eagle_head", SPECDEC_SOURCE_DIR "/heads/smollm2-135m-eagle-chat", "smollm2_eagle_chat.yaml"};
+const Head kMedusa{"medusa", "medusa_head", SPECDEC_SOURCE_DIR "/heads/smollm2-135m-medusa", "smollm2_medusa.yaml"};
 constexpr int64_t kGamma = 2, kRounds = 64, kCapacity = 1024;
 
 struct Rig {
@@ -57,15 +67,16 @@ const Rig& rig() {
 }
 
 // B sequences drafting kRounds rounds; the timer covers propose() only.
-void run(benchmark::State& state, bool lockstep) {
-  if (!std::filesystem::exists(std::string(kHead) + "/head.json")) {
-    state.SkipWithError("no trained head: build/specdec train-drafter --config configs/drafters/smollm2_eagle_chat.yaml");
+void run(benchmark::State& state, const Head& head, bool lockstep) {
+  if (!std::filesystem::exists(std::string(head.dir) + "/head.json")) {
+    state.SkipWithError((std::string("no trained head: build/specdec train-drafter --config configs/drafters/") +
+                         head.config).c_str());
     return;
   }
   const Rig& r = rig();
   const int64_t B = state.range(0);
   const ss::Params params = ss::resolve(
-      "speculative", ss::Params({{"drafter", "eagle"}, {"eagle_head", kHead}, {"temperature", "0"}, {"gamma", "2"}}));
+      "speculative", ss::Params({{"drafter", head.drafter}, {head.param, head.dir}, {"temperature", "0"}, {"gamma", "2"}}));
   const specdec::sampling::ProcessorConfig proc = ss::processor_config(params);
   ss::Request req;
   req.prompt = r.prompt;
@@ -78,14 +89,14 @@ void run(benchmark::State& state, bool lockstep) {
     std::unique_ptr<ss::BatchDrafter> batch;
     std::vector<std::unique_ptr<ss::Drafter>> own;
     std::vector<ss::Drafter*> d;
-    if (lockstep) batch = ss::make_batch_drafter("eagle", req, params, proc, B, kCapacity);
+    if (lockstep) batch = ss::make_batch_drafter(head.drafter, req, params, proc, B, kCapacity);
     for (int64_t b = 0; b < B; ++b) {
       const ss::DrafterContext ctx{req, params, proc, rngs[b], kCapacity, kGamma};
       if (lockstep) {
         batch->join(b, ctx);
         d.push_back(&batch->at(b));
       } else {
-        own.push_back(ss::make_drafter("eagle", ctx));
+        own.push_back(ss::make_drafter(head.drafter, ctx));
         d.push_back(own.back().get());
       }
       d.back()->observe_features(Tokens(r.prompt.begin(), r.prompt.end() - 1), {}, r.prompt_hidden);
@@ -118,10 +129,14 @@ void run(benchmark::State& state, bool lockstep) {
                                                   benchmark::Counter::kIsRate);
 }
 
-void BM_eagle_draft_lockstep(benchmark::State& state) { run(state, true); }
-void BM_eagle_draft_per_slot(benchmark::State& state) { run(state, false); }
+void BM_eagle_draft_lockstep(benchmark::State& state) { run(state, kEagle, true); }
+void BM_eagle_draft_per_slot(benchmark::State& state) { run(state, kEagle, false); }
+void BM_medusa_draft_lockstep(benchmark::State& state) { run(state, kMedusa, true); }
+void BM_medusa_draft_per_slot(benchmark::State& state) { run(state, kMedusa, false); }
 BENCHMARK(BM_eagle_draft_lockstep)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_eagle_draft_per_slot)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_medusa_draft_lockstep)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_medusa_draft_per_slot)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
