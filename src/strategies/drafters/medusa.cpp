@@ -41,7 +41,7 @@ class MedusaRows {
 
   // The rows of several sequences' rounds, each [depth[i], V] (depth at most n_heads), in one
   // forward of the heads and one output-head product over all their newest features; a batch's
-  // slots share the head (medusa_batch). A sequence without a feature yet gets none. A row's
+  // slots share the head (MedusaBatchDrafter). A sequence without a feature yet gets none. A row's
   // results do not depend on the rows beside it (model/linear.h), so each drafts what it
   // drafts alone. Each sequence's begin_round then takes its rows.
   static void run(const std::vector<MedusaRows*>& seqs, const std::vector<int64_t>& depth) {
