@@ -17,6 +17,7 @@
 // and the output head's weights are read once a round, not once per sequence.
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "model/device.h"
@@ -48,21 +49,21 @@ class MedusaRows {
     at::NoGradGuard no_grad;
     std::vector<MedusaRows*> live;
     std::vector<at::Tensor> f;
-    int64_t most = 0;
+    std::vector<int64_t> rows;  // each live sequence's
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (!seqs[i] || depth[i] <= 0 || !seqs[i]->features_.last().defined()) continue;
       SD_CHECK(live.empty() || seqs[i]->head_ == live[0]->head_, "medusa drafter: a batch's slots draft with one head");
       live.push_back(seqs[i]);
       f.push_back(seqs[i]->features_.last());
-      seqs[i]->depth_ = std::min(depth[i], seqs[i]->n_heads());
-      most = std::max(most, seqs[i]->depth_);
+      rows.push_back(std::min(depth[i], seqs[i]->n_heads()));
     }
     if (live.empty()) return;
     const int64_t m = static_cast<int64_t>(live.size());
+    const int64_t most = *std::max_element(rows.begin(), rows.end());
     const LoadedHead& head = *live[0]->head_;
     const at::Tensor h = head.head().medusa_forward(m == 1 ? f[0] : at::cat(f, 0)).narrow(0, 0, most);  // [most, m, d]
     const at::Tensor logits = head.logits(h.reshape({most * m, -1})).view({most, m, -1});  // [most, m, V]
-    for (int64_t i = 0; i < m; ++i) live[i]->ready_ = logits.select(1, i).narrow(0, 0, live[i]->depth_);
+    for (int64_t i = 0; i < m; ++i) live[i]->ready_ = logits.select(1, i).narrow(0, 0, rows[i]);
   }
 
   // This round's rows [depth, V] (undefined before the first feature): run() for this sequence
@@ -70,8 +71,7 @@ class MedusaRows {
   at::Tensor begin_round(int64_t depth, DraftProposal& out) {
     features_.begin_round();
     if (!ready_.defined()) run({this}, {depth});
-    at::Tensor rows = std::move(ready_);
-    ready_ = at::Tensor();
+    at::Tensor rows = std::exchange(ready_, at::Tensor());
     if (rows.defined()) ++out.n_forwards;
     return rows;
   }
@@ -79,8 +79,7 @@ class MedusaRows {
  private:
   std::shared_ptr<const LoadedHead> head_;
   TargetFeatures features_;
-  at::Tensor ready_;   // [depth_, V]: this round's rows, computed by run()
-  int64_t depth_ = 0;
+  at::Tensor ready_;  // [depth, V]: this round's rows, computed by run()
 };
 
 class MedusaDrafter : public Drafter {
