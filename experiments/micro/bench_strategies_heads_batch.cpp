@@ -1,12 +1,16 @@
 // A trained drafter's round for a batch of B sequences, two ways, in one process:
 //   lockstep  the registry's batch form (make_batch_drafter): eagle.cpp's draft_chains (per
-//             depth one head forward and one output-head product for all slots) or medusa.cpp's
-//             MedusaRows::run (the heads and the output-head product once a round for all slots);
+//             depth one head forward and one output-head product for all slots), the tree
+//             drafter's lockstep over EAGLE's head (tree.cpp's TreeDrafter::grow, the same per
+//             depth) or medusa.cpp's MedusaRows::run (the heads and the output-head product once
+//             a round for all slots);
 //   per_slot  B batch-1 drafters (make_drafter), one after another: B head forwards and B
 //             output-head products, each reading the weights again.
-// A round: propose gamma = 2 tokens per slot, show the drafter the target's features of the
-// fed rows (random: the head's cost does not depend on their values) and commit with every draft
-// rejected (each sequence grows by one token, the head caches by one position).
+// A round: propose a draft per slot (chains: gamma = 2 tokens; the EAGLE tree: an EAGLE-2 dynamic
+// tree of 8 nodes, tree_topk 3, 4 deep, as experiments/trained_drafters_*.yaml), show the
+// drafter the target's feature of the root row (random: the head's cost does not depend on its
+// values) and commit with every draft rejected (each sequence grows by one token, the head
+// caches by one position).
 //   build/bench/bench_strategies_heads_batch --benchmark_repetitions=5 \
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 // Needs the SmolLM2 heads: build/specdec train-drafter --config configs/drafters/smollm2_eagle_chat.yaml
@@ -14,6 +18,8 @@
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -29,16 +35,22 @@ using specdec::Tokens;
 
 namespace {
 
-// The drafters and their heads.
+// The drafters, their heads and shapes.
 struct Head {
   const char* drafter;
   const char* param;
   const char* dir;
   const char* config;
+  int64_t gamma;
+  std::map<std::string, std::string> shape;  // further speculative parameters
 };
-const Head kEagle{"eagle", "eagle_head", SPECDEC_SOURCE_DIR "/heads/smollm2-135m-eagle-chat", "smollm2_eagle_chat.yaml"};
-const Head kMedusa{"medusa", "medusa_head", SPECDEC_SOURCE_DIR "/heads/smollm2-135m-medusa", "smollm2_medusa.yaml"};
-constexpr int64_t kGamma = 2, kRounds = 64, kCapacity = 1024;
+constexpr const char* kEagleDir = SPECDEC_SOURCE_DIR "/heads/smollm2-135m-eagle-chat";
+const Head kEagle{"eagle", "eagle_head", kEagleDir, "smollm2_eagle_chat.yaml", 2, {}};
+const Head kEagleTree{"eagle", "eagle_head", kEagleDir, "smollm2_eagle_chat.yaml", 4,
+                      {{"eagle_shape", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}};
+const Head kMedusa{"medusa", "medusa_head", SPECDEC_SOURCE_DIR "/heads/smollm2-135m-medusa", "smollm2_medusa.yaml", 2,
+                  {}};
+constexpr int64_t kRounds = 64, kCapacity = 1024;
 
 struct Rig {
   sm::LoadedModel m;
@@ -75,14 +87,16 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
   }
   const Rig& r = rig();
   const int64_t B = state.range(0);
-  const ss::Params params = ss::resolve(
-      "speculative", ss::Params({{"drafter", head.drafter}, {head.param, head.dir}, {"temperature", "0"}, {"gamma", "2"}}));
+  std::map<std::string, std::string> p = head.shape;
+  p.insert({{"drafter", head.drafter}, {head.param, head.dir}, {"temperature", "0"}});
+  p["gamma"] = std::to_string(head.gamma);
+  const ss::Params params = ss::resolve("speculative", ss::Params(p));
   const specdec::sampling::ProcessorConfig proc = ss::processor_config(params);
   ss::Request req;
   req.prompt = r.prompt;
   req.target = r.m.model;
   req.tokenizer = r.m.tokenizer;
-  const at::Tensor fed_hidden = at::randn({kGamma + 1, r.prompt_hidden.size(1)});
+  const at::Tensor fed_hidden = at::randn({1, r.prompt_hidden.size(1)});
   for (auto _ : state) {
     state.PauseTiming();
     std::vector<specdec::Rng> rngs(B, specdec::Rng(1));
@@ -91,7 +105,7 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
     std::vector<ss::Drafter*> d;
     if (lockstep) batch = ss::make_batch_drafter(head.drafter, req, params, proc, B, kCapacity);
     for (int64_t b = 0; b < B; ++b) {
-      const ss::DrafterContext ctx{req, params, proc, rngs[b], kCapacity, kGamma};
+      const ss::DrafterContext ctx{req, params, proc, rngs[b], kCapacity, head.gamma};
       if (lockstep) {
         batch->join(b, ctx);
         d.push_back(&batch->at(b));
@@ -104,7 +118,7 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
     std::vector<Tokens> seqs(B, r.prompt);
     std::vector<const Tokens*> seq_ptrs;
     for (const Tokens& s : seqs) seq_ptrs.push_back(&s);
-    const std::vector<int64_t> depth(B, kGamma);
+    const std::vector<int64_t> depth(B, head.gamma);
     state.ResumeTiming();
     for (int64_t round = 0; round < kRounds; ++round) {
       std::vector<ss::DraftProposal> drafts;
@@ -112,13 +126,11 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
         ss::PhaseTimes ms;
         drafts = batch->propose(seq_ptrs, depth, ms);
       } else {
-        for (int64_t b = 0; b < B; ++b) drafts.push_back(d[b]->propose(seqs[b], kGamma));
+        for (int64_t b = 0; b < B; ++b) drafts.push_back(d[b]->propose(seqs[b], head.gamma));
       }
       state.PauseTiming();
       for (int64_t b = 0; b < B; ++b) {
-        Tokens fed = {seqs[b].back()};
-        fed.insert(fed.end(), drafts[b].tokens.begin(), drafts[b].tokens.end());
-        d[b]->observe_features(fed, {}, fed_hidden.narrow(0, 0, static_cast<int64_t>(fed.size())));
+        d[b]->observe_features({seqs[b].back()}, {}, fed_hidden);
         seqs[b].push_back(drafts[b].tokens.empty() ? 0 : drafts[b].tokens[0]);
         d[b]->commit(static_cast<int64_t>(seqs[b].size()) - 1, {});
       }
@@ -131,10 +143,14 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
 
 void BM_eagle_draft_lockstep(benchmark::State& state) { run(state, kEagle, true); }
 void BM_eagle_draft_per_slot(benchmark::State& state) { run(state, kEagle, false); }
+void BM_eagle_tree_draft_lockstep(benchmark::State& state) { run(state, kEagleTree, true); }
+void BM_eagle_tree_draft_per_slot(benchmark::State& state) { run(state, kEagleTree, false); }
 void BM_medusa_draft_lockstep(benchmark::State& state) { run(state, kMedusa, true); }
 void BM_medusa_draft_per_slot(benchmark::State& state) { run(state, kMedusa, false); }
 BENCHMARK(BM_eagle_draft_lockstep)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_eagle_draft_per_slot)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_eagle_tree_draft_lockstep)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_eagle_tree_draft_per_slot)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_medusa_draft_lockstep)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_medusa_draft_per_slot)->ArgName("B")->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 

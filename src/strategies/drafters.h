@@ -238,6 +238,24 @@ class TreeSource {
     SD_CHECK(false, "tree source: feed_level on a source that does not feed levels (internal error)");
     return at::Tensor();
   }
+  // The same calls for a batch's trees growing in lockstep (make_tree_batch_drafter), made on
+  // one of the sources in `all`: every source there is of its type (null: a slot that does not
+  // draft now), and each gets its own result, as its own call would give it. A source whose
+  // model serves several sequences in one forward overrides them (EagleSource: one head forward
+  // and one output-head product for all); the defaults call each source in turn.
+  // roots: as root() for each non-null source (seqs[b] its sequence).
+  virtual std::vector<at::Tensor> roots(const std::vector<TreeSource*>& all, const std::vector<const Tokens*>& seqs,
+                                        const std::vector<DraftProposal*>& out);
+  // What one feed hands a source: feed()'s arguments, or feed_level()'s (feeds_levels()).
+  struct Feed {
+    at::Tensor tokens;             // [n] int64; undefined: this source feeds nothing now
+    std::vector<int32_t> parents;  // feed(): every node fed this round, feed order
+    at::Tensor parent;             // feed_level(): [n] int64 each new node's parent's feed index
+    int64_t depth = 0, n_cached = 0;
+  };
+  // feed_all: feed() or feed_level() for each source with a Feed (undefined where none).
+  virtual std::vector<at::Tensor> feed_all(const std::vector<TreeSource*>& all, const std::vector<Feed>& feeds,
+                                           const std::vector<DraftProposal*>& out);
   // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
   // path's fed nodes (a prefix of the path).
   virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted, const std::vector<int64_t>& fed) = 0;
@@ -252,6 +270,11 @@ class TreeSource {
 };
 // The tree drafter over `source`, shaped by ctx.params' tree_branching / tree_budget / tree_topk.
 std::unique_ptr<Drafter> make_tree_drafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx);
+// Its batch form: slot b's tree drafter is over source_of(its context), and the slots' trees grow
+// in lockstep, one depth at a time, each depth's feeds made in one TreeSource::feed_all call
+// (the root's in one roots call). Each slot proposes what it proposes alone.
+using TreeSourceOf = std::function<std::unique_ptr<TreeSource>(const DrafterContext&)>;
+std::unique_ptr<BatchDrafter> make_tree_batch_drafter(TreeSourceOf source_of, int64_t batch);
 
 // The `model` drafter over any CausalLM (a separate draft model, or a view of the target such
 // as layer_skip's layer subset): one forward per draft token, q from the processed logits.

@@ -15,14 +15,16 @@
 // its cache; the tokens it drafts are picked there and fed from there, and the round's verdict
 // reads them (one host read a round, as the draft model's chains and static trees). A fed node's
 // attention mask is built there from its parent (EagleSource::level), so a dynamic tree is read once,
-// whole, before the target verifies it (tree.cpp, grow_unread).
+// whole, before the target verifies it (tree.cpp: grown_unread_).
 //
-// In a batch the chains of all sequences are drafted in lockstep (draft_chains): each has its
-// own head cache, but at each depth one head forward (the layer's projections and MLP over all
-// their rows; each row attends to its own cache: EagleSource::run_head) and one output-head
-// product serve every sequence, so the head's weights are read once per depth, not once per
-// sequence (bench_strategies_heads_batch, 16 slots: 3.06x). A row's results do not depend on
-// the rows beside it (model/linear.h), so every sequence drafts what it drafts alone.
+// In a batch the chains of all sequences are drafted in lockstep (draft_chains), and so are
+// their trees (the tree drafter's make_tree_batch_drafter, through EagleSource's roots and
+// feed_all): each sequence has its own head cache, but at each depth one head forward (the
+// layer's projections and MLP over all their rows; each row attends to its own cache:
+// EagleSource::run_head) and one output-head product serve every sequence, so the head's weights
+// are read once per depth, not once per sequence (bench_strategies_heads_batch). A row's results
+// do not depend on the rows beside it (model/linear.h), so every sequence drafts what it drafts
+// alone.
 #include <algorithm>
 #include <limits>
 
@@ -52,16 +54,53 @@ class EagleSource : public TreeSource {
     features_.commit(accepted);
   }
 
-  const LoadedHead& head() const { return *head_; }
-
-  at::Tensor root(const Tokens& seq, DraftProposal& out) override {
-    const at::Tensor f = run_head({this}, {catch_up(seq)}, {&out})[0];
-    return f.defined() ? head_->logits(f).select(0, 0) : f;
-  }
+  // A tree's steps. For several sources (a batch's trees in lockstep: roots, feed_all) one head
+  // forward and one output-head product serve them all.
+  at::Tensor root(const Tokens& seq, DraftProposal& out) override { return roots({this}, {&seq}, {&out})[0]; }
   bool feeds_levels() const override { return true; }
   at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached,
                         DraftProposal& out) override {
-    return head_->logits(run_head({this}, {level(tokens, parent, depth, n_cached)}, {&out})[0]);  // [n, V]
+    Feed f;
+    f.tokens = tokens, f.parent = parent, f.depth = depth, f.n_cached = n_cached;
+    return feed_all({this}, {f}, {&out})[0];
+  }
+  std::vector<at::Tensor> roots(const std::vector<TreeSource*>& all, const std::vector<const Tokens*>& seqs,
+                                const std::vector<DraftProposal*>& out) override {
+    const std::vector<EagleSource*> src = sources(all);
+    std::vector<Rows> rows(src.size());
+    for (size_t b = 0; b < src.size(); ++b)
+      if (src[b]) rows[b] = src[b]->catch_up(*seqs[b]);
+    std::vector<at::Tensor> logits = logits_of(src, run_head(src, rows, out));
+    for (at::Tensor& l : logits)
+      if (l.defined()) l = l.select(0, 0);  // [V]: the root's one row
+    return logits;
+  }
+  std::vector<at::Tensor> feed_all(const std::vector<TreeSource*>& all, const std::vector<Feed>& feeds,
+                                   const std::vector<DraftProposal*>& out) override {
+    const std::vector<EagleSource*> src = sources(all);
+    std::vector<Rows> rows(src.size());
+    for (size_t b = 0; b < src.size(); ++b)
+      if (src[b] && feeds[b].tokens.defined())
+        rows[b] = src[b]->level(feeds[b].tokens, feeds[b].parent, feeds[b].depth, feeds[b].n_cached);
+    return logits_of(src, run_head(src, rows, out));  // [n, V] each
+  }
+
+  // The output head over several sources' predicted features (run_head's results): one product
+  // for all, each source's rows [m, V] (undefined where its feature was).
+  static std::vector<at::Tensor> logits_of(const std::vector<EagleSource*>& src, const std::vector<at::Tensor>& feat) {
+    std::vector<at::Tensor> f, logits(feat.size());
+    const LoadedHead* head = nullptr;
+    for (size_t b = 0; b < feat.size(); ++b)
+      if (feat[b].defined()) f.push_back(feat[b]), head = head ? head : src[b]->head_.get();
+    if (!head) return logits;
+    const at::Tensor all = head->logits(f.size() == 1 ? f[0] : at::cat(f, 0));  // [rows, V]
+    int64_t begin = 0;
+    for (size_t b = 0; b < feat.size(); ++b) {
+      if (!feat[b].defined()) continue;
+      logits[b] = all.narrow(0, begin, feat[b].size(0));
+      begin += feat[b].size(0);
+    }
+    return logits;
   }
 
   // What one head forward feeds for this source: feat [m, d], the token after each row ids [m]
@@ -134,6 +173,7 @@ class EagleSource : public TreeSource {
       feat.push_back(rows[b].feat);
       ids.push_back(model::to_device_async(rows[b].ids, src[b]->k_.device()));
       positions.push_back(rows[b].positions);
+      SD_CHECK(!head || head->head_ == src[b]->head_, "eagle drafter: a batch's slots draft with one head");
       head = head ? head : src[b];
     }
     if (!head) return result;
@@ -172,6 +212,15 @@ class EagleSource : public TreeSource {
 
  private:
   int64_t n_fed() const { return fed_feat_.defined() ? fed_feat_.size(0) : 0; }
+  // A batch's tree sources, as EagleSources (null stays null).
+  static std::vector<EagleSource*> sources(const std::vector<TreeSource*>& all) {
+    std::vector<EagleSource*> src;
+    for (TreeSource* s : all) {
+      src.push_back(dynamic_cast<EagleSource*>(s));
+      SD_CHECK(!s || src.back(), "eagle drafter: a batch's tree sources are all EAGLE heads (internal error)");
+    }
+    return src;
+  }
 
   std::shared_ptr<const LoadedHead> head_;
   std::shared_ptr<model::CausalLM> target_;
@@ -182,6 +231,12 @@ class EagleSource : public TreeSource {
   at::Tensor fed_feat_;   // [fed, d] predicted feature of each node fed this round, feed order
   at::Tensor fed_anc_;    // [fed, fed] bool: row f marks fed node f's fed ancestors and itself
 };
+
+// The head named by ctx's eagle_head, for ctx's target, with a cache of ctx's capacity.
+std::unique_ptr<EagleSource> make_source(const DrafterContext& ctx) {
+  auto head = head_for("eagle", "eagle_head", ctx.params.get_string("eagle_head"), "eagle", ctx.request);
+  return std::make_unique<EagleSource>(std::move(head), ctx.request.target, ctx.capacity);
+}
 
 // A chain: the root's draft token, then one fed node per further token.
 class EagleChainDrafter : public Drafter {
@@ -232,14 +287,11 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
   std::vector<Tokens> context(B);
   std::vector<std::vector<at::Tensor>> q_rows(B), drafted(B);  // [1, V] each; [1] int64 each
   std::vector<bool> drafting(B, false);
-  const LoadedHead* head = nullptr;
   int64_t longest = 0;
   for (size_t b = 0; b < B; ++b) {
     if (!feat[b].defined()) continue;
     drafting[b] = true;
     context[b] = *seqs[b];
-    SD_CHECK(head == nullptr || head == &src[b]->head(), "eagle drafter: a batch's slots draft with one head");
-    head = &src[b]->head();
     longest = std::max(longest, depth[b]);
   }
   for (int64_t i = 0; i < longest; ++i) {
@@ -252,16 +304,13 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
         rows[b] = src[b]->level(drafted[b].back(), at::full({1}, i - 2, drafted[b].back().options()), i, i - 1);
       feat = EagleSource::run_head(src, rows, outs);
     }
-    std::vector<at::Tensor> f;
-    for (size_t b : live) f.push_back(feat[b]);
-    const at::Tensor logits = head->logits(f.size() == 1 ? f[0] : at::cat(f, 0));  // [live, V]
+    const std::vector<at::Tensor> logits = EagleSource::logits_of(src, feat);  // [1, V] for each live slot
     const double t = clock.charge(&PhaseTimes::draft);
     if (i == 0) ms.draft_catchup += t;
-    for (size_t k = 0; k < live.size(); ++k) {
-      const size_t b = live[k];
+    for (size_t b : live) {
       const sampling::ProcessorConfig& proc = slots[b]->proc_;
       const double u = proc.greedy() ? 0.0 : slots[b]->rng_.uniform();
-      drafted[b].push_back(pick_draft(logits[static_cast<int64_t>(k)], proc, context[b], u, q_rows[b]));
+      drafted[b].push_back(pick_draft(logits[b][0], proc, context[b], u, q_rows[b]));
       if (proc.repetition_penalty != 1.0) context[b].push_back(drafted_token(drafted[b].back(), "eagle", b, i));
     }
     clock.charge(&PhaseTimes::sample);
@@ -299,9 +348,7 @@ class EagleBatchDrafter : public BatchDrafter {
   }
 
   static std::unique_ptr<EagleChainDrafter> make_chain(const DrafterContext& ctx) {
-    auto head = head_for("eagle", "eagle_head", ctx.params.get_string("eagle_head"), "eagle", ctx.request);
-    auto source = std::make_unique<EagleSource>(std::move(head), ctx.request.target, ctx.capacity);
-    return std::make_unique<EagleChainDrafter>(std::move(source), ctx.proc, ctx.rng);
+    return std::make_unique<EagleChainDrafter>(make_source(ctx), ctx.proc, ctx.rng);
   }
 
  private:
@@ -330,14 +377,14 @@ DrafterInfo eagle_drafter_info() {
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     check_eagle_params(ctx.params);
     if (ctx.params.get_string("eagle_shape") == "chain") return EagleBatchDrafter::make_chain(ctx);
-    auto head = head_for("eagle", "eagle_head", ctx.params.get_string("eagle_head"), "eagle", ctx.request);
-    return make_tree_drafter(std::make_unique<EagleSource>(std::move(head), ctx.request.target, ctx.capacity), ctx);
+    return make_tree_drafter(make_source(ctx), ctx);
   };
-  // Chains share the head's forwards between a batch's slots; trees draft slot by slot.
+  // A batch's chains (draft_chains) and trees (the tree drafter's lockstep over EagleSource's
+  // roots and feed_all) share the head's forwards between the slots.
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {
-    if (params.get_string("eagle_shape") != "chain") return nullptr;
-    return std::make_unique<EagleBatchDrafter>(batch);
+    if (params.get_string("eagle_shape") == "chain") return std::make_unique<EagleBatchDrafter>(batch);
+    return make_tree_batch_drafter(make_source, batch);
   };
   return info;
 }

@@ -24,11 +24,16 @@
 // they stay on the source's device (each depth feeds the whole previous one) and the round's
 // verdict reads them (DraftProposal::drawn): no read of its own. A dynamic tree over a source
 // that feeds levels (a trained head: TreeSource::feed_level) grows where the source runs: each
-// depth's children, path log-probabilities and frontier stay there (grow_unread), and one read
+// depth's children, path log-probabilities and frontier stay there (grown_unread_), and one read
 // brings the whole tree in before the target verifies it. Over the draft model (whose engine
 // builds its tree mask from host parents) a dynamic tree reads each depth's children, their
 // values choosing the next frontier; with a repetition penalty each node's row is processed
 // after its own path, read too.
+// A round runs in steps (TreeDrafter::begin, next_feed, take, end) that TreeDrafter::grow drives, so a
+// batch's trees can grow in lockstep (make_tree_batch_drafter): the roots in one call of the
+// source, then per depth every tree's frontier in one TreeSource::feed_all. A source that serves
+// several sequences in one forward (EAGLE's head) reads its weights once per depth for the
+// whole batch; batch 1 is the same code with one tree.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -36,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -172,6 +178,7 @@ class TreeDrafter : public Drafter {
     topk_ = ctx.params.get_int("tree_topk");
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
     unread_ = budget_ == 0 && cfg_.repetition_penalty == 1.0;
+    grown_unread_ = budget_ != 0 && cfg_.repetition_penalty == 1.0 && source_->feeds_levels();
   }
 
   void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
@@ -182,21 +189,43 @@ class TreeDrafter : public Drafter {
   bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
   void report(std::map<std::string, double>& out) const override;
 
-  DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
+  DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
+    PhaseTimes ms;
+    DraftProposal out = std::move(grow({this}, {&seq}, {max_depth}, ms)[0]);
+    out.ms = ms;
+    return out;
+  }
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
 
+  // The round of several tree drafters (null, or max_depth[b] <= 0: an empty proposal), grown in
+  // lockstep: the roots in one TreeSource::roots call, then per depth every tree's frontier in
+  // one TreeSource::feed_all call. A batch-1 round is one tree. Time goes to `ms`.
+  static std::vector<DraftProposal> grow(const std::vector<TreeDrafter*>& trees, const std::vector<const Tokens*>& seqs,
+                                         const std::vector<int64_t>& max_depth, PhaseTimes& ms);
+
  private:
+  // A round in steps (grow() drives them): reset(); begin() from the root's row [V], which
+  // returns the tree's depth; for d = 1 .. depth - 1, next_feed(d), then take(d, the source's
+  // logits for it); end() keeps the budget's nodes and makes the proposal.
+  void reset();
+  int64_t begin(const Tokens& seq, int64_t max_depth, const at::Tensor& root);
+  TreeSource::Feed next_feed(int64_t d);
+  void take(int64_t d, const at::Tensor& logits);
+  DraftProposal end(const Stopwatch& round, PhaseClock& clock, DraftProposal out);
+
   // Children of the expanded nodes `parents` (-1: the root), one row of `rows` [F, V] each: the
   // top k by value (greedy, dynamic) or k draws from q. One host read for all of them, or none
   // (unread_: their tokens join levels_).
   void expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k);
   Tokens path_context(const Tokens& seq, int32_t node) const;
-  // Feeds nodes[ids] (ascending, parents fed before, all at `depth`) into the draft cache;
-  // returns [n, V] on `device`.
-  at::Tensor feed(const std::vector<int32_t>& ids, int64_t depth, const at::Device& device, DraftProposal& out);
-  // A dynamic tree grown where the source runs (feeds_levels, no repetition penalty): from the
-  // root's row [V], `depth` depths of candidates, then one read brings the whole tree into nodes_.
-  void grow_unread(const at::Tensor& root, const Tokens& seq, int64_t depth, PhaseClock& clock, DraftProposal& out);
+  // What feeds nodes[ids] (ascending, parents fed before, all at `depth`) into the source.
+  TreeSource::Feed feed_of(const std::vector<int32_t>& ids, int64_t depth);
+  // Each row's top tree_topk children by processed log-probability: [rows, k] values and ids.
+  std::tuple<at::Tensor, at::Tensor> best_children(const at::Tensor& rows) const;
+  // grown_unread_: a depth's candidates, appended to cands_ (-inf path log-probabilities as
+  // such), and at the end the one read that brings them all into nodes_.
+  void add_candidates(const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent);
+  void read_candidates();
   DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
   int64_t choose_budget(double ms_draft);
 
@@ -207,6 +236,9 @@ class TreeDrafter : public Drafter {
   static constexpr int64_t k_auto = -1;
   int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
   bool unread_ = false;            // static, no repetition penalty: tokens stay on the device
+  // Dynamic over a source that feeds levels, no repetition penalty: the tree grows where the
+  // source runs, its candidates unread until end() (see the top of this file).
+  bool grown_unread_ = false;
   std::vector<at::Tensor> levels_;  // unread_: each depth's node tokens, [n] int64 in node order
   const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
@@ -215,6 +247,22 @@ class TreeDrafter : public Drafter {
   // each proposed node its index in nodes_.
   std::vector<Node> nodes_;
   std::vector<int32_t> fed_order_, proposed_;
+  // The round in progress: its sequence, the root's device, the depth where the next level
+  // begins in nodes_ and the frontier fed at the current depth.
+  const Tokens* seq_ = nullptr;
+  at::Device device_ = at::kCPU;
+  size_t level_begin_ = 0;
+  std::vector<int32_t> frontier_;
+  // grown_unread_: each depth's candidates, on the source's device: token, path log-probability
+  // (float64, as the host sums them), parent (index among the depth above; -1: the root) and
+  // feed index (-1: not fed); the current depth's frontier (indices into the last one) and the
+  // count fed so far.
+  struct Candidates {
+    at::Tensor ids, logp, parent, fed;
+  };
+  std::vector<Candidates> cands_;
+  at::Tensor sel_;
+  int64_t n_fed_ = 0;
 };
 
 Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
@@ -279,8 +327,7 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
   }
 }
 
-at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, int64_t depth, const at::Device& device,
-                             DraftProposal& out) {
+TreeSource::Feed TreeDrafter::feed_of(const std::vector<int32_t>& ids, int64_t depth) {
   const int64_t n_cached = static_cast<int64_t>(fed_order_.size());
   std::vector<int32_t> slot_of(nodes_.size(), -1);  // node -> feed order
   for (size_t f = 0; f < fed_order_.size(); ++f) slot_of[fed_order_[f]] = static_cast<int32_t>(f);
@@ -291,64 +338,37 @@ at::Tensor TreeDrafter::feed(const std::vector<int32_t>& ids, int64_t depth, con
     fed_order_.push_back(id);
     if (!unread_) tokens.push_back(nodes_[id].token);
   }
-  std::vector<int32_t> parents;  // over every fed node, in feed order
-  for (int32_t id : fed_order_) parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
+  TreeSource::Feed f;
+  f.depth = depth;
+  f.n_cached = n_cached;
+  for (int32_t id : fed_order_) f.parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
   // Unread, a static tree feeds its whole last depth: those tokens, as they are on the device.
   SD_CHECK(!unread_ || static_cast<int64_t>(ids.size()) == levels_.back().size(0),
            "tree drafter: a static tree feeds its whole last depth (internal error)");
-  const at::Tensor fed = unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong);
-  if (!source_->feeds_levels()) return source_->feed(fed, parents, n_cached, out);  // [ids, V]
-  const std::vector<int64_t> parent(parents.begin() + n_cached, parents.end());
-  return source_->feed_level(model::to_device_async(fed, device),
-                             model::to_device_async(at::tensor(parent, at::kLong), device), depth, n_cached, out);
+  f.tokens = unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong);
+  if (!source_->feeds_levels()) return f;  // feed(): the host parents
+  const std::vector<int64_t> parent(f.parents.begin() + n_cached, f.parents.end());
+  f.parents.clear();
+  f.tokens = model::to_device_async(f.tokens, device_);
+  f.parent = model::to_device_async(at::tensor(parent, at::kLong), device_);
+  return f;
 }
 
-void TreeDrafter::grow_unread(const at::Tensor& root, const Tokens& seq, int64_t depth, PhaseClock& clock,
-                              DraftProposal& out) {
-  // Each row's top tree_topk children by processed log-probability: [rows, k] ids and values.
-  const auto children = [&](const at::Tensor& rows) {
-    const at::Tensor logp = at::log_softmax(sampling::process_logits(rows, cfg_, seq), 1);
-    return at::topk(logp, std::min<int64_t>(topk_, logp.size(1)), 1);
-  };
-  // A depth's candidates: token, path log-probability (float64, as the host sums them; a NaN
-  // is -inf), parent (index among the depth above; -1: the root) and feed index (-1: not fed).
-  struct Level {
-    at::Tensor ids, logp, parent, fed;
-  };
-  const auto level = [&](const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent) {
-    const at::Tensor lp = logp.reshape(-1);
-    return Level{ids.reshape(-1), at::where(at::isfinite(lp), lp, -std::numeric_limits<double>::infinity()),
-                 parent, at::full({lp.size(0)}, -1, ids.options())};
-  };
-  std::vector<Level> levels;
-  const auto top = children(root.unsqueeze(0));
-  const at::Tensor& top_ids = std::get<1>(top);
-  const at::Tensor roots = at::full({top_ids.size(1)}, -1, top_ids.options());
-  levels.push_back(level(top_ids, std::get<0>(top).to(at::kDouble), roots));
-  int64_t n_fed = 0;
-  for (int64_t d = 1; d < depth; ++d) {
-    Level& up = levels.back();
-    const int64_t n = up.ids.size(0);
-    // The frontier: the depth's tree_topk likeliest paths (ties: the earlier node), in node order.
-    at::Tensor sel = at::arange(n, up.ids.options());
-    if (n > topk_) sel = std::get<0>(at::sort(std::get<1>(at::sort(up.logp, true, 0, true)).narrow(0, 0, topk_)));
-    const int64_t F = sel.size(0);
-    up.fed.index_copy_(0, sel, at::arange(n_fed, n_fed + F, sel.options()));
-    const at::Tensor parent_fed =  // each frontier node's parent's feed index (-1: the root)
-        levels.size() == 1 ? at::full({F}, -1, sel.options())
-                           : levels[levels.size() - 2].fed.index_select(0, up.parent.index_select(0, sel));
-    clock.charge(&PhaseTimes::sample);
-    const at::Tensor logits = source_->feed_level(up.ids.index_select(0, sel), parent_fed, d, n_fed, out);  // [F, V]
-    clock.charge(&PhaseTimes::draft);
-    n_fed += F;
-    const auto next = children(logits);
-    const int64_t kk = std::get<1>(next).size(1);
-    const at::Tensor logp = up.logp.index_select(0, sel).unsqueeze(1) + std::get<0>(next).to(at::kDouble);
-    levels.push_back(level(std::get<1>(next), logp, sel.repeat_interleave(kk)));
-  }
-  // The one read: every depth's candidates; the unlikely (-inf) ones, and those below them, drop.
+std::tuple<at::Tensor, at::Tensor> TreeDrafter::best_children(const at::Tensor& rows) const {
+  const at::Tensor logp = at::log_softmax(sampling::process_logits(rows, cfg_, *seq_), 1);
+  return at::topk(logp, std::min<int64_t>(topk_, logp.size(1)), 1);
+}
+
+void TreeDrafter::add_candidates(const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent) {
+  const at::Tensor lp = logp.reshape(-1);
+  cands_.push_back({ids.reshape(-1), at::where(at::isfinite(lp), lp, -std::numeric_limits<double>::infinity()),
+                    parent, at::full({lp.size(0)}, -1, ids.options())});
+}
+
+// The one read: every depth's candidates; the unlikely (-inf) ones, and those below them, drop.
+void TreeDrafter::read_candidates() {
   std::vector<at::Tensor> ints, logps;
-  for (const Level& l : levels) {
+  for (const Candidates& l : cands_) {
     ints.push_back(at::stack({l.ids, l.parent, l.fed}));
     logps.push_back(l.logp);
   }
@@ -358,7 +378,7 @@ void TreeDrafter::grow_unread(const at::Tensor& root, const Tokens& seq, int64_t
   const auto x = int_host.accessor<int64_t, 2>();
   std::vector<int32_t> above, here;  // a depth's candidates -> their index in nodes_ (-1: dropped)
   int64_t c = 0;
-  for (const Level& l : levels) {
+  for (const Candidates& l : cands_) {
     here.assign(static_cast<size_t>(l.ids.size(0)), -1);
     for (size_t j = 0; j < here.size(); ++j, ++c) {
       const int32_t parent = x[1][c] < 0 ? -1 : above[static_cast<size_t>(x[1][c])];
@@ -370,40 +390,77 @@ void TreeDrafter::grow_unread(const at::Tensor& root, const Tokens& seq, int64_t
   }
 }
 
-DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
-  DraftProposal out;
+void TreeDrafter::reset() {
   nodes_.clear();
   fed_order_.clear();
   proposed_.clear();
   levels_.clear();
-  if (max_depth <= 0) return out;
-  PhaseClock clock(out.ms);
-  const Stopwatch round;
-  const at::Tensor root = source_->root(seq, out);  // [V]
-  if (!root.defined()) return out;                  // nothing to draft from yet
-  out.ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  cands_.clear();
+  n_fed_ = 0;
+  level_begin_ = 0;
+}
+
+int64_t TreeDrafter::begin(const Tokens& seq, int64_t max_depth, const at::Tensor& root) {
+  seq_ = &seq;
+  device_ = root.device();
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
-  const int64_t depth = std::min(shape_depth, source_->max_depth());
-  const bool grown_unread = dynamic && cfg_.repetition_penalty == 1.0 && source_->feeds_levels();
-  if (grown_unread) grow_unread(root, seq, depth, clock, out);
-  else expand(root.unsqueeze(0), {-1}, seq, dynamic ? topk_ : branching_[0]);
-  size_t level_begin = 0;
-  for (int64_t d = 1; d < depth && !grown_unread; ++d) {
-    std::vector<int32_t> frontier(nodes_.size() - level_begin);
-    std::iota(frontier.begin(), frontier.end(), static_cast<int32_t>(level_begin));
-    if (dynamic && static_cast<int64_t>(frontier.size()) > topk_) {  // the most likely topk paths
-      std::stable_sort(frontier.begin(), frontier.end(),
-                       [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
-      frontier.resize(topk_);
-      std::sort(frontier.begin(), frontier.end());
-    }
-    clock.charge(&PhaseTimes::sample);
-    const at::Tensor logits = feed(frontier, d, root.device(), out);  // [frontier, V]
-    clock.charge(&PhaseTimes::draft);
-    level_begin = nodes_.size();
-    expand(logits, frontier, seq, dynamic ? topk_ : branching_[d]);
+  if (grown_unread_) {
+    const auto top = best_children(root.unsqueeze(0));
+    const at::Tensor& ids = std::get<1>(top);
+    add_candidates(ids, std::get<0>(top).to(at::kDouble), at::full({ids.size(1)}, -1, ids.options()));
+  } else {
+    expand(root.unsqueeze(0), {-1}, seq, dynamic ? topk_ : branching_[0]);
   }
+  return std::min(shape_depth, source_->max_depth());
+}
+
+TreeSource::Feed TreeDrafter::next_feed(int64_t d) {
+  const bool dynamic = budget_ != 0;
+  if (!grown_unread_) {  // the nodes of the last depth (dynamic: its tree_topk likeliest paths)
+    frontier_.resize(nodes_.size() - level_begin_);
+    std::iota(frontier_.begin(), frontier_.end(), static_cast<int32_t>(level_begin_));
+    if (dynamic && static_cast<int64_t>(frontier_.size()) > topk_) {
+      std::stable_sort(frontier_.begin(), frontier_.end(),
+                       [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
+      frontier_.resize(topk_);
+      std::sort(frontier_.begin(), frontier_.end());
+    }
+    return feed_of(frontier_, d);
+  }
+  // The frontier: the depth's tree_topk likeliest paths (ties: the earlier node), in node order.
+  Candidates& up = cands_.back();
+  const int64_t n = up.ids.size(0);
+  sel_ = at::arange(n, up.ids.options());
+  if (n > topk_) sel_ = std::get<0>(at::sort(std::get<1>(at::sort(up.logp, true, 0, true)).narrow(0, 0, topk_)));
+  const int64_t F = sel_.size(0);
+  up.fed.index_copy_(0, sel_, at::arange(n_fed_, n_fed_ + F, sel_.options()));
+  TreeSource::Feed f;
+  f.tokens = up.ids.index_select(0, sel_);
+  f.parent =  // each frontier node's parent's feed index (-1: the root)
+      cands_.size() == 1 ? at::full({F}, -1, sel_.options())
+                         : cands_[cands_.size() - 2].fed.index_select(0, up.parent.index_select(0, sel_));
+  f.depth = d;
+  f.n_cached = n_fed_;
+  n_fed_ += F;
+  return f;
+}
+
+void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
+  if (!grown_unread_) {
+    level_begin_ = nodes_.size();
+    expand(logits, frontier_, *seq_, budget_ != 0 ? topk_ : branching_[d]);
+    return;
+  }
+  const auto next = best_children(logits);
+  const int64_t kk = std::get<1>(next).size(1);
+  const at::Tensor logp = cands_.back().logp.index_select(0, sel_).unsqueeze(1) + std::get<0>(next).to(at::kDouble);
+  add_candidates(std::get<1>(next), logp, sel_.repeat_interleave(kk));
+}
+
+DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftProposal out) {
+  if (grown_unread_) read_candidates();
+  const bool dynamic = budget_ != 0;
   std::vector<int32_t> keep(nodes_.size());
   std::iota(keep.begin(), keep.end(), 0);
   const int64_t budget = budget_ == k_auto ? choose_budget(round.ms()) : budget_;
@@ -418,6 +475,47 @@ DraftProposal TreeDrafter::propose(const Tokens& seq, int64_t max_depth) {
   n_nodes_ += static_cast<int64_t>(keep.size());
   clock.charge(&PhaseTimes::sample);
   return finish(std::move(keep), clock, std::move(out));
+}
+
+std::vector<DraftProposal> TreeDrafter::grow(const std::vector<TreeDrafter*>& trees,
+                                             const std::vector<const Tokens*>& seqs,
+                                             const std::vector<int64_t>& max_depth, PhaseTimes& ms) {
+  const size_t B = trees.size();
+  std::vector<DraftProposal> out(B);
+  std::vector<DraftProposal*> outs(B);
+  std::vector<TreeSource*> src(B, nullptr);
+  TreeSource* any = nullptr;  // the sources' calls go through one of them
+  for (size_t b = 0; b < B; ++b) {
+    outs[b] = &out[b];
+    if (!trees[b]) continue;
+    trees[b]->reset();
+    if (max_depth[b] > 0) any = src[b] = trees[b]->source_.get();
+  }
+  if (!any) return out;
+  PhaseClock clock(ms);
+  const Stopwatch round;
+  const std::vector<at::Tensor> roots = any->roots(src, seqs, outs);  // [V] each; undefined: nothing to draft from
+  ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  std::vector<int64_t> depth(B, 0);
+  int64_t deepest = 0;
+  for (size_t b = 0; b < B; ++b) {
+    if (!src[b] || !roots[b].defined()) continue;
+    depth[b] = trees[b]->begin(*seqs[b], max_depth[b], roots[b]);
+    deepest = std::max(deepest, depth[b]);
+  }
+  for (int64_t d = 1; d < deepest; ++d) {
+    std::vector<TreeSource::Feed> feeds(B);
+    for (size_t b = 0; b < B; ++b)
+      if (d < depth[b]) feeds[b] = trees[b]->next_feed(d);
+    clock.charge(&PhaseTimes::sample);
+    const std::vector<at::Tensor> logits = any->feed_all(src, feeds, outs);  // [frontier, V] each
+    clock.charge(&PhaseTimes::draft);
+    for (size_t b = 0; b < B; ++b)
+      if (d < depth[b]) trees[b]->take(d, logits[b]);
+  }
+  for (size_t b = 0; b < B; ++b)
+    if (depth[b] > 0) out[b] = trees[b]->end(round, clock, std::move(out[b]));
+  return out;
 }
 
 // The proposal: kept nodes renumbered in their (topological) order, with q rows if drawn.
@@ -477,7 +575,51 @@ void TreeDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) 
   source_->commit(n_valid, accepted, fed);
 }
 
+// A batch's tree drafters, one per slot, grown in lockstep (TreeDrafter::grow).
+class TreeBatchDrafter : public BatchDrafter {
+ public:
+  TreeBatchDrafter(TreeSourceOf source_of, int64_t batch) : source_of_(std::move(source_of)), slots_(batch) {}
+  void join(int64_t slot, const DrafterContext& ctx) override {
+    slots_.at(slot) = std::make_unique<TreeDrafter>(source_of_(ctx), ctx);
+  }
+  Drafter& at(int64_t slot) override { return *slots_.at(slot); }
+  std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
+                                     PhaseTimes& ms) override {
+    std::vector<TreeDrafter*> trees;
+    for (const auto& t : slots_) trees.push_back(t.get());
+    return TreeDrafter::grow(trees, seqs, max_depth, ms);
+  }
+
+ private:
+  TreeSourceOf source_of_;
+  std::vector<std::unique_ptr<TreeDrafter>> slots_;
+};
+
 }  // namespace
+
+std::vector<at::Tensor> TreeSource::roots(const std::vector<TreeSource*>& all, const std::vector<const Tokens*>& seqs,
+                                          const std::vector<DraftProposal*>& out) {
+  std::vector<at::Tensor> rows(all.size());
+  for (size_t b = 0; b < all.size(); ++b)
+    if (all[b]) rows[b] = all[b]->root(*seqs[b], *out[b]);
+  return rows;
+}
+
+std::vector<at::Tensor> TreeSource::feed_all(const std::vector<TreeSource*>& all, const std::vector<Feed>& feeds,
+                                             const std::vector<DraftProposal*>& out) {
+  std::vector<at::Tensor> rows(all.size());
+  for (size_t b = 0; b < all.size(); ++b) {
+    const Feed& f = feeds[b];
+    if (!all[b] || !f.tokens.defined()) continue;
+    rows[b] = all[b]->feeds_levels() ? all[b]->feed_level(f.tokens, f.parent, f.depth, f.n_cached, *out[b])
+                                     : all[b]->feed(f.tokens, f.parents, f.n_cached, *out[b]);
+  }
+  return rows;
+}
+
+std::unique_ptr<BatchDrafter> make_tree_batch_drafter(TreeSourceOf source_of, int64_t batch) {
+  return std::make_unique<TreeBatchDrafter>(std::move(source_of), batch);
+}
 
 std::unique_ptr<Drafter> make_tree_drafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx) {
   return std::make_unique<TreeDrafter>(std::move(source), ctx);
