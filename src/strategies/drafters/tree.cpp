@@ -29,11 +29,11 @@
 // builds its tree mask from host parents) a dynamic tree reads each depth's children, their
 // values choosing the next frontier; with a repetition penalty each node's row is processed
 // after its own path, read too.
-// A round runs in steps (TreeDrafter::begin, next_feed, take, end) that TreeDrafter::grow drives, so a
-// batch's trees can grow in lockstep (make_tree_batch_drafter): the roots in one call of the
-// source, then per depth every tree's frontier in one TreeSource::feed_all. A source that serves
-// several sequences in one forward (EAGLE's head) reads its weights once per depth for the
-// whole batch; batch 1 is the same code with one tree.
+// A round runs in steps (TreeDrafter::begin, next_feed, take, end) that TreeDrafter::grow
+// drives, so a batch's trees can grow in lockstep (make_tree_batch_drafter): the roots in one
+// call of the source, then per depth every tree's frontier in one TreeSource::feed_all. A source
+// that serves several sequences in one forward (EAGLE's head) reads its weights once per depth
+// for the whole batch; batch 1 is the same code with one tree.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -247,8 +247,8 @@ class TreeDrafter : public Drafter {
   // each proposed node its index in nodes_.
   std::vector<Node> nodes_;
   std::vector<int32_t> fed_order_, proposed_;
-  // The round in progress: its sequence, the root's device, the depth where the next level
-  // begins in nodes_ and the frontier fed at the current depth.
+  // The round in progress: its sequence, the root's device, where the last depth's nodes begin
+  // in nodes_, and the frontier fed at the current depth.
   const Tokens* seq_ = nullptr;
   at::Device device_ = at::kCPU;
   size_t level_begin_ = 0;
