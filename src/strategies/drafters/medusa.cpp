@@ -14,7 +14,9 @@
 //
 // In a batch the heads run once a round for every sequence (MedusaRows::run): one forward of
 // the heads and one output-head product over all the sequences' newest features, so the heads'
-// and the output head's weights are read once a round, not once per sequence.
+// and the output head's weights are read once a round, not once per sequence. Chains do it in
+// MedusaBatchDrafter; trees grow in the tree drafter's lockstep (make_tree_batch_drafter), whose
+// roots call is MedusaSource::roots.
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -143,6 +145,18 @@ class MedusaSource : public TreeSource {
     logits_ = rows_->begin_round(rows_->n_heads(), out);
     return logits_.defined() ? logits_[0] : at::Tensor();
   }
+  // A batch's trees (make_tree_batch_drafter): the heads run once for all, then each root as alone.
+  std::vector<at::Tensor> roots(const std::vector<TreeSource*>& all, const std::vector<const Tokens*>& seqs,
+                                const std::vector<DraftProposal*>& out) override {
+    std::vector<MedusaRows*> rows;
+    for (TreeSource* s : all) {
+      auto* m = dynamic_cast<MedusaSource*>(s);
+      SD_CHECK(!s || m, "medusa drafter: a batch's tree sources are all Medusa heads (internal error)");
+      rows.push_back(m ? m->rows_.get() : nullptr);
+    }
+    MedusaRows::run(rows, std::vector<int64_t>(rows.size(), std::numeric_limits<int64_t>::max()));
+    return TreeSource::roots(all, seqs, out);
+  }
 
   // A node at depth d drafts its children with head d, whatever its parent.
   bool feeds_levels() const override { return true; }
@@ -160,32 +174,33 @@ void check_medusa_params(const Params& p) {
   SD_CHECK(shape == "chain" || shape == "tree", "drafter medusa: medusa_shape must be chain or tree, got '", shape, "'");
 }
 
-// A Medusa drafter of either shape for ctx, drafting from `rows`.
-std::unique_ptr<Drafter> make_medusa(const DrafterContext& ctx, std::shared_ptr<MedusaRows>& rows) {
+// The heads named by ctx's medusa_head, for ctx's target.
+std::shared_ptr<MedusaRows> make_rows(const DrafterContext& ctx) {
   check_medusa_params(ctx.params);
-  rows = std::make_shared<MedusaRows>(
+  return std::make_shared<MedusaRows>(
       head_for("medusa", "medusa_head", ctx.params.get_string("medusa_head"), "medusa", ctx.request));
-  if (ctx.params.get_string("medusa_shape") == "tree") return make_tree_drafter(std::make_unique<MedusaSource>(rows), ctx);
-  return std::make_unique<MedusaDrafter>(rows, ctx.proc, ctx.rng);
+}
+std::unique_ptr<TreeSource> make_source(const DrafterContext& ctx) {
+  return std::make_unique<MedusaSource>(make_rows(ctx));
 }
 
-// A batch's Medusa drafters: the heads run once a round for every slot (MedusaRows::run), then
-// each slot drafts its chain or tree from its own rows as it does alone.
+// A batch's Medusa chains: the heads run once a round for every slot (MedusaRows::run), then
+// each slot drafts its chain from its own rows as it does alone. (Trees: the tree drafter's
+// lockstep, make_tree_batch_drafter, with MedusaSource::roots running the heads for all.)
 class MedusaBatchDrafter : public BatchDrafter {
  public:
-  MedusaBatchDrafter(int64_t batch, bool tree) : drafters_(batch), rows_(batch), tree_(tree) {}
-  void join(int64_t slot, const DrafterContext& ctx) override { drafters_.at(slot) = make_medusa(ctx, rows_.at(slot)); }
+  explicit MedusaBatchDrafter(int64_t batch) : drafters_(batch), rows_(batch) {}
+  void join(int64_t slot, const DrafterContext& ctx) override {
+    rows_.at(slot) = make_rows(ctx);
+    drafters_.at(slot) = std::make_unique<MedusaDrafter>(rows_[slot], ctx.proc, ctx.rng);
+  }
   Drafter& at(int64_t slot) override { return *drafters_.at(slot); }
   std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
                                      PhaseTimes& ms) override {
     std::vector<MedusaRows*> rows;
-    std::vector<int64_t> depth;
-    for (size_t b = 0; b < rows_.size(); ++b) {
-      rows.push_back(max_depth[b] > 0 ? rows_[b].get() : nullptr);
-      depth.push_back(tree_ ? std::numeric_limits<int64_t>::max() : max_depth[b]);  // a tree takes every head's row
-    }
+    for (size_t b = 0; b < rows_.size(); ++b) rows.push_back(max_depth[b] > 0 ? rows_[b].get() : nullptr);
     PhaseClock clock(ms);
-    MedusaRows::run(rows, depth);
+    MedusaRows::run(rows, max_depth);
     clock.charge(&PhaseTimes::draft);
     return BatchDrafter::propose(seqs, max_depth, ms);
   }
@@ -193,7 +208,6 @@ class MedusaBatchDrafter : public BatchDrafter {
  private:
   std::vector<std::unique_ptr<Drafter>> drafters_;
   std::vector<std::shared_ptr<MedusaRows>> rows_;
-  bool tree_;
 };
 
 }  // namespace
@@ -212,12 +226,13 @@ DrafterInfo medusa_drafter_info() {
   info.head_kind = "medusa";
   info.check = check_medusa_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    std::shared_ptr<MedusaRows> rows;
-    return make_medusa(ctx, rows);
+    if (ctx.params.get_string("medusa_shape") == "tree") return make_tree_drafter(make_source(ctx), ctx);
+    return std::make_unique<MedusaDrafter>(make_rows(ctx), ctx.proc, ctx.rng);
   };
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {
-    return std::make_unique<MedusaBatchDrafter>(batch, params.get_string("medusa_shape") == "tree");
+    if (params.get_string("medusa_shape") == "tree") return make_tree_batch_drafter(make_source, batch);
+    return std::make_unique<MedusaBatchDrafter>(batch);
   };
   return info;
 }
