@@ -19,8 +19,8 @@
 
 #include <filesystem>
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/causal_lm.h"
