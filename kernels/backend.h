@@ -37,7 +37,8 @@ class Backend {
   // host memory. Bad input throws specdec::Error naming the entry, as verify_cpu does.
   virtual void verify(const VerifyArgs& args) = 0;
   // Token-tree verification with the same split (args.tokens in device memory when
-  // args.tokens_on_device). args.scratch is ignored: the backend brings its own residual buffer.
+  // args.tokens_on_device, args.parents when args.parents_on_device). args.scratch is ignored:
+  // the backend brings its own residual buffer.
   virtual void verify_tree(const TreeVerifyArgs& args) = 0;
   // KV compaction: args.kv in device memory; src_pos, n_keep, dst_start and lengths on the host.
   virtual void kv_compact(const CompactArgs& args) = 0;

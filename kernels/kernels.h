@@ -119,6 +119,8 @@ struct TreeVerifyArgs {
   bool tokens_on_device = false;     // Backend::verify_tree only: tokens is in the device's
                                      // memory (a static tree drawn there, unread), not the host's
   const int32_t* parents = nullptr;  // [B, N] parent node, -1 (root) .. i-1
+  bool parents_on_device = false;    // Backend::verify_tree only: parents is in the device's
+                                     // memory (a tree grown there, unread), not the host's
   const int32_t* n_nodes = nullptr;  // [B] ragged node counts, 0..N
   const float* q = nullptr;          // [B, N, V] draft probs of each node (sampling mode only)
   const float* p = nullptr;          // [B, N+1, V] target probs: row 0 root, row i+1 node i

@@ -170,21 +170,23 @@ class CudaBackend final : public Backend {
     const int64_t B = host.batch, N = host.max_nodes;
     Staging& st = staging_;
     st.reset();
-    // Node tokens already on the device (a static tree drawn there, unread) are read from there.
+    // Node tokens (and parents) already on the device (a tree drawn or grown there, unread) are
+    // read from there.
     const int32_t* staged_tokens = host.tokens_on_device ? nullptr : host.tokens;
-    const size_t o_tok = stage(st, staged_tokens, B * N), o_par = stage(st, host.parents, B * N),
+    const int32_t* staged_parents = host.parents_on_device ? nullptr : host.parents;
+    const size_t o_tok = stage(st, staged_tokens, B * N), o_par = stage(st, staged_parents, B * N),
                  o_n = stage(st, host.n_nodes, B), o_u = stage(st, host.uniforms, B * (N + 1));
     const size_t inputs_end = st.size();
     const size_t o_acc = st.add(sizeof(int32_t) * B), o_path = st.add(sizeof(int32_t) * B * N),
                  o_out = st.add(sizeof(int32_t) * B * (N + 1));
     st.fit(who);
     copy_in(st, staged_tokens, o_tok, B * N);
-    copy_in(st, host.parents, o_par, B * N);
+    copy_in(st, staged_parents, o_par, B * N);
     copy_in(st, host.n_nodes, o_n, B);
     copy_in(st, host.uniforms, o_u, B * (N + 1));
     TreeVerifyArgs a = host;
     a.tokens = staged_tokens ? st.device<int32_t>(o_tok) : host.tokens;
-    a.parents = host.parents ? st.device<int32_t>(o_par) : nullptr;
+    a.parents = staged_parents ? st.device<int32_t>(o_par) : host.parents;
     a.n_nodes = host.n_nodes ? st.device<int32_t>(o_n) : nullptr;
     a.uniforms = host.uniforms ? st.device<double>(o_u) : nullptr;
     a.scratch = nullptr;  // the residual lives in the workspace

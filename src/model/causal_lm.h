@@ -49,6 +49,12 @@ struct ForwardOptions {
   // start_pos[b] + t; after accepting a root-to-node path, move the path's slots together
   // (KVCache::compact) before the next forward.
   std::vector<int32_t> parents;
+  // The same entries as `parents` (which then stays empty) as an int64 tensor on the model's
+  // device: a tree a drafter grew there, unread. The ATen engine builds its mask and positions
+  // from them on the device; the host engines copy them to the host first
+  // (read_device_parents in model/checks.h). Nothing checks their values on the host: the tree
+  // verifier does, after the round's read.
+  at::Tensor device_parents;
   // Growing a tree over several forwards (a drafter expanding it level by level): the first
   // tree_cached nodes of the tree are already in the cache at slots start_pos[b] -
   // tree_cached .. start_pos[b] - 1, and `parents` then has tree_cached + T entries per tree, indexed

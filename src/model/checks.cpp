@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/device.h"
 
 namespace specdec::model {
 
@@ -66,8 +67,16 @@ void check_forward_options(const std::string& who, const ModelConfig& cfg, const
   for (int64_t b = 0; b < B; ++b)
     SD_CHECK(start_pos[b] >= o.tree_cached, who, ": tree_cached = ", o.tree_cached, " nodes but sequence ", b,
              " starts at slot ", start_pos[b]);
-  SD_CHECK(o.tree_cached >= 0 && (o.tree_cached == 0 || !o.parents.empty()), who, ": tree_cached = ",
+  const bool on_device = o.device_parents.defined();
+  SD_CHECK(o.tree_cached >= 0 && (o.tree_cached == 0 || !o.parents.empty() || on_device), who, ": tree_cached = ",
            o.tree_cached, " needs a tree (parents) and must be >= 0");
+  if (on_device) {
+    const int64_t n = o.tree_cached + T, size = o.device_parents.numel();
+    SD_CHECK(o.parents.empty(), who, ": a tree comes as parents or as device_parents, not both");
+    SD_CHECK(o.device_parents.scalar_type() == at::kLong && o.device_parents.dim() == 1 && (size == n || size == B * n),
+             who, ": device_parents must be [", n, "] or [", B, " x ", n, "] int64, got ",
+             at::toString(o.device_parents.scalar_type()), " with ", size, " entries");
+  }
   if (!o.parents.empty()) {
     const int64_t n = o.tree_cached + T, size = static_cast<int64_t>(o.parents.size());
     SD_CHECK(size == n || size == B * n, who, ": tree has ", size, " parent entries for ", o.tree_cached,
@@ -97,6 +106,16 @@ const int32_t* tree_of(const ForwardOptions& o, int64_t b, int64_t T) {
   if (o.parents.empty()) return nullptr;
   const int64_t n = o.tree_cached + T;
   return o.parents.data() + (static_cast<int64_t>(o.parents.size()) == n ? 0 : b * n);
+}
+
+const ForwardOptions& read_device_parents(const ForwardOptions& o, ForwardOptions& copy) {
+  if (!o.device_parents.defined()) return o;
+  copy = o;
+  const at::Tensor& t = o.device_parents;  // on the CPU already (a host engine's own device): a copy
+  const at::Tensor host = (t.is_cpu() ? t : on_host(t)).to(at::kInt).contiguous();
+  copy.parents.assign(host.data_ptr<int32_t>(), host.data_ptr<int32_t>() + host.numel());
+  copy.device_parents = at::Tensor();
+  return copy;
 }
 
 std::vector<int64_t> fed_positions(const std::vector<int64_t>& start_pos, int64_t T, const ForwardOptions& o) {

@@ -37,6 +37,12 @@ const int32_t* tree_of(const ForwardOptions& options, int64_t b, int64_t T);
 void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,
                            const std::vector<int64_t>& start_pos, const ForwardOptions& options);
 
+// Options for an engine that builds its tree mask on the host: `options` itself, or, when it
+// carries ForwardOptions::device_parents, a copy with them copied into `parents` (from a GPU,
+// one host read, counted: core/host_reads.h; on the CPU, where the host engines run, a copy).
+// `copy` holds that copy.
+const ForwardOptions& read_device_parents(const ForwardOptions& options, ForwardOptions& copy);
+
 // [B*T] position of each fed token: options.positions, else the visible prefix length
 // start_pos[b] - tree_cached plus the token's depth in the tree (0 for a token that follows the
 // prefix; a chain gives start_pos[b] + t).

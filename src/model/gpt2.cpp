@@ -186,7 +186,9 @@ at::Tensor Gpt2Model::attention(const Block& blk, int64_t layer, const at::Tenso
 }
 
 ForwardResult Gpt2Model::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                                 KVCache& cache, const ForwardOptions& opt) {
+                                 KVCache& cache, const ForwardOptions& options) {
+  ForwardOptions copy;  // a tree grown on a device comes to the host here
+  const ForwardOptions& opt = read_device_parents(options, copy);
   check_forward_inputs("gpt2 forward", cfg_, cfg_.n_heads, cfg_.n_ctx, tokens, start_pos, cache, opt.n_fed);
   refuse_ragged("gpt2 forward", tokens, opt);
   check_forward_options("gpt2 forward", cfg_, tokens, start_pos, opt);

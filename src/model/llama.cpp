@@ -392,7 +392,9 @@ at::Tensor LlamaModel::attention(const Layer& w, int64_t layer, const at::Tensor
 }
 
 ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos,
-                                  KVCache& cache, const ForwardOptions& opt) {
+                                  KVCache& cache, const ForwardOptions& options) {
+  ForwardOptions copy;  // a tree grown on a device comes to the host here
+  const ForwardOptions& opt = read_device_parents(options, copy);
   check_forward_inputs("llama forward", cfg_, cfg_.n_kv_heads, 0, tokens, start_pos, cache, opt.n_fed);
   check_forward_options("llama forward", cfg_, tokens, start_pos, opt);
   SD_CHECK(cache.k(0).scalar_type() == at::kFloat && cache.k(0).is_contiguous(),

@@ -60,9 +60,10 @@ struct Step {
 };
 
 // A static step: one captured graph for a (cache, batch, bucket of fed tokens, outputs) key.
-// Its inputs are one int64 buffer: [seq | slot | position | tree base | token id] each [B*Tb],
-// then the ancestor matrices [n_trees, Tb, Tb] (1 where column k is row t or an ancestor of
-// it): one for the whole batch (a chain, or one tree), or one per sequence (a tree each).
+// Its inputs are one int64 buffer: [seq | slot | position | tree base | token id | adds depth]
+// each [B*Tb], then the parents [n_trees, W] of the nodes the rows may see: one tree for the
+// whole batch (a chain, or one tree), or one per sequence (a tree each). The step builds the
+// ancestor sets, the depths and the mask from them (ancestor_sets).
 struct StaticStep {
   std::vector<const void*> cache_id;  // the data pointers of the cache's K and V tensors
   int64_t B = 0, Tb = 0, S = 0;  // S: the cache's slots, which every row's attention spans
@@ -110,6 +111,37 @@ at::Tensor device_ids(const at::Tensor& tokens, const at::Tensor& padding, const
       fail(who, ": a token id fed from the device is out of range [0, ", n_vocab, ")");
     });
   return ids;
+}
+
+// Tree entries in ForwardOptions (parents or device_parents): 0 for a chain.
+int64_t tree_entries(const ForwardOptions& o) {
+  return o.device_parents.defined() ? o.device_parents.numel() : static_cast<int64_t>(o.parents.size());
+}
+
+// The tree's parents as [n_trees, N] int64 on `device` (N = tree_cached + T nodes each): the
+// device's own (a tree grown there, unread) or the host's, copied without a wait.
+at::Tensor tree_parents(const ForwardOptions& o, int64_t N, const at::Device& device) {
+  if (o.device_parents.defined()) return o.device_parents.to(device).view({-1, N});
+  return to_device_async(at::tensor(o.parents, at::kInt).to(at::kLong), device).view({-1, N});
+}
+
+// parents [R, N] int64 (-1: the node follows the prefix; else an earlier node) -> [R, N, N] bool,
+// row i marking node i and its ancestors: the sets the host engines walk (tree_ancestors), here
+// by pointer doubling on the device, ceil(log2 N) gathers whatever the tree (so a captured step
+// replays them for any tree of its size).
+at::Tensor ancestor_sets(const at::Tensor& parents) {
+  const int64_t R = parents.size(0), N = parents.size(1);
+  // jump[i]: the 2^k-th ancestor of i; N (a row of zeros appended below) past the root.
+  at::Tensor jump = parents.clamp(-1, N - 1);
+  jump = jump.masked_fill(jump < 0, N);
+  at::Tensor anc = at::eye(N, parents.options().dtype(at::kBool)).expand({R, N, N});
+  const at::Tensor none = at::zeros({R, 1, N}, anc.options());
+  const at::Tensor past = at::full({R, 1}, N, jump.options());
+  for (int64_t reach = 1; reach < N; reach *= 2) {  // anc: the ancestors fewer than 2 reach steps up
+    anc = anc | at::cat({anc, none}, 1).gather(1, jump.unsqueeze(2).expand({R, N, N}));
+    jump = at::cat({jump, past}, 1).gather(1, jump);
+  }
+  return anc;
 }
 
 class LlamaAtenModel final : public CausalLM {
@@ -227,7 +259,8 @@ bool LlamaAtenModel::ensure_rope_table(int64_t n_pos) {
 }
 
 // Host index vectors -> device tensors, once per forward: one copy for the per-row indices,
-// one for a tree's ancestor sets; the mask is then built on the device.
+// one for a tree's parents (none when they are on the device already); the ancestor sets,
+// tree positions and mask are then built on the device.
 Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>& start_pos,
                                const ForwardOptions& opt) {
   Step s;
@@ -245,9 +278,16 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
     s.written = to_device_async(at::tensor(rows, at::kLong), device_);
     s.padding = to_device_async(padding_rows(opt.n_fed, T), device_);
   }
-  const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
-  ensure_rope_table(*std::max_element(pos.begin(), pos.end()) + 1);
-  // Rows: sequence, cache slot, position, first slot of the tree (start - tree_cached).
+  // A tree row's position is the prefix length plus its depth, which the device counts from
+  // the ancestor sets; other rows' positions come from the host (fed_positions).
+  const bool tree = tree_entries(opt) > 0, by_depth = tree && opt.positions.empty();
+  const std::vector<int64_t> pos = by_depth ? std::vector<int64_t>() : fed_positions(start_pos, T, opt);
+  int64_t max_pos = 0;
+  for (int64_t b = 0; b < B; ++b) max_pos = std::max(max_pos, start_pos[b] + T);  // bounds prefix + depth
+  for (int64_t p : pos) max_pos = std::max(max_pos, p + 1);
+  ensure_rope_table(max_pos);
+  // Rows: sequence, cache slot, position (by_depth: the prefix length), first slot of the tree
+  // (start - tree_cached).
   at::Tensor host = at::empty({4, n}, at::kLong);
   int64_t* p = host.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
@@ -255,38 +295,31 @@ Step LlamaAtenModel::make_step(int64_t B, int64_t T, const std::vector<int64_t>&
       const int64_t i = b * T + t;
       p[i] = b;
       p[n + i] = start_pos[b] + t;
-      p[2 * n + i] = pos[i];
+      p[2 * n + i] = by_depth ? start_pos[b] - tc : pos[i];
       p[3 * n + i] = start_pos[b] - tc;
     }
   }
   const at::Tensor idx = to_device_async(host, device_);  // no wait: a plain copy would block
   s.seq = idx[0];
   s.slot = idx[1];
-  const int64_t half = cfg_.head_dim / 2;
-  s.cos = cos_.index_select(0, idx[2]).view({n, 1, half});
-  s.sin = sin_.index_select(0, idx[2]).view({n, 1, half});
   const at::Tensor key = at::arange(s.S, at::TensorOptions().dtype(at::kLong).device(device_)).view({1, 1, s.S});
-  at::Tensor visible;  // [B, T, S]
-  if (opt.parents.empty()) {
+  at::Tensor visible, position = idx[2];  // visible: [B, T, S]
+  if (!tree) {
     // A chain row attends to every slot up to its own.
     visible = key <= s.slot.view({B, T, 1});
   } else {
     // A tree row attends to the slots before the tree and to the slots of its ancestors:
     // key slot j holds tree node j - (start - tree_cached).
-    const int64_t N = tc + T, n_trees = static_cast<int64_t>(opt.parents.size()) / N;  // 1 or B
-    std::vector<int64_t> anc, begin;
-    at::Tensor host_anc = at::zeros({n_trees, T, N}, at::kBool);  // [tree, fed row, node]: an ancestor
-    bool* a = host_anc.data_ptr<bool>();
-    for (int64_t b = 0; b < n_trees; ++b) {
-      tree_ancestors(tree_of(opt, b, T), N, anc, begin);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) a[(b * T + t) * N + anc[k]] = true;
-    }
-    const at::Tensor ancestors = to_device_async(host_anc, device_).expand({B, T, N});
+    const int64_t N = tc + T;
+    const at::Tensor ancestors = ancestor_sets(tree_parents(opt, N, device_)).narrow(1, tc, T).expand({B, T, N});
+    if (by_depth) position = position + (ancestors.sum(2) - 1).reshape({n});
     const at::Tensor node = key - idx[3].view({B, T, 1});  // [B, T, S]
     const at::Tensor is_ancestor = at::gather(ancestors, 2, node.clamp(0, N - 1)) & (node >= 0) & (node < N);
     visible = (node < 0) | is_ancestor;
   }
+  const int64_t half = cfg_.head_dim / 2;
+  s.cos = cos_.index_select(0, position).view({n, 1, half});
+  s.sin = sin_.index_select(0, position).view({n, 1, half});
   if (s.padding.defined()) visible = at::where(s.padding, key == 0, visible);
   s.mask = at::zeros({B, T, s.S}, at::TensorOptions().dtype(at::kFloat).device(device_))
                .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
@@ -368,7 +401,7 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
                                         const ForwardOptions& opt) {
   if (!static_steps_) return nullptr;
   const int64_t tc = opt.tree_cached;
-  const int64_t n_trees = static_cast<int64_t>(opt.parents.size()) == B * (tc + T) && B > 1 ? B : 1;
+  const int64_t n_trees = tree_entries(opt) == B * (tc + T) && B > 1 ? B : 1;
   const int64_t* bucket = std::lower_bound(std::begin(k_step_buckets), std::end(k_step_buckets), T);
   if (bucket == std::end(k_step_buckets)) return nullptr;
   const int64_t Tb = *bucket, S = cache.max_seq();
@@ -403,7 +436,7 @@ StaticStep* LlamaAtenModel::static_step(int64_t B, int64_t T, const std::vector<
   st->hidden_layer = opt.hidden_layer;
   st->final_hidden = opt.final_hidden;
   st->logits = opt.logits;
-  st->graph = std::make_unique<StepGraph>(device_, 5 * B * Tb + n_trees * Tb * W);
+  st->graph = std::make_unique<StepGraph>(device_, 6 * B * Tb + n_trees * W);
   steps_.push_back(std::move(st));
   return steps_.back().get();
 }
@@ -413,35 +446,40 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& t
                                              const ForwardOptions& opt) {
   const int64_t B = st.B, T = tokens.size(1), Tb = st.Tb, W = st.W, n = B * Tb, S = cache.max_seq();
   const int64_t tc = opt.tree_cached;
-  // The inputs, built on the host and uploaded in one copy; the token ids follow from wherever
-  // they are (a draft loop's own picks are on the device).
-  const std::vector<int64_t> pos = fed_positions(start_pos, T, opt);
-  std::vector<int64_t> in(5 * n + st.n_trees * Tb * W, 0);
+  // The inputs, built on the host and uploaded in one copy; the token ids, and a tree's parents
+  // grown on the device, follow from where they are (a draft loop's own picks are there).
+  // Positions: a fed row of a tree or a chain without explicit positions is the prefix length
+  // plus its depth, which the step counts; other rows' come from here.
+  const bool by_depth = opt.positions.empty();
+  const std::vector<int64_t> pos = by_depth ? std::vector<int64_t>() : fed_positions(start_pos, T, opt);
+  std::vector<int64_t> in(6 * n + st.n_trees * W, 0);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < Tb; ++t) {
       const int64_t i = b * Tb + t;
+      const bool fed = t < fed_count(opt, b, T);
       in[i] = b;
       in[n + i] = start_pos[b] + t;
-      const bool fed = t < fed_count(opt, b, T);
-      in[2 * n + i] = fed ? pos[b * T + t] : start_pos[b] + t;
+      in[2 * n + i] = !fed ? start_pos[b] + t : by_depth ? start_pos[b] - tc : pos[b * T + t];
       in[3 * n + i] = start_pos[b] - tc;  // the slot of tree node 0 (a chain: of fed row 0)
       in[4 * n + i] = 0;  // the token ids: copied in below, from wherever they are
+      in[5 * n + i] = fed && by_depth;  // the row's position adds its depth
     }
   }
-  std::vector<int64_t> path, begin;
+  // Parents [n_trees, W] over the nodes a row may see: the tree's, a chain's (t - 1), and -1 for
+  // the bucket's padding rows (node tc + t, t >= T), which so see only themselves.
   for (int64_t tree = 0; tree < st.n_trees; ++tree) {
-    int64_t* anc = in.data() + 5 * n + tree * Tb * W;  // [Tb, W]: row t is node tc + t
+    int64_t* par = in.data() + 6 * n + tree * W;
+    std::fill(par, par + W, -1);
     if (const int32_t* parents = tree_of(opt, tree, T)) {
-      tree_ancestors(parents, tc + T, path, begin);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = begin[tc + t]; k < begin[tc + t + 1]; ++k) anc[t * W + path[k]] = 1;
-    } else {
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k <= t; ++k) anc[t * W + k] = 1;
+      std::copy(parents, parents + tc + T, par);
+    } else if (!opt.device_parents.defined()) {
+      for (int64_t t = 1; t < T; ++t) par[t] = t - 1;
     }
-    for (int64_t t = T; t < Tb; ++t) anc[t * W + tc + t] = 1;
   }
   st.graph->upload(in);
+  if (opt.device_parents.defined())
+    st.graph->inputs().narrow(0, 6 * n, st.n_trees * W).view({st.n_trees, W}).narrow(1, 0, tc + T).copy_(
+        tree_parents(opt, tc + T, device_));
   const at::Tensor padding = ragged(opt, T) ? to_device_async(padding_rows(opt.n_fed, T), device_) : at::Tensor();
   st.graph->inputs().narrow(0, 4 * n, n).view({B, Tb}).narrow(1, 0, T).copy_(
       device_ids(tokens, padding, device_, cfg_.n_vocab, "llama aten forward"));
@@ -454,9 +492,12 @@ ForwardResult LlamaAtenModel::forward_static(StaticStep& st, const at::Tensor& t
     s.S = S;
     s.seq = x.narrow(0, 0, n);
     s.slot = x.narrow(0, n, n);
-    const at::Tensor p = x.narrow(0, 2 * n, n), base = x.narrow(0, 3 * n, n), tokens = x.narrow(0, 4 * n, n);
-    const at::Tensor a =
-        x.narrow(0, 5 * n, st.n_trees * Tb * W).view({st.n_trees, Tb, W}).to(at::kBool).expand({B, Tb, W});
+    const at::Tensor base = x.narrow(0, 3 * n, n), tokens = x.narrow(0, 4 * n, n);
+    // Row t is node tc + t (its slot minus the tree's first); its ancestor set, over W nodes.
+    const at::Tensor sets = ancestor_sets(x.narrow(0, 6 * n, st.n_trees * W).view({st.n_trees, W}));
+    const at::Tensor row_node = (s.slot - base).clamp(0, W - 1).view({B, Tb, 1}).expand({B, Tb, W});
+    const at::Tensor a = sets.expand({B, W, W}).gather(1, row_node);  // [B, Tb, W]
+    const at::Tensor p = x.narrow(0, 2 * n, n) + x.narrow(0, 5 * n, n) * (a.sum(2).reshape({n}) - 1);
     const int64_t half = cfg_.head_dim / 2;
     s.cos = cos_.index_select(0, p).view({n, 1, half});
     s.sin = sin_.index_select(0, p).view({n, 1, half});

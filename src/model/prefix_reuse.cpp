@@ -26,8 +26,8 @@ namespace {
 // Only what a plain prefill looks like: chains, default positions, every layer, logits only
 // (ragged batches allowed: n_fed).
 bool plain(const ForwardOptions& o) {
-  return o.parents.empty() && o.tree_cached == 0 && o.positions.empty() && o.layers.empty() && o.logits &&
-         !o.final_hidden && o.hidden_layer < 0;
+  return o.parents.empty() && !o.device_parents.defined() && o.tree_cached == 0 && o.positions.empty() &&
+         o.layers.empty() && o.logits && !o.final_hidden && o.hidden_layer < 0;
 }
 
 }  // namespace

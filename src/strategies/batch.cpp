@@ -82,7 +82,8 @@ void BatchSlots::finish(int64_t slot) {
 
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
                          const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees,
-                         at::Tensor* hidden, const std::vector<at::Tensor>& unread) {
+                         at::Tensor* hidden, const std::vector<at::Tensor>& unread,
+                         const std::vector<at::Tensor>& unread_parents) {
   const int64_t B = static_cast<int64_t>(fed.size());
   int64_t T = 1;
   for (const Tokens& f : fed) T = std::max(T, static_cast<int64_t>(f.size()));
@@ -111,6 +112,14 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
     const int64_t k = unread[b].size(0), n = static_cast<int64_t>(fed[b].size());
     tokens[b].narrow(0, n - k, k).copy_(unread[b]);
   }
+  for (int64_t b = 0; b < static_cast<int64_t>(unread_parents.size()); ++b) {
+    if (!unread_parents[b].defined()) continue;
+    if (!opt.device_parents.defined())
+      opt.device_parents = model::to_device_async(at::tensor(opt.parents, at::kInt).to(at::kLong), model.device());
+    const int64_t k = unread_parents[b].size(0), n = static_cast<int64_t>(fed[b].size());
+    opt.device_parents.narrow(0, b * T + n - k, k).copy_(unread_parents[b]);
+  }
+  if (opt.device_parents.defined()) opt.parents.clear();
   model::ForwardResult out = model.forward(tokens, from, cache, opt);
   if (hidden) *hidden = out.hidden;  // [B, T, d]
   const at::Tensor& logits = out.logits;  // [B, T, V]

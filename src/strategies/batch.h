@@ -67,10 +67,13 @@ class BatchSlots {
 // (ForwardOptions::final_hidden: what trained drafters read). unread: empty, or per slot an
 // undefined tensor or the last k tokens of fed[b] as [k] int64 on the model's device (a draft
 // model's chain or static tree, DraftProposal::drawn_on): fed from there in place of fed[b]'s
-// last k, unread.
+// last k, unread. unread_parents: likewise, the parents of fed[b]'s last k entries as [k] int64
+// on the model's device (a tree grown there, DraftProposal::drawn_parents): they replace
+// trees[b]'s last k, and the forward takes the trees as ForwardOptions::device_parents.
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
                          const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees = {},
-                         at::Tensor* hidden = nullptr, const std::vector<at::Tensor>& unread = {});
+                         at::Tensor* hidden = nullptr, const std::vector<at::Tensor>& unread = {},
+                         const std::vector<at::Tensor>& unread_parents = {});
 
 // A request's token chooser (a sampler owns the request's RNG, seeded from Request::seed).
 using MakePick = std::function<PickToken(const Request& req)>;

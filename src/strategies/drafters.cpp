@@ -18,8 +18,21 @@ int64_t DraftProposal::depth(int64_t i) const {
   return d;
 }
 
+namespace {
+// `t` on `device`: a copy without a wait, or a read of its own when a device's tensor is wanted
+// on the host.
+at::Tensor moved_to(const at::Tensor& t, const at::Device& device) {
+  return device.is_cpu() && !t.is_cpu() ? model::on_host(t) : model::to_device_async(t, device);
+}
+}  // namespace
+
 void DraftProposal::read_drawn(bool synced) {
   if (!drawn.defined()) return;
+  if (drawn_parents.defined()) {  // the tree's shape first: is_chain() below needs it
+    const at::Tensor par = (synced ? drawn_parents_host : model::on_host(drawn_parents)).to(at::kInt).contiguous();
+    parents.assign(par.data_ptr<int32_t>(), par.data_ptr<int32_t>() + par.numel());
+    drawn_parents = drawn_parents_host = at::Tensor();
+  }
   const at::Tensor ids = (synced ? drawn_host : model::on_host(drawn)).contiguous();  // [N] int64
   const int64_t* p = ids.data_ptr<int64_t>();
   tokens.clear();
@@ -37,10 +50,16 @@ void DraftProposal::hold_drawn(const std::vector<at::Tensor>& picks) {
   drawn_host = model::to_host_async(drawn);
 }
 
-at::Tensor DraftProposal::drawn_on(const at::Device& device) const {
-  const bool read = device.is_cpu() && !drawn.is_cpu();
-  return (read ? model::on_host(drawn) : model::to_device_async(drawn, device)).clamp_min(0);
+void DraftProposal::hold_tree(const at::Tensor& tokens, const at::Tensor& tree_parents) {
+  drawn = tokens;
+  drawn_parents = tree_parents;
+  drawn_host = model::to_host_async(drawn);
+  drawn_parents_host = model::to_host_async(drawn_parents);
 }
+
+at::Tensor DraftProposal::drawn_on(const at::Device& device) const { return moved_to(drawn, device).clamp_min(0); }
+
+at::Tensor DraftProposal::drawn_parents_on(const at::Device& device) const { return moved_to(drawn_parents, device); }
 
 at::Tensor pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, double u,
                       std::vector<at::Tensor>& q_rows) {

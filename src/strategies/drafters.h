@@ -48,8 +48,13 @@ struct DraftProposal {
   // the device, and the round's one read, the verdict, brings them in: read_drawn(true) then
   // moves them into `tokens`. Undefined for every other proposal.
   at::Tensor drawn, drawn_host;
+  // A tree grown on the drafter's device with its shape unread too (a dynamic tree over a
+  // source that feeds levels): its parents, [N] int64 there (-1: follows the last committed
+  // token), and their host copy, queued; `parents` stays empty until read_drawn moves them in.
+  // Set with `drawn`, never alone.
+  at::Tensor drawn_parents, drawn_parents_host;
 
-  bool is_chain() const { return parents.empty(); }
+  bool is_chain() const { return parents.empty() && !drawn_parents.defined(); }
   int64_t size() const { return drawn.defined() ? drawn.size(0) : static_cast<int64_t>(tokens.size()); }
   // Moves `drawn` into `tokens` (a no-op without). synced: a read has waited for the device
   // since drawn_host was queued (the verdict); false: this is a read of its own. A token of -1
@@ -58,9 +63,13 @@ struct DraftProposal {
   // Leaves picked tokens where they are: drawn = picks concatenated ([N] int64, each pick [n]),
   // their host copy queued for the verdict to bring in.
   void hold_drawn(const std::vector<at::Tensor>& picks);
+  // Leaves a tree where it grew: its tokens and parents ([N] int64 each), host copies queued.
+  void hold_tree(const at::Tensor& tokens, const at::Tensor& parents);
   // `drawn` as the target's forward and the verifier take it: [N] int64 on `device`, a -1 as 0
   // until read_drawn names it. Tokens on a GPU wanted on the CPU cost a read of their own.
   at::Tensor drawn_on(const at::Device& device) const;
+  // drawn_parents on `device` likewise (-1 kept).
+  at::Tensor drawn_parents_on(const at::Device& device) const;
   // Depth of node i (1 for a child of the last committed token).
   int64_t depth(int64_t i) const;
 };
@@ -214,30 +223,16 @@ class TreeSource {
   // Catches up with the committed sequence; returns the draft logits [V] of its next token
   // (undefined: nothing to draft from yet). Counts its forwards in out.n_forwards.
   virtual at::Tensor root(const Tokens& seq, DraftProposal& out) = 0;
-  // Feeds this round's new nodes `tokens` [n] int64 ids, on the device of the logits the source
-  // returns or on the host (a static tree keeps them where it drew them, unread; a draw without
-  // mass is fed as 0 and named when the verdict reads it); parents [n_cached + n]
-  // covers every node fed this round in feed order (the new ones last), each its parent's feed
-  // index or -1 (the root). Returns their draft logits [n, V]. Never reads the tokens.
-  // A source implements one of the two feeds, and says which (feeds_levels). feed: the parents
-  // on the host (the draft model: its engine builds the attention mask from them).
-  virtual at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
-                          DraftProposal& out) {
-    (void)tokens, (void)parents, (void)n_cached, (void)out;
-    SD_CHECK(false, "tree source: feed on a source that feeds levels (internal error)");
-    return at::Tensor();
-  }
-  // feed_level: a trained head, whose attention mask is built where it runs. The tree drafter
-  // feeds one depth at a time: every new node is at depth `depth` (1: a child of the root), and
-  // parent [n] int64 holds each one's parent's feed index (-1: the root), on the logits' device,
-  // like `tokens`. Nothing is read, so a dynamic tree grows without a read per depth.
-  virtual bool feeds_levels() const { return false; }
+  // Feeds one depth of this round's tree: `tokens` [n] int64 ids, each new node at depth
+  // `depth` (1: a child of the root), on the device of the logits the source returns or on the
+  // host (a static tree keeps them where it drew them, unread; a draw without mass is fed as 0
+  // and named when the verdict reads it); parent [n] int64 holds each one's parent's feed index
+  // (-1: the root), on the logits' device too. n_cached nodes were fed before this round's
+  // depth. Returns their draft logits [n, V]. Reads nothing (the draft model's and the trained
+  // heads' attention masks are built where they run), so a dynamic tree grows without a read
+  // per depth.
   virtual at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached,
-                                DraftProposal& out) {
-    (void)tokens, (void)parent, (void)depth, (void)n_cached, (void)out;
-    SD_CHECK(false, "tree source: feed_level on a source that does not feed levels (internal error)");
-    return at::Tensor();
-  }
+                                DraftProposal& out) = 0;
   // The same calls for a batch's trees growing in lockstep (make_tree_batch_drafter), made on
   // one of the sources in `all`: every source there is of its type (null: a slot that does not
   // draft now), and each gets its own result, as its own call would give it. A source whose
@@ -246,14 +241,13 @@ class TreeSource {
   // roots: as root() for each non-null source (seqs[b] its sequence).
   virtual std::vector<at::Tensor> roots(const std::vector<TreeSource*>& all, const std::vector<const Tokens*>& seqs,
                                         const std::vector<DraftProposal*>& out);
-  // What one feed hands a source: feed()'s arguments, or feed_level()'s (feeds_levels()).
+  // What one feed hands a source: feed_level()'s arguments.
   struct Feed {
-    at::Tensor tokens;             // [n] int64; undefined: this source feeds nothing now
-    std::vector<int32_t> parents;  // feed(): every node fed this round, feed order
-    at::Tensor parent;             // feed_level(): [n] int64 each new node's parent's feed index
+    at::Tensor tokens;  // [n] int64; undefined: this source feeds nothing now
+    at::Tensor parent;  // [n] int64 each new node's parent's feed index
     int64_t depth = 0, n_cached = 0;
   };
-  // feed_all: feed() or feed_level() for each source with a Feed (undefined where none).
+  // feed_all: feed_level() for each source with a Feed (undefined where none).
   virtual std::vector<at::Tensor> feed_all(const std::vector<TreeSource*>& all, const std::vector<Feed>& feeds,
                                            const std::vector<DraftProposal*>& out);
   // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted

@@ -81,8 +81,13 @@ class Speculative : public Strategy {
 
 // The target's view of a tree round: the last committed token is fed first (the root), so
 // node i is fed token i + 1 and its parent moves up by one.
-model::ForwardOptions tree_forward_options(const DraftProposal& d) {
+model::ForwardOptions tree_forward_options(const DraftProposal& d, const at::Device& target) {
   model::ForwardOptions opt;
+  if (d.drawn_parents.defined()) {  // unread: the same entries, on the target's device
+    const at::Tensor par = d.drawn_parents_on(target);
+    opt.device_parents = at::cat({at::full({1}, -1, par.options()), par + 1});
+    return opt;
+  }
   opt.parents.push_back(-1);
   for (int32_t parent : d.parents) opt.parents.push_back(parent + 1);
   return opt;
@@ -233,7 +238,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const double ms_draft = phase.charge_parts(d.ms, &PhaseTimes::draft);
     // 2. score: the target sees [last, draft...] in one forward -> a next-token row for the
     //    last committed token and for every draft node (a tree: each node sees its own path)
-    model::ForwardOptions opt = d.is_chain() ? model::ForwardOptions{} : tree_forward_options(d);
+    model::ForwardOptions opt = d.is_chain() ? model::ForwardOptions{} : tree_forward_options(d, req.target->device());
     opt.final_hidden = with_features.final_hidden;
     phase.charge(&PhaseTimes::other);
     const model::ForwardResult scored =
@@ -251,8 +256,10 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     phase.charge(&PhaseTimes::sample);
     Tokens fed = {seq.back()};
     fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
-    if (top > 0) drafter->observe(fed, opt.parents, token_rows(top_ids));
-    if (scored.hidden.defined()) drafter->observe_features(fed, opt.parents, scored.hidden);
+    const std::vector<int32_t> parents =  // on the host now: the verdict brought an unread tree in
+        d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(d, at::kCPU).parents;
+    if (top > 0) drafter->observe(fed, parents, token_rows(top_ids));
+    if (scored.hidden.defined()) drafter->observe_features(fed, parents, scored.hidden);
     phase.charge(&PhaseTimes::draft);
     // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
     for (TokenId t : v.emitted) {

@@ -59,8 +59,10 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& 
                                   const std::vector<const DraftProposal*>& drafts, const std::vector<at::Tensor>& p,
                                   const std::vector<Rng*>& rngs);
 // The target's parents for a tree round's fed tokens [last committed, node 0, ...]
-// (ForwardOptions::parents: the root follows the cache, node i's parent moves up by one).
-model::ForwardOptions tree_forward_options(const DraftProposal& d);
+// (ForwardOptions::parents: the root follows the cache, node i's parent moves up by one). A
+// tree whose shape is unread (DraftProposal::drawn_parents) gives them as device_parents on
+// the target's device, without a read.
+model::ForwardOptions tree_forward_options(const DraftProposal& d, const at::Device& target);
 // The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id), in two
 // halves so that they cost no read of their own: top_token_ids queues them for the host
 // (model::to_host_async) before the round's verdict is read; token_rows takes them after.

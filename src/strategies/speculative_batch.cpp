@@ -44,7 +44,12 @@ void target_feed(const SpecSequence& s, Tokens& fed, int64_t& start, std::vector
   start = static_cast<int64_t>(s.seq.size()) - 1 - P;
   if (s.d.is_chain()) return;
   for (int64_t t = 0; t < P; ++t) tree.push_back(static_cast<int32_t>(t - 1));
-  for (int32_t parent : tree_forward_options(s.d).parents) tree.push_back(static_cast<int32_t>(parent + P));
+  // An unread tree's entries are placeholders here (a chain's): forward_batch's unread_parents.
+  if (s.d.drawn_parents.defined()) {
+    for (int64_t t = 0; t <= s.d.size(); ++t) tree.push_back(static_cast<int32_t>(P + t - 1));
+    return;
+  }
+  for (int32_t parent : tree_forward_options(s.d, at::kCPU).parents) tree.push_back(static_cast<int32_t>(parent + P));
 }
 
 }  // namespace
@@ -121,7 +126,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     std::vector<Tokens> fed(B);
     std::vector<int64_t> start(B, 0);
     std::vector<std::vector<int32_t>> trees(B);  // a tree round's parents over fed[b]
-    std::vector<at::Tensor> unread(B);  // drafts still on the draft's device
+    std::vector<at::Tensor> unread(B), unread_parents(B);  // drafts (and tree shapes) still on the draft's device
     std::vector<SpecSequence*> active;
     std::vector<int64_t> slot_of;
     for (int64_t b = 0; b < B; ++b) {
@@ -130,13 +135,16 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       s.d = std::move(drafts[b]);
       target_feed(s, fed[b], start[b], trees[b]);
       if (s.d.drawn.defined()) unread[b] = s.d.drawn_on(target.device());
+      if (s.d.drawn_parents.defined())  // the tree's entries over [last committed, node 0, ...]
+        unread_parents[b] =
+            tree_forward_options(s.d, target.device()).device_parents + static_cast<int64_t>(s.prefill.size());
       active.push_back(&s);
       slot_of.push_back(b);
     }
     // 2. score: one ragged target forward for every active sequence
     at::Tensor hidden;  // [B, T, d] when the drafters read features
-    const at::Tensor logits =
-        forward_batch(target, cache, fed, start, trees, features ? &hidden : nullptr, unread);  // [B, T, V]
+    const at::Tensor logits =  // [B, T, V]
+        forward_batch(target, cache, fed, start, trees, features ? &hidden : nullptr, unread, unread_parents);
     // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
     // (the others' verification rows ride along); a pure verification round as verify.
     const bool prefill =
@@ -168,7 +176,8 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       if (const int64_t top = s.drafter->target_topk(); top > 0 || hidden.defined()) {  // it learns from the round
         const int64_t P = static_cast<int64_t>(s.prefill.size());
         const Tokens scored(fed[b].begin() + P, fed[b].end());  // the last committed token, then the draft
-        const std::vector<int32_t> parents = s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d).parents;
+        const std::vector<int32_t> parents =
+            s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d, at::kCPU).parents;
         if (top > 0) s.drafter->observe(scored, parents, token_rows(top_ids[i]));
         if (hidden.defined())
           s.drafter->observe_features(scored, parents, hidden[b].narrow(0, P, static_cast<int64_t>(scored.size())));

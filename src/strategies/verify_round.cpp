@@ -125,6 +125,17 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
     const std::vector<int32_t>& par = drafts[rows[r]]->parents;
     std::copy(par.begin(), par.end(), parents.begin() + r * N);
   }
+  // A tree whose shape is still on the drafter's device (DraftProposal::drawn_parents): all rows'
+  // parents go to p's device, as its tokens do (on_parents [B, N] int32).
+  at::Tensor on_parents;
+  for (int64_t r = 0; r < B; ++r) {
+    const DraftProposal& d = *drafts[rows[r]];
+    if (!d.drawn_parents.defined()) continue;
+    const at::Device device = k.p.device();
+    if (!on_parents.defined())
+      on_parents = model::to_device_async(at::from_blob(parents.data(), {B, N}, at::kInt).clone(), device);
+    on_parents[r].narrow(0, 0, d.size()).copy_(d.drawn_parents_on(device));  // int64 -> int32
+  }
   kernels::TreeVerifyArgs args;
   args.batch = B;
   args.max_nodes = N;
@@ -132,7 +143,8 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
   args.mode = mode;
   args.tokens = k.on_device.defined() ? k.on_device.data_ptr<int32_t>() : k.tokens.data();
   args.tokens_on_device = k.on_device.defined();
-  args.parents = parents.data();
+  args.parents = on_parents.defined() ? on_parents.data_ptr<int32_t>() : parents.data();
+  args.parents_on_device = on_parents.defined();
   args.n_nodes = k.n_draft.data();
   args.q = with_q ? k.q.data_ptr<float>() : nullptr;
   args.p = k.p.data_ptr<float>();

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/host_reads.h"
 #include "io/gguf.h"
 #include "model/loader.h"
 
@@ -200,6 +201,31 @@ TEST_P(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
       aten_of(GetParam())->forward(ids_tensor({tokens.begin() + 6, tokens.end()}), {P + 6}, grown, second).logits[0];
   const float worst_grown = max_diff(at::cat({a, b}), tree);
   EXPECT_LT(worst_grown, kTol);
+  // The same trees with their parents as a tensor on the model's device (a drafter's unread
+  // tree, ForwardOptions::device_parents): the same rows bit for bit, whole and grown, on both
+  // engines (the packed engine copies them to the host first), with no host read.
+  const auto on_device = [](const std::vector<int32_t>& p, int64_t cached) {
+    ForwardOptions o;
+    o.device_parents = at::tensor(p, at::kInt).to(at::kLong);
+    o.tree_cached = cached;
+    return o;
+  };
+  const std::vector<int32_t> first6(parents.begin(), parents.begin() + 6);
+  KVCache cd = prefilled(*aten_of(GetParam()), kPrompt, P + n), cg = prefilled(*aten_of(GetParam()), kPrompt, P + n);
+  const int64_t reads = host_reads();
+  EXPECT_TRUE(aten_of(GetParam())->forward(ids_tensor(tokens), {P}, cd, on_device(parents, 0)).logits[0].equal(tree));
+  EXPECT_TRUE(aten_of(GetParam())
+                  ->forward(ids_tensor({tokens.begin(), tokens.begin() + 6}), {P}, cg, on_device(first6, 0))
+                  .logits[0]
+                  .equal(a));
+  EXPECT_TRUE(aten_of(GetParam())
+                  ->forward(ids_tensor({tokens.begin() + 6, tokens.end()}), {P + 6}, cg, on_device(parents, 6))
+                  .logits[0]
+                  .equal(b));
+  KVCache cpd = prefilled(*packed_, kPrompt, P + n), cph = prefilled(*packed_, kPrompt, P + n);
+  EXPECT_TRUE(packed_->forward(ids_tensor(tokens), {P}, cpd, on_device(parents, 0))
+                  .logits.equal(packed_->forward(ids_tensor(tokens), {P}, cph, opt).logits));
+  EXPECT_EQ(host_reads(), reads) << "a tree on the CPU is no read for the engines there";
   std::printf("tree of %lld nodes (depth %lld): max |tree - chain| = %.3g, |aten - packed| = %.3g, "
               "|grown - whole| = %.3g (threshold %.3g)\n",
               static_cast<long long>(n), static_cast<long long>(max_depth), worst_chain, worst_packed, worst_grown,

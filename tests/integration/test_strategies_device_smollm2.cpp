@@ -206,9 +206,10 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // (DraftProposal::drawn), in a batch too. With a repetition penalty it reads each token as it
 // is drawn (the penalty needs the text on the host): checked too, with its own bound. The draft
 // model's static tree (drafter tree, tree_budget 0) knows its shape before its tokens: they
-// stay on the device too, each depth fed from there, one read a round. A dynamic tree reads
-// once per depth it expands, all the depth's nodes together (their values decide what the next
-// depth feeds), then the verdict.
+// stay on the device too, each depth fed from there, one read a round. A dynamic tree grows
+// there as well (each depth's frontier chosen on the device and fed with its parents there,
+// ForwardOptions::device_parents), its budget's nodes are chosen there, and the target and the
+// verifier take its tokens and parents from there: one read a round, the verdict.
 TEST_P(OnDevice, HostReadsPerStepAndRound) {
   const model::LoadedModel m = load(GetParam(), "aten");
   const int64_t r0 = host_reads();
@@ -243,12 +244,11 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   }
   // The draft model at temperature > 0 (q and the draws on the device), and with a repetition
   // penalty (one read per drafted token, then the verdict); its trees: static ones, top-k at
-  // T = 0 and sampled at T = 0.8 (one read, the verdict), and a dynamic one at T = 0 (4 depths:
-  // 4 reads, then the verdict).
+  // T = 0 and sampled at T = 0.8, and a dynamic one at T = 0 (one read each, the verdict).
   for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
            {{{"temperature", "0.8"}}, 1},
            {{{"repetition_penalty", "1.3"}}, 1 + 4},
-           {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}, 1 + 4},
+           {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}, 1},
            {{{"drafter", "tree"}, {"tree_branching", "3,2,1"}}, 1},
            {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1}}) {
     Request req = request(m, kPrompts[1], 24);
@@ -304,7 +304,8 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
 // trained_head.h): the features, the head's layers and KV cache, its output head and the picks
 // stay there, and the drafted tokens reach the host with the verdict, one read a round, for
 // chains and static trees. A dynamic tree grows there too (each depth's frontier chosen and fed
-// without a read) and is read once, whole, before the target verifies it: two a round. The heads
+// without a read), its budget's nodes are chosen there, and the target's forward and the
+// verifier take its tokens and parents from there: one read a round as well. The heads
 // here are untrained (model::DraftHead::fresh): where tensors live and what the host reads does
 // not depend on what a head learned; greedy equality holds for any head (lossless).
 TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
@@ -329,13 +330,14 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
            {eagle, 1},
            {with(eagle, {{"temperature", "0.8"}}), 1},
            {with(eagle, {{"eagle_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1},
-           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 2},
-           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}, {"temperature", "0.8"}}), 2},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}, {"temperature", "0.8"}}),
+            1},
            {with(eagle, {{"repetition_penalty", "1.3"}}), 1 + 3},
            {medusa, 1},
            {with(medusa, {{"temperature", "0.8"}}), 1},
            {with(medusa, {{"medusa_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1},
-           {with(medusa, {{"medusa_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 2}}) {
+           {with(medusa, {{"medusa_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1}}) {
     std::map<std::string, std::string> p = with(c.p, {{"gamma", "3"}});
     std::string what;
     for (const auto& [k, v] : p)
@@ -353,22 +355,31 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
                 GetParam().c_str(), what.c_str(), static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds),
                 static_cast<long long>(r.stats.n_accepted), static_cast<long long>(r.stats.n_drafted));
   }
-  // A batch of two EAGLE chains (drafted in lockstep): one read a batch round, and each request
-  // gets its batch-1 tokens. (The untrained head's rounds emit one token each, so the last round,
-  // one token left, drafts nothing: its plain steps ride with the verdict too.)
-  std::vector<Request> reqs = {request(m, kPrompts[0], 12), request(m, kPrompts[1], 12)};
-  const auto spec = create("speculative", params(with(eagle, {{"gamma", "3"}})));
-  const int64_t r0 = host_reads();
-  const std::vector<Result> batch = spec->generate_batch(reqs, {2, 0}, {});
-  const int64_t reads = host_reads() - r0;
-  int64_t rounds = 0;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    rounds = std::max(rounds, batch[i].stats.n_rounds);
-    EXPECT_EQ(batch[i].tokens, spec->generate(reqs[i], {}).tokens) << "request " << i;
+  // A batch of two EAGLE chains, and of two EAGLE dynamic trees (each drafted in lockstep): one
+  // read a batch round, and each request gets its batch-1 tokens. (The untrained head's rounds
+  // emit one token each, so the last round, one token left, drafts nothing: its plain steps ride
+  // with the verdict too.)
+  for (const auto& [what, extra] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"eagle chains", {}},
+           {"eagle dynamic trees", {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}}}) {
+    std::vector<Request> reqs = {request(m, kPrompts[0], 12), request(m, kPrompts[1], 12)};
+    const auto spec = create("speculative", params(with(with(eagle, extra), {{"gamma", "3"}})));
+    const int64_t r0 = host_reads();
+    const std::vector<Result> batch = spec->generate_batch(reqs, {2, 0}, {});
+    const int64_t reads = host_reads() - r0;
+    int64_t rounds = 0, tree_rounds = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      rounds = std::max(rounds, batch[i].stats.n_rounds);
+      tree_rounds += batch[i].stats.n_tree_rounds;
+      EXPECT_EQ(batch[i].tokens, spec->generate(reqs[i], {}).tokens) << what << ", request " << i;
+    }
+    ASSERT_LE(batch[0].tokens.size(), g.tokens.size());  // request 0 is greedy's prompt: its tokens are greedy's
+    EXPECT_TRUE(std::equal(batch[0].tokens.begin(), batch[0].tokens.end(), g.tokens.begin())) << what;
+    EXPECT_EQ(tree_rounds > 0, !extra.empty()) << what;
+    EXPECT_LE(reads, rounds) << what << ": " << reads << " reads in " << rounds << " batch rounds";
+    std::printf("host reads (%s): batch of 2, %s: %lld for %lld batch rounds\n", GetParam().c_str(), what.c_str(),
+                static_cast<long long>(reads), static_cast<long long>(rounds));
   }
-  EXPECT_LE(reads, rounds) << reads << " reads in " << rounds << " batch rounds";
-  std::printf("host reads (%s): batch of 2, eagle chains: %lld for %lld batch rounds\n", GetParam().c_str(),
-              static_cast<long long>(reads), static_cast<long long>(rounds));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cpu_graphs", "cuda"),

@@ -57,7 +57,6 @@ class EagleSource : public TreeSource {
   // A tree's steps. For several sources (a batch's trees in lockstep: roots, feed_all) one head
   // forward and one output-head product serve them all.
   at::Tensor root(const Tokens& seq, DraftProposal& out) override { return roots({this}, {&seq}, {&out})[0]; }
-  bool feeds_levels() const override { return true; }
   at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached,
                         DraftProposal& out) override {
     Feed f;

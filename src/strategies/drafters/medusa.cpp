@@ -159,7 +159,6 @@ class MedusaSource : public TreeSource {
   }
 
   // A node at depth d drafts its children with head d, whatever its parent.
-  bool feeds_levels() const override { return true; }
   at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor&, int64_t depth, int64_t, DraftProposal&) override {
     return logits_.narrow(0, depth, 1).expand({tokens.size(0), logits_.size(1)}).contiguous();  // [n, V]
   }

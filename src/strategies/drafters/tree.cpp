@@ -24,10 +24,14 @@
 // they stay on the source's device (each depth feeds the whole previous one) and the round's
 // verdict reads them (DraftProposal::drawn): no read of its own. A dynamic tree over a source
 // that feeds levels (a trained head: TreeSource::feed_level) grows where the source runs: each
-// depth's children, path log-probabilities and frontier stay there (grown_unread_), and one read
-// brings the whole tree in before the target verifies it. Over the draft model (whose engine
-// builds its tree mask from host parents) a dynamic tree reads each depth's children, their
-// values choosing the next frontier; with a repetition penalty each node's row is processed
+// depth's children, path log-probabilities and frontier stay there (grown_unread_), the budget's
+// nodes are chosen there too, and the target's forward and the verifier take the tree, tokens
+// and parents, from there (DraftProposal::drawn_parents): the verdict reads it, one read a round.
+// (tree_budget = auto reads the candidates once more: it chooses the budget on the host from
+// their path probabilities and the measured verify times.) Every source feeds a depth at a
+// time with the parents where it runs (TreeSource::feed_level; the draft model through
+// ForwardOptions::device_parents). With a repetition penalty a dynamic tree reads each depth's
+// children instead, their values choosing the next frontier, and each node's row is processed
 // after its own path, read too.
 // A round runs in steps (TreeDrafter::begin, next_feed, take, end) that TreeDrafter::grow
 // drives, so a batch's trees can grow in lockstep (make_tree_batch_drafter): the roots in one
@@ -145,11 +149,16 @@ class ModelTreeSource : public TreeSource {
     ++out.n_forwards;
     return rows[rows.size(0) - 1];
   }
-  at::Tensor feed(const at::Tensor& tokens, const std::vector<int32_t>& parents, int64_t n_cached,
-                  DraftProposal& out) override {
+  // A depth at a time, the tree's parents kept where the model runs (ForwardOptions::
+  // device_parents): the ATen engine builds its mask from them there, so a dynamic tree grows
+  // without a read per depth; the packed engine reads them (on the CPU, a copy).
+  at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t, int64_t n_cached,
+                        DraftProposal& out) override {
+    const at::Tensor par = model::to_device_async(parent, model_->device());
+    parents_ = n_cached == 0 ? par : at::cat({parents_.narrow(0, 0, n_cached), par});
     model::ForwardOptions opt;
     opt.tree_cached = n_cached;
-    opt.parents = parents;
+    opt.device_parents = parents_;
     ++out.n_forwards;
     return forward_rows(*model_, cache_, tokens, base_ + n_cached, opt).logits;  // [tokens, V]
   }
@@ -166,6 +175,7 @@ class ModelTreeSource : public TreeSource {
   std::shared_ptr<model::CausalLM> model_;
   model::KVCache cache_;
   int64_t base_ = 0;  // the cache slot of fed node 0: the committed length
+  at::Tensor parents_;  // [fed this round] int64: each fed node's parent's feed index (-1: the root)
 };
 
 class TreeDrafter : public Drafter {
@@ -178,7 +188,7 @@ class TreeDrafter : public Drafter {
     topk_ = ctx.params.get_int("tree_topk");
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
     unread_ = budget_ == 0 && cfg_.repetition_penalty == 1.0;
-    grown_unread_ = budget_ != 0 && cfg_.repetition_penalty == 1.0 && source_->feeds_levels();
+    grown_unread_ = budget_ != 0 && cfg_.repetition_penalty == 1.0;
   }
 
   void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
@@ -226,6 +236,8 @@ class TreeDrafter : public Drafter {
   // such), and at the end the one read that brings them all into nodes_.
   void add_candidates(const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent);
   void read_candidates();
+  // grown_unread_ with a fixed budget: end() without a read (the tree stays on the device).
+  DraftProposal keep_on_device(PhaseClock& clock, DraftProposal out);
   DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
   int64_t choose_budget(double ms_draft);
 
@@ -263,6 +275,9 @@ class TreeDrafter : public Drafter {
   std::vector<Candidates> cands_;
   at::Tensor sel_;
   int64_t n_fed_ = 0;
+  // keep_on_device: each proposed node's feed index (-1: not fed), on the host once the round's
+  // verdict has been read (commit() looks there).
+  at::Tensor kept_fed_;
 };
 
 Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
@@ -338,18 +353,15 @@ TreeSource::Feed TreeDrafter::feed_of(const std::vector<int32_t>& ids, int64_t d
     fed_order_.push_back(id);
     if (!unread_) tokens.push_back(nodes_[id].token);
   }
-  TreeSource::Feed f;
-  f.depth = depth;
-  f.n_cached = n_cached;
-  for (int32_t id : fed_order_) f.parents.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
+  std::vector<int64_t> parent;  // each new node's parent's feed index (-1: the root)
+  for (int32_t id : ids) parent.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
   // Unread, a static tree feeds its whole last depth: those tokens, as they are on the device.
   SD_CHECK(!unread_ || static_cast<int64_t>(ids.size()) == levels_.back().size(0),
            "tree drafter: a static tree feeds its whole last depth (internal error)");
-  f.tokens = unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong);
-  if (!source_->feeds_levels()) return f;  // feed(): the host parents
-  const std::vector<int64_t> parent(f.parents.begin() + n_cached, f.parents.end());
-  f.parents.clear();
-  f.tokens = model::to_device_async(f.tokens, device_);
+  TreeSource::Feed f;
+  f.depth = depth;
+  f.n_cached = n_cached;
+  f.tokens = model::to_device_async(unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong), device_);
   f.parent = model::to_device_async(at::tensor(parent, at::kLong), device_);
   return f;
 }
@@ -396,6 +408,7 @@ void TreeDrafter::reset() {
   proposed_.clear();
   levels_.clear();
   cands_.clear();
+  kept_fed_ = at::Tensor();
   n_fed_ = 0;
   level_begin_ = 0;
 }
@@ -459,6 +472,7 @@ void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
 }
 
 DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftProposal out) {
+  if (grown_unread_ && budget_ > 0) return keep_on_device(clock, std::move(out));
   if (grown_unread_) read_candidates();
   const bool dynamic = budget_ != 0;
   std::vector<int32_t> keep(nodes_.size());
@@ -518,6 +532,37 @@ std::vector<DraftProposal> TreeDrafter::grow(const std::vector<TreeDrafter*>& tr
   return out;
 }
 
+// The budget's likeliest candidates, chosen where they grew as end() chooses them on the host
+// (by path log-probability, ties to the earlier node, so every kept node's ancestors are kept),
+// renumbered in node order and left there: the round's verdict reads the tree. Unlike the host's
+// choice, candidates the processors ruled out (-inf) are not dropped first: with fewer than the
+// budget left they fill its last places. The verifier accepts such a node only as the token the
+// target itself picks there, so this costs verify rows, never losslessness.
+DraftProposal TreeDrafter::keep_on_device(PhaseClock& clock, DraftProposal out) {
+  std::vector<at::Tensor> ids, logp, parent, fed;
+  int64_t above = 0, total = 0;  // where the depth above begins in the concatenation; candidates so far
+  for (const Candidates& l : cands_) {
+    ids.push_back(l.ids);
+    logp.push_back(l.logp);
+    parent.push_back(at::where(l.parent < 0, l.parent, l.parent + above));  // -1, or an index over all depths
+    fed.push_back(l.fed);
+    above = total;
+    total += l.ids.size(0);
+  }
+  const int64_t K = std::min(budget_, total);
+  const at::Tensor order = std::get<1>(at::sort(at::cat(logp), /*stable=*/true, 0, /*descending=*/true));
+  const at::Tensor keep = std::get<0>(at::sort(order.narrow(0, 0, K)));  // [K] candidate indices, ascending
+  at::Tensor index_of = at::full({total + 1}, -1, keep.options());  // entry `total`: the root's -1
+  index_of.index_copy_(0, keep, at::arange(K, keep.options()));
+  const at::Tensor up = at::cat(parent).index_select(0, keep);
+  out.hold_tree(at::cat(ids).index_select(0, keep), index_of.index_select(0, up.masked_fill(up < 0, total)));
+  kept_fed_ = model::to_host_async(at::cat(fed).index_select(0, keep));
+  ++n_rounds_;
+  n_nodes_ += K;
+  clock.charge(&PhaseTimes::sample);
+  return out;
+}
+
 // The proposal: kept nodes renumbered in their (topological) order, with q rows if drawn.
 DraftProposal TreeDrafter::finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out) {
   std::vector<int32_t> index_of(nodes_.size(), -1);
@@ -568,7 +613,9 @@ void TreeDrafter::report(std::map<std::string, double>& out) const {
 void TreeDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
   std::vector<int64_t> fed;
   for (int32_t node : accepted) {
-    const int64_t f = nodes_[proposed_.at(node)].fed;
+    SD_CHECK(!kept_fed_.defined() || node < kept_fed_.size(0), "tree drafter: accepted node ", node,
+             " is outside the proposal (internal error)");
+    const int64_t f = kept_fed_.defined() ? kept_fed_.data_ptr<int64_t>()[node] : nodes_[proposed_.at(node)].fed;
     if (f < 0) break;  // a path's fed nodes are a prefix of it
     fed.push_back(f);
   }
@@ -611,8 +658,7 @@ std::vector<at::Tensor> TreeSource::feed_all(const std::vector<TreeSource*>& all
   for (size_t b = 0; b < all.size(); ++b) {
     const Feed& f = feeds[b];
     if (!all[b] || !f.tokens.defined()) continue;
-    rows[b] = all[b]->feeds_levels() ? all[b]->feed_level(f.tokens, f.parent, f.depth, f.n_cached, *out[b])
-                                     : all[b]->feed(f.tokens, f.parents, f.n_cached, *out[b]);
+    rows[b] = all[b]->feed_level(f.tokens, f.parent, f.depth, f.n_cached, *out[b]);
   }
   return rows;
 }
