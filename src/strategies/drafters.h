@@ -43,15 +43,16 @@ struct DraftProposal {
   PhaseTimes ms;
   // Tokens drawn on the draft's device and not yet read, and their host copy, queued
   // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's chain, or the
-  // nodes of a static tree (the tree drafter over any source, tree_budget 0; `parents` is then
-  // set), without a repetition penalty. The target's forward and the verifier take them from
-  // the device, and the round's one read, the verdict, brings them in: read_drawn(true) then
-  // moves them into `tokens`. Undefined for every other proposal.
+  // nodes of a tree from the tree drafter over any source (static, tree_budget 0: `parents` is
+  // then set; dynamic with a fixed budget: drawn_parents), without a repetition penalty. The
+  // target's forward and the verifier take them from the device, and the round's one read, the
+  // verdict, brings them in: read_drawn(true) then moves them into `tokens`. Undefined for every
+  // other proposal.
   at::Tensor drawn, drawn_host;
-  // A tree grown on the drafter's device with its shape unread too (a dynamic tree over a
-  // source that feeds levels): its parents, [N] int64 there (-1: follows the last committed
-  // token), and their host copy, queued; `parents` stays empty until read_drawn moves them in.
-  // Set with `drawn`, never alone.
+  // A tree grown on the drafter's device with its shape unread too (the tree drafter's dynamic
+  // tree, fixed budget, no repetition penalty): its parents, [N] int64 there (-1: follows the
+  // last committed token), and their host copy, queued; `parents` stays empty until read_drawn
+  // moves them in. Set with `drawn`, never alone.
   at::Tensor drawn_parents, drawn_parents_host;
 
   bool is_chain() const { return parents.empty() && !drawn_parents.defined(); }
