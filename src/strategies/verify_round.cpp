@@ -29,6 +29,31 @@ struct Packed {
   std::vector<double> uniforms;
 };
 
+// host [R, W] int32 on `device`, with row r's first drafts[rows[r]]->size() entries replaced by
+// unread(draft) where that is defined (a draft's entries still on the drafter's device).
+// Undefined when no row has any: the kernel then takes the host array.
+at::Tensor rows_on_device(std::vector<int32_t>& host, int64_t W, const std::vector<const DraftProposal*>& drafts,
+                          const std::vector<size_t>& rows, const at::Device& device,
+                          at::Tensor (*unread)(const DraftProposal&, const at::Device&)) {
+  const int64_t R = static_cast<int64_t>(rows.size());
+  at::Tensor out;
+  for (int64_t r = 0; r < R; ++r) {
+    const DraftProposal& d = *drafts[rows[r]];
+    const at::Tensor from = unread(d, device);
+    if (!from.defined()) continue;
+    if (!out.defined()) out = model::to_device_async(at::from_blob(host.data(), {R, W}, at::kInt).clone(), device);
+    out[r].narrow(0, 0, d.size()).copy_(from);  // int64 -> int32
+  }
+  return out;
+}
+
+at::Tensor unread_tokens(const DraftProposal& d, const at::Device& device) {
+  return d.drawn.defined() ? d.drawn_on(device) : at::Tensor();
+}
+at::Tensor unread_parents(const DraftProposal& d, const at::Device& device) {
+  return d.drawn_parents.defined() ? d.drawn_parents_on(device) : at::Tensor();
+}
+
 Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<at::Tensor>& p,
             const std::vector<std::vector<double>>& u, const std::vector<size_t>& rows, bool with_q) {
   Packed k;
@@ -58,13 +83,7 @@ Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<a
     k.p[r].narrow(0, 0, n + 1).copy_(p[i]);
     if (with_q && n > 0) k.q[r].narrow(0, 0, n).copy_(d.q);  // copy_ crosses devices
   }
-  for (int64_t r = 0; r < R; ++r) {
-    const DraftProposal& d = *drafts[rows[r]];
-    if (!d.drawn.defined()) continue;
-    if (!k.on_device.defined())
-      k.on_device = model::to_device_async(at::from_blob(k.tokens.data(), {R, W}, at::kInt).clone(), on.device());
-    k.on_device[r].narrow(0, 0, d.size()).copy_(d.drawn_on(on.device()));  // int64 -> int32
-  }
+  k.on_device = rows_on_device(k.tokens, W, drafts, rows, on.device(), unread_tokens);
   return k;
 }
 
@@ -126,16 +145,8 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
     std::copy(par.begin(), par.end(), parents.begin() + r * N);
   }
   // A tree whose shape is still on the drafter's device (DraftProposal::drawn_parents): all rows'
-  // parents go to p's device, as its tokens do (on_parents [B, N] int32).
-  at::Tensor on_parents;
-  for (int64_t r = 0; r < B; ++r) {
-    const DraftProposal& d = *drafts[rows[r]];
-    if (!d.drawn_parents.defined()) continue;
-    const at::Device device = k.p.device();
-    if (!on_parents.defined())
-      on_parents = model::to_device_async(at::from_blob(parents.data(), {B, N}, at::kInt).clone(), device);
-    on_parents[r].narrow(0, 0, d.size()).copy_(d.drawn_parents_on(device));  // int64 -> int32
-  }
+  // parents go to p's device, as its tokens do.
+  const at::Tensor on_parents = rows_on_device(parents, N, drafts, rows, k.p.device(), unread_parents);
   kernels::TreeVerifyArgs args;
   args.batch = B;
   args.max_nodes = N;
