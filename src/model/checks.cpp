@@ -148,4 +148,19 @@ void tree_ancestors(const int32_t* parents, int64_t T, std::vector<int64_t>& anc
   }
 }
 
+at::Tensor ancestor_sets(const at::Tensor& parents) {
+  const int64_t R = parents.size(0), N = parents.size(1);
+  // jump[i]: the 2^k-th ancestor of i; N (a row of zeros appended below) past the root.
+  at::Tensor jump = parents.clamp(-1, N - 1);
+  jump = jump.masked_fill(jump < 0, N);
+  at::Tensor anc = at::eye(N, parents.options().dtype(at::kBool)).expand({R, N, N});
+  const at::Tensor none = at::zeros({R, 1, N}, anc.options());
+  const at::Tensor past = at::full({R, 1}, N, jump.options());
+  for (int64_t reach = 1; reach < N; reach *= 2) {  // anc: the ancestors fewer than 2 reach steps up
+    anc = anc | at::cat({anc, none}, 1).gather(1, jump.unsqueeze(2).expand({R, N, N}));
+    jump = at::cat({jump, past}, 1).gather(1, jump);
+  }
+  return anc;
+}
+
 }  // namespace specdec::model

@@ -55,4 +55,10 @@ std::vector<int64_t> fed_positions(const std::vector<int64_t>& start_pos, int64_
 void tree_ancestors(const std::vector<int32_t>& parents, std::vector<int64_t>& anc, std::vector<int64_t>& begin);
 void tree_ancestors(const int32_t* parents, int64_t n, std::vector<int64_t>& anc, std::vector<int64_t>& begin);
 
+// The same sets on a device, as a mask: parents [R, N] int64 (-1: the node follows the prefix;
+// else an earlier node) -> [R, N, N] bool, row i marking node i and its ancestors; by pointer
+// doubling, ceil(log2 N) gathers whatever the tree (so a captured step replays them for any
+// tree of its size). The ATen engine's tree masks and the repetition penalty's draft paths.
+at::Tensor ancestor_sets(const at::Tensor& parents);
+
 }  // namespace specdec::model

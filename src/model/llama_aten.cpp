@@ -125,25 +125,6 @@ at::Tensor tree_parents(const ForwardOptions& o, int64_t N, const at::Device& de
   return to_device_async(at::tensor(o.parents, at::kInt).to(at::kLong), device).view({-1, N});
 }
 
-// parents [R, N] int64 (-1: the node follows the prefix; else an earlier node) -> [R, N, N] bool,
-// row i marking node i and its ancestors: the sets the host engines walk (tree_ancestors), here
-// by pointer doubling on the device, ceil(log2 N) gathers whatever the tree (so a captured step
-// replays them for any tree of its size).
-at::Tensor ancestor_sets(const at::Tensor& parents) {
-  const int64_t R = parents.size(0), N = parents.size(1);
-  // jump[i]: the 2^k-th ancestor of i; N (a row of zeros appended below) past the root.
-  at::Tensor jump = parents.clamp(-1, N - 1);
-  jump = jump.masked_fill(jump < 0, N);
-  at::Tensor anc = at::eye(N, parents.options().dtype(at::kBool)).expand({R, N, N});
-  const at::Tensor none = at::zeros({R, 1, N}, anc.options());
-  const at::Tensor past = at::full({R, 1}, N, jump.options());
-  for (int64_t reach = 1; reach < N; reach *= 2) {  // anc: the ancestors fewer than 2 reach steps up
-    anc = anc | at::cat({anc, none}, 1).gather(1, jump.unsqueeze(2).expand({R, N, N}));
-    jump = at::cat({jump, past}, 1).gather(1, jump);
-  }
-  return anc;
-}
-
 class LlamaAtenModel final : public CausalLM {
  public:
   LlamaAtenModel(const ModelConfig& cfg, LlamaTensors t, at::ScalarType dtype, at::Device device, bool static_steps)

@@ -12,6 +12,7 @@
 #include "core/host_reads.h"
 #include "kernels/backend.h"
 #include "kernels/verify_math.h"
+#include "model/checks.h"
 #include "model/device.h"
 
 namespace specdec::sampling {
@@ -64,11 +65,8 @@ std::vector<TokenId> new_path_ids(const SeenIds& context, const Tokens& draft, c
   return ids;
 }
 
-// Row 0 sees the context; row i > 0 the context + the path to draft node i - 1.
-void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorConfig& cfg, const Tokens& context,
-                              const Tokens& draft, const std::vector<int32_t>& parents) {
-  if (cfg.repetition_penalty == 1.0) return;
-  const int64_t n_rows = logits.size(0), n_vocab = logits.size(1);
+// The host's draft (tokens, parents) checked against the N rows that follow it.
+void check_draft(int64_t n_rows, const Tokens& draft, const std::vector<int32_t>& parents) {
   SD_CHECK(static_cast<int64_t>(draft.size()) + 1 >= n_rows, "repetition penalty: ", n_rows,
            " rows need at least ", n_rows - 1, " draft tokens, got ", draft.size());
   SD_CHECK(parents.empty() || parents.size() == draft.size(), "repetition penalty: ", parents.size(),
@@ -76,31 +74,91 @@ void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorCo
   for (size_t j = 0; j < parents.size(); ++j)
     SD_CHECK(parents[j] >= -1 && parents[j] < static_cast<int32_t>(j), "repetition penalty: parents[", j,
              "] = ", parents[j], " is outside [-1, ", j, ")");
+}
+
+// On a device (and wherever the draft is given as tensors), in place, with no read: the entries
+// to scale are listed there, a fixed number whatever the draft's tokens: every row's distinct
+// context ids (found on the host, where the context is), and a (row, token) pair for each row
+// and draft node, the nodes on the row's path (draft.rows; the tree's ancestor sets,
+// model::ancestor_sets; a chain's are its prefixes) penalised. Each listed entry is written from
+// its original score: penalised by one multiply or divide in float32 by a device scalar (a host
+// scalar lets a GPU divide by the reciprocal), so an entry listed twice (a path token also in
+// the context, or twice on the path) gets the same value twice, and the result equals the
+// host's id lists bit for bit. A pair off the path goes to its row's anchor instead, an entry
+// written the same way anyway: the row's own node's token, else its first context id; a row
+// with neither (the root's row after an empty context) has nothing penalised, and its anchor,
+// id 0, is written unchanged.
+void penalise_on_device(at::Tensor& scores /* [N, V] */, const ProcessorConfig& cfg, const Tokens& context,
+                        const DeviceDraft& draft) {
+  if (cfg.repetition_penalty == 1.0) return;
+  const int64_t N = scores.size(0), V = scores.size(1);
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(scores.device());
+  std::vector<int64_t> ids(context.begin(), context.end());
+  for (int64_t id : ids) SD_CHECK(id >= 0 && id < V, "repetition penalty: token id ", id, " outside vocab ", V);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  const at::Tensor row_base = (at::arange(N, longs) * V).unsqueeze(1);  // [N, 1]
+  std::vector<at::Tensor> entries, penalised;                          // row * V + id; whether scaled
+  if (!ids.empty()) {
+    entries.push_back((row_base + model::to_device_async(at::tensor(ids), scores.device())).view({-1}));
+    penalised.push_back(at::ones({entries.back().numel()}, longs.dtype(at::kBool)));
+  }
+  const int64_t D = draft.tokens.defined() ? draft.tokens.numel() : 0;
+  if (D > 0) {
+    SD_CHECK(!draft.parents.defined() || draft.parents.numel() == D, "repetition penalty: ", draft.parents.numel(),
+             " parents for ", D, " draft tokens");
+    if (draft.rows.defined())
+      SD_CHECK(draft.rows.numel() == N, "repetition penalty: ", draft.rows.numel(), " row nodes for ", N, " rows");
+    else
+      SD_CHECK(D + 1 >= N, "repetition penalty: ", N, " rows need at least ", N - 1, " draft tokens, got ", D);
+    // Out-of-range ids (a drawn row without mass gives -1) are clamped: the target's forward or
+    // the verdict's read names them.
+    const at::Tensor tok = draft.tokens.to(longs).view({D}).clamp(0, V - 1);
+    const at::Tensor anc = draft.parents.defined() ? model::ancestor_sets(draft.parents.to(longs).view({1, D}))[0]
+                                                   : at::ones({D, D}, longs.dtype(at::kBool)).tril();  // [D, D]
+    const at::Tensor rows = draft.rows.defined() ? draft.rows.to(longs).view({N}).clamp(-1, D - 1)
+                                                 : at::arange(-1, N - 1, longs);
+    const at::Tensor path = at::cat({at::zeros({1, D}, anc.options()), anc}).index_select(0, rows + 1);  // [N, D]
+    const at::Tensor follows_node = (rows >= 0).unsqueeze(1);                                            // [N, 1]
+    const at::Tensor anchor = row_base + at::where(follows_node, tok.index_select(0, rows.clamp_min(0)).unsqueeze(1),
+                                                   ids.empty() ? 0 : ids[0]);
+    entries.push_back(at::where(path, row_base + tok.unsqueeze(0), anchor).view({-1}));
+    penalised.push_back((path | follows_node | !ids.empty()).view({-1}));
+  }
+  if (entries.empty()) return;
+  const at::Tensor at_idx = at::cat(entries);
+  at::Tensor flat = scores.view({-1});
+  const at::Tensor v = flat.index_select(0, at_idx);
+  const at::Tensor penalty = at::full({}, static_cast<float>(cfg.repetition_penalty), scores.options());
+  flat.index_copy_(0, at_idx, at::where(at::cat(penalised), at::where(v < 0, v * penalty, v / penalty), v));
+}
+
+// Row 0 sees the context; row i > 0 the context + the path to draft node i - 1. On the host
+// for host scores; a device's go up (penalise_on_device).
+void apply_repetition_penalty(at::Tensor& logits /* [N, V] */, const ProcessorConfig& cfg, const Tokens& context,
+                              const Tokens& draft, const std::vector<int32_t>& parents) {
+  if (cfg.repetition_penalty == 1.0) return;
+  const int64_t n_rows = logits.size(0), n_vocab = logits.size(1);
+  check_draft(n_rows, draft, parents);
+  if (!logits.device().is_cpu()) {
+    DeviceDraft up;
+    if (!draft.empty()) {
+      up.tokens = model::to_device_async(at::tensor(std::vector<int64_t>(draft.begin(), draft.end())), logits.device());
+      if (!parents.empty())
+        up.parents = model::to_device_async(at::tensor(std::vector<int64_t>(parents.begin(), parents.end())),
+                                            logits.device());
+    }
+    penalise_on_device(logits, cfg, context, up);
+    return;
+  }
   SeenIds seen(n_vocab);
   for (TokenId id : context) seen.add(id);
   const float penalty = static_cast<float>(cfg.repetition_penalty);
-  if (logits.device().is_cpu()) {
-    float* data = logits.data_ptr<float>();
-    for (int64_t i = 0; i < n_rows; ++i) {
-      penalise(data + i * n_vocab, seen.ids, penalty);
-      if (i > 0) penalise(data + i * n_vocab, new_path_ids(seen, draft, parents, i - 1), penalty);
-    }
-    return;
-  }
-  // On a device: the same (row, id) entries, distinct, each scaled as penalise does (one
-  // multiply or divide in float32, so the result equals the host's bit for bit); the index
-  // lists go up, nothing comes back.
-  std::vector<int64_t> entries;  // row * V + id
+  float* data = logits.data_ptr<float>();
   for (int64_t i = 0; i < n_rows; ++i) {
-    for (TokenId id : seen.ids) entries.push_back(i * n_vocab + id);
-    if (i > 0)
-      for (TokenId id : new_path_ids(seen, draft, parents, i - 1)) entries.push_back(i * n_vocab + id);
+    penalise(data + i * n_vocab, seen.ids, penalty);
+    if (i > 0) penalise(data + i * n_vocab, new_path_ids(seen, draft, parents, i - 1), penalty);
   }
-  if (entries.empty()) return;
-  const at::Tensor at_idx = at::tensor(entries, at::kLong).to(logits.device());
-  at::Tensor flat = logits.view({-1});
-  const at::Tensor v = flat.index_select(0, at_idx);
-  flat.index_copy_(0, at_idx, at::where(v < 0, v * penalty, v / penalty));
 }
 
 // HF TopKLogitsWarper: remove scores strictly below the k-th largest (ties survive).
@@ -133,12 +191,16 @@ void apply_min_p(at::Tensor& scores /* [N, V] */, double min_p) {
 
 }  // namespace
 
-at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
-                          const Tokens& draft, const std::vector<int32_t>& parents) {
+namespace {
+// logits as the processors' [N, V] float32 scores (a new tensor), the configuration checked.
+at::Tensor scores_of(const at::Tensor& logits, const ProcessorConfig& cfg) {
   check_config(cfg);
   SD_CHECK(logits.dim() == 2, "process_logits: logits must be [N, V], got ", logits.dim(), " dims");
-  at::Tensor scores = logits.to(at::kFloat).contiguous().clone();
-  apply_repetition_penalty(scores, cfg, context, draft, parents);
+  return logits.to(at::kFloat).contiguous().clone();
+}
+
+// The warpers after the penalty (none when greedy).
+at::Tensor warp(at::Tensor scores, const ProcessorConfig& cfg) {
   if (cfg.greedy()) return scores;
   if (cfg.temperature != 1.0) scores.div_(cfg.temperature);
   if (cfg.top_k > 0) apply_top_k(scores, cfg.top_k);
@@ -147,14 +209,37 @@ at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, 
   return scores;
 }
 
-at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
-                         const Tokens& draft, const std::vector<int32_t>& parents) {
-  at::Tensor scores = process_logits(logits, cfg, context, draft, parents);
+at::Tensor to_probabilities(const at::Tensor& scores, const ProcessorConfig& cfg) {
   if (!cfg.greedy()) return scores.softmax(1);
   // Greedy = the limit temperature -> 0: all mass on the arg-max (first index on ties).
   at::Tensor one_hot = at::zeros_like(scores);
   one_hot.scatter_(1, argmax_rows(scores).unsqueeze(1), 1.0f);
   return one_hot;
+}
+}  // namespace
+
+at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                          const Tokens& draft, const std::vector<int32_t>& parents) {
+  at::Tensor scores = scores_of(logits, cfg);
+  apply_repetition_penalty(scores, cfg, context, draft, parents);
+  return warp(std::move(scores), cfg);
+}
+
+at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                          const DeviceDraft& draft) {
+  at::Tensor scores = scores_of(logits, cfg);
+  penalise_on_device(scores, cfg, context, draft);
+  return warp(std::move(scores), cfg);
+}
+
+at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                         const Tokens& draft, const std::vector<int32_t>& parents) {
+  return to_probabilities(process_logits(logits, cfg, context, draft, parents), cfg);
+}
+
+at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                         const DeviceDraft& draft) {
+  return to_probabilities(process_logits(logits, cfg, context, draft), cfg);
 }
 
 at::Tensor argmax_rows(const at::Tensor& rows) {

@@ -48,12 +48,29 @@ namespace specdec::sampling {
 at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
                           const Tokens& draft = {}, const std::vector<int32_t>& parents = {});
 
+// A draft held unread where the logits are (a drafter's picks: DraftProposal::drawn), as the
+// repetition penalty takes it there, with no read: tokens [D] int64 (out-of-range ids, such as
+// a draw without mass's -1, are clamped: the target's forward or the verdict's read names
+// them); parents [D] int64 (-1: follows the context; undefined: a chain); and the node whose
+// root-to-node path each row follows, rows [N] int64 (-1: the context alone; undefined: row i
+// follows node i - 1, as above). A draft loop's next row follows its last pick: rows = {D - 1}.
+struct DeviceDraft {
+  at::Tensor tokens, parents, rows;
+};
+// process_logits and probabilities with such a draft (the same results, bit for bit, as with
+// its tokens on the host).
+at::Tensor process_logits(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                          const DeviceDraft& draft);
+at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, const Tokens& context,
+                         const DeviceDraft& draft);
+
 // Where the primitives live (one implementation each):
 //   argmax          kernels::math::argmax_row (kernels/verify_math.h): ties -> lowest id,
 //                   NaN ranks as -inf; shared by the verification kernels, greedy_token and
 //                   argmax_rows.
 //   inverse CDF     kernels::math::inverse_cdf_row (kernels/verify_math.h), via sample_from.
-//   repetition pen. penalise() in processors.cpp, via process_logits and greedy_token.
+//   repetition pen. penalise() in processors.cpp, via process_logits and greedy_token; on a
+//                   device (or a DeviceDraft) the same scaling as a mask (penalise_on_device).
 
 // Per-row argmax of [N, V] scores with kernels::math::argmax_row's rules -> [N] int64.
 // Use this instead of at::argmax, whose tie/NaN rules are not the project's. The scan runs

@@ -61,21 +61,22 @@ at::Tensor DraftProposal::drawn_on(const at::Device& device) const { return move
 
 at::Tensor DraftProposal::drawn_parents_on(const at::Device& device) const { return moved_to(drawn_parents, device); }
 
-at::Tensor pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, double u,
-                      std::vector<at::Tensor>& q_rows) {
+void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
+                std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows) {
   const at::Tensor logits = row.unsqueeze(0);  // [1, V]
-  if (proc.greedy())  // q is one-hot; the greedy verifier ignores it
-    return sampling::pick_tokens(proc.repetition_penalty != 1.0 ? sampling::process_logits(logits, proc, context) : logits);
-  const at::Tensor q = sampling::probabilities(logits, proc, context);  // [1, V]
+  sampling::DeviceDraft so_far;                // the row follows the last token drafted
+  if (proc.repetition_penalty != 1.0 && !drafted.empty()) {
+    so_far.tokens = at::cat(drafted);
+    so_far.rows = at::full({1}, so_far.tokens.size(0) - 1, so_far.tokens.options());
+  }
+  if (proc.greedy()) {  // q is one-hot; the greedy verifier ignores it
+    drafted.push_back(sampling::pick_tokens(
+        proc.repetition_penalty != 1.0 ? sampling::process_logits(logits, proc, context, so_far) : logits));
+    return;
+  }
+  const at::Tensor q = sampling::probabilities(logits, proc, context, so_far);  // [1, V]
   q_rows.push_back(q);
-  return sampling::pick_tokens(q, {u});
-}
-
-TokenId drafted_token(const at::Tensor& picked, const std::string& drafter, int64_t slot, int64_t position) {
-  const int64_t token = model::on_host(picked).item<int64_t>();
-  SD_CHECK(token >= 0, drafter, " drafter: the draft distribution q of slot ", slot, ", draft position ", position,
-           " has no positive entry (the draft's logits are NaN or every token was filtered)");
-  return static_cast<TokenId>(token);
+  drafted.push_back(sampling::pick_tokens(q, {u}));
 }
 
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,

@@ -42,15 +42,15 @@ struct DraftProposal {
   // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
   PhaseTimes ms;
   // Tokens drawn on the draft's device and not yet read, and their host copy, queued
-  // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's chain, or the
-  // nodes of a tree from the tree drafter over any source (static, tree_budget 0: `parents` is
-  // then set; dynamic with a fixed budget: drawn_parents), without a repetition penalty. The
-  // target's forward and the verifier take them from the device, and the round's one read, the
-  // verdict, brings them in: read_drawn(true) then moves them into `tokens`. Undefined for every
-  // other proposal.
+  // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's, EAGLE's or
+  // Medusa's chain, or the nodes of a tree from the tree drafter over any source (static,
+  // tree_budget 0: `parents` is then set; dynamic with a fixed budget: drawn_parents). The
+  // target's forward, its processors (target_probabilities) and the verifier take them from the
+  // device, and the round's one read, the verdict, brings them in: read_drawn(true) then moves
+  // them into `tokens`. Undefined for every other proposal.
   at::Tensor drawn, drawn_host;
   // A tree grown on the drafter's device with its shape unread too (the tree drafter's dynamic
-  // tree, fixed budget, no repetition penalty): its parents, [N] int64 there (-1: follows the
+  // tree, fixed budget): its parents, [N] int64 there (-1: follows the
   // last committed token), and their host copy, queued; `parents` stays empty until read_drawn
   // moves them in. Set with `drawn`, never alone.
   at::Tensor drawn_parents, drawn_parents_host;
@@ -205,14 +205,13 @@ void check_drafter_params(const Params& resolved);
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
                                     int64_t lo, int64_t hi);
 
-// A draft token chosen where its row [V] of draft logits is, and left there: [1] int64
-// (sampling::pick_tokens; -1: q had no mass). Greedy: the argmax (q not kept); else a draw from
-// q with uniform u, its q row [1, V] appended to q_rows. The processors see `context`: with a
-// repetition penalty the caller reads each token as it is drawn (drafted_token) to extend it.
-at::Tensor pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context, double u,
-                      std::vector<at::Tensor>& q_rows);
-// A picked token, read (one host read); a -1 is an error naming the drafter, slot and position.
-TokenId drafted_token(const at::Tensor& picked, const std::string& drafter, int64_t slot, int64_t position);
+// A draft token chosen where its row [V] of draft logits is, and left there: appended to
+// `drafted` as [1] int64 (sampling::pick_tokens; -1: q had no mass). Greedy: the argmax (q not
+// kept); else a draw from q with uniform u, its q row [1, V] appended to q_rows. The processors
+// see `context` and then the tokens drafted so far, where they are (sampling::DeviceDraft): a
+// repetition penalty reads none of them.
+void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
+                std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows);
 
 // What grows the tree drafter's trees (drafters/tree.cpp): the tree drafter chooses the shape
 // (static branching, EAGLE-2 dynamic growth, Sequoia's budget) and draws the tokens; a source

@@ -93,6 +93,20 @@ model::ForwardOptions tree_forward_options(const DraftProposal& d, const at::Dev
   return opt;
 }
 
+at::Tensor target_probabilities(const at::Tensor& logits, const sampling::ProcessorConfig& proc, const Tokens& seq,
+                                const DraftProposal& d) {
+  if (!d.drawn.defined() || proc.repetition_penalty == 1.0)  // only the penalty reads the draft
+    return sampling::probabilities(logits, proc, seq, d.tokens, d.parents);
+  sampling::DeviceDraft draft;
+  draft.tokens = d.drawn_on(logits.device());
+  if (d.drawn_parents.defined())
+    draft.parents = d.drawn_parents_on(logits.device());
+  else if (!d.parents.empty())  // a static tree: its shape on the host
+    draft.parents =
+        model::to_device_async(at::tensor(std::vector<int64_t>(d.parents.begin(), d.parents.end())), logits.device());
+  return sampling::probabilities(logits, proc, seq, draft);
+}
+
 namespace {
 // What a round's target forward feeds: the last committed token, then the draft ([k + 1]
 // int64). A draft still on the draft model's device (a chain or a static tree) is fed from
@@ -246,7 +260,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     const at::Tensor& logits = scored.logits;  // [k+1, V], k = d.size()
     const double ms_verify = phase.charge(&PhaseTimes::verify);
     // 3. verify, each row processed after the committed text + its own root-to-node path
-    const at::Tensor p = sampling::probabilities(logits, verify.proc, seq, d.tokens, d.parents);  // [k+1, V]
+    const at::Tensor p = target_probabilities(logits, verify.proc, seq, d);  // [k+1, V]
     const int64_t top = drafter->target_topk();  // the target's top tokens ride with the verdict
     const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
     const at::Tensor best = !cfg_.synthetic.empty() ? top_token_ids(p, 1) : at::Tensor();  // likewise

@@ -63,6 +63,11 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& 
 // tree whose shape is unread (DraftProposal::drawn_parents) gives them as device_parents on
 // the target's device, without a read.
 model::ForwardOptions tree_forward_options(const DraftProposal& d, const at::Device& target);
+// The processed target rows of a round's logits [k + 1, V] (sampling::probabilities): row 0
+// after the committed text `seq`, row j + 1 after it and draft node j's path. A draft held
+// unread (DraftProposal::drawn) is taken where it is (sampling::DeviceDraft): no read.
+at::Tensor target_probabilities(const at::Tensor& logits, const sampling::ProcessorConfig& proc, const Tokens& seq,
+                                const DraftProposal& d);
 // The k likeliest tokens of each row, best first (k = 1: the argmax, ties -> lowest id), in two
 // halves so that they cost no read of their own: top_token_ids queues them for the host
 // (model::to_host_async) before the round's verdict is read; token_rows takes them after.

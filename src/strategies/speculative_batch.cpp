@@ -158,7 +158,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
     for (size_t i = 0; i < active.size(); ++i) {
       const SpecSequence& s = *active[i];
       rows.push_back(logits[slot_of[i]].narrow(0, static_cast<int64_t>(s.prefill.size()), s.d.size() + 1));
-      p.push_back(sampling::probabilities(rows.back(), cfg.verify.proc, s.seq, s.d.tokens, s.d.parents));  // [k+1, V]
+      p.push_back(target_probabilities(rows.back(), cfg.verify.proc, s.seq, s.d));  // [k+1, V]
       const int64_t top = s.drafter->target_topk();
       top_ids.push_back(top > 0 ? top_token_ids(rows.back(), top) : at::Tensor());
       ds.push_back(&s.d);

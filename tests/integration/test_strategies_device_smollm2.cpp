@@ -14,11 +14,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "core/host_reads.h"
 #include "model/causal_lm.h"
 #include "model/draft_heads.h"
 #include "model/layer_subset.h"
+#include "sampling/processors.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 
@@ -203,9 +205,9 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // A draft model's chain too: its loop picks each token on the device and feeds it to its next
 // forward from there (sampling::pick_tokens), greedy or drawn from q, and the drafted tokens
 // stay there for the target's forward and the verifier; they come to the host with the verdict
-// (DraftProposal::drawn), in a batch too. With a repetition penalty it reads each token as it
-// is drawn (the penalty needs the text on the host): checked too, with its own bound. The draft
-// model's static tree (drafter tree, tree_budget 0) knows its shape before its tokens: they
+// (DraftProposal::drawn), in a batch too. A repetition penalty reads none of them either: the
+// draft loop's rows and the target's see the draft's paths where they are (sampling::
+// DeviceDraft), and its tokens equal greedy's with the same penalty. The draft model's static tree (drafter tree, tree_budget 0) knows its shape before its tokens: they
 // stay on the device too, each depth fed from there, one read a round. A dynamic tree grows
 // there as well (each depth's frontier chosen on the device and fed with its parents there,
 // ForwardOptions::device_parents), its budget's nodes are chosen there, and the target and the
@@ -243,14 +245,22 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
                 static_cast<long long>(r.stats.n_tree_rounds));
   }
   // The draft model at temperature > 0 (q and the draws on the device), and with a repetition
-  // penalty (one read per drafted token, then the verdict); its trees: static ones, top-k at
-  // T = 0 and sampled at T = 0.8, and a dynamic one at T = 0 (one read each, the verdict).
+  // penalty; its trees: static ones, top-k at T = 0 and sampled at T = 0.8, and a dynamic one at
+  // T = 0, each with the penalty too (one read each, the verdict).
+  const Params penalised(std::map<std::string, std::string>{{"repetition_penalty", "1.3"}});
+  const Result gp = create("greedy", penalised)->generate(request(m, kPrompts[1], 24), {});
+  ASSERT_NE(gp.tokens, g.tokens) << "the penalty changes the text, so the equality below sees it";
   for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
            {{{"temperature", "0.8"}}, 1},
-           {{{"repetition_penalty", "1.3"}}, 1 + 4},
+           {{{"repetition_penalty", "1.3"}}, 1},
+           {{{"repetition_penalty", "1.3"}, {"temperature", "0.8"}}, 1},
            {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}, 1},
+           {{{"drafter", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}, {"repetition_penalty", "1.3"}}, 1},
            {{{"drafter", "tree"}, {"tree_branching", "3,2,1"}}, 1},
-           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1}}) {
+           {{{"drafter", "tree"}, {"tree_branching", "3,2,1"}, {"repetition_penalty", "1.3"}}, 1},
+           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}}, 1},
+           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}, {"temperature", "0.8"}, {"repetition_penalty", "1.3"}},
+            1}}) {
     Request req = request(m, kPrompts[1], 24);
     req.draft = m.model;
     req.seed = 5;
@@ -265,6 +275,7 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     const int64_t reads = host_reads() - r1;
     ASSERT_GT(r.stats.n_rounds, 0) << what;
     EXPECT_GT(r.stats.n_accepted, r.stats.n_rounds) << what << ": the same weights draft, so most tokens are accepted";
+    if (!p.count("temperature")) EXPECT_EQ(r.tokens, p.count("repetition_penalty") ? gp.tokens : g.tokens) << what;
     EXPECT_LE(reads, per_round * r.stats.n_rounds) << what << ": " << reads << " reads in " << r.stats.n_rounds << " rounds";
     std::printf("host reads (%s): speculative model, %s: %lld for %lld rounds\n", GetParam().c_str(), what.c_str(),
                 static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds));
@@ -273,8 +284,15 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   // device as well, so a batch round costs one read, the verdict of both. They start together,
   // so the batch runs as many rounds as its longer sequence. With n-grams at T = 0.8 some rounds
   // find no draft for a sequence: its plain step is a chain of 0 drafts in the same kernel call.
-  for (const auto& [drafter, temperature] : std::vector<std::pair<std::string, std::string>>{
-           {"model", "0"}, {"model", "0.8"}, {"tree", "0"}, {"tree", "0.8"}, {"ngram", "0.8"}}) {
+  // With a repetition penalty too (1: off).
+  for (const auto& [drafter, temperature, penalty] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"model", "0", "1"},
+           {"model", "0.8", "1"},
+           {"model", "0.8", "1.3"},
+           {"tree", "0", "1"},
+           {"tree", "0", "1.3"},
+           {"tree", "0.8", "1"},
+           {"ngram", "0.8", "1"}}) {
     std::vector<Request> reqs;
     for (const char* text : kPrompts) {
       reqs.push_back(request(m, text, 24));
@@ -285,18 +303,18 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
     const std::vector<Result> batch = create("speculative", params({{"drafter", drafter},
                                                                     {"tree_branching", "2,2,1"},
                                                                     {"gamma", "4"},
-                                                                    {"temperature", temperature}}))
+                                                                    {"temperature", temperature},
+                                                                    {"repetition_penalty", penalty}}))
                                           ->generate_batch(reqs, {2, 0}, {});
     const int64_t reads = host_reads() - r1;
     int64_t rounds = 0, tree_rounds = 0;
     for (const Result& r : batch) rounds = std::max(rounds, r.stats.n_rounds), tree_rounds += r.stats.n_tree_rounds;
-    const std::string what = "batch, " + drafter + ", temperature " + temperature;
+    const std::string what = "batch, " + drafter + ", temperature " + temperature + ", repetition penalty " + penalty;
     ASSERT_GT(rounds, 0) << what;
     EXPECT_EQ(tree_rounds > 0, drafter == "tree") << what;  // (ngram: a miss is a plain step)
     EXPECT_LE(reads, rounds) << what << ": " << reads << " reads in " << rounds << " rounds";
-    std::printf("host reads (%s): batch of 2, speculative %s, temperature %s: %lld for %lld batch rounds\n",
-                GetParam().c_str(), drafter.c_str(), temperature.c_str(), static_cast<long long>(reads),
-                static_cast<long long>(rounds));
+    std::printf("host reads (%s): %s: %lld for %lld batch rounds\n", GetParam().c_str(), what.c_str(),
+                static_cast<long long>(reads), static_cast<long long>(rounds));
   }
 }
 
@@ -316,6 +334,9 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
   model::DraftHead::fresh(*m.model, "eagle", "smollm2-135m", 1).save(dir + "/eagle");
   model::DraftHead::fresh(*m.model, "medusa", "smollm2-135m", 1, 0, 3).save(dir + "/medusa");
   const Result g = create("greedy", params({}))->generate(request(m, kPrompts[0], 16), {});
+  // With a repetition penalty, the second prompt (the first ends at once with it).
+  const Result gp = create("greedy", params({{"repetition_penalty", "1.3"}}))->generate(request(m, kPrompts[1], 16), {});
+  ASSERT_EQ(gp.tokens.size(), 16u) << "the penalty's text runs to the length";
   struct Case {
     std::map<std::string, std::string> p;
     int64_t per_round;
@@ -333,22 +354,28 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
            {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1},
            {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}, {"temperature", "0.8"}}),
             1},
-           {with(eagle, {{"repetition_penalty", "1.3"}}), 1 + 3},
+           {with(eagle, {{"repetition_penalty", "1.3"}}), 1},
+           {with(eagle, {{"eagle_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}, {"repetition_penalty", "1.3"}}),
+            1},
            {medusa, 1},
            {with(medusa, {{"temperature", "0.8"}}), 1},
            {with(medusa, {{"medusa_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"}}), 1},
-           {with(medusa, {{"medusa_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1}}) {
+           {with(medusa, {{"medusa_shape", "tree"}, {"tree_budget", "6"}, {"tree_topk", "2"}}), 1},
+           {with(medusa, {{"repetition_penalty", "1.3"}}), 1},
+           {with(medusa, {{"medusa_shape", "tree"}, {"tree_branching", "2,2,1"}, {"tree_budget", "0"},
+                          {"repetition_penalty", "1.3"}}),
+            1}}) {
     std::map<std::string, std::string> p = with(c.p, {{"gamma", "3"}});
     std::string what;
     for (const auto& [k, v] : p)
       if (k.find("_head") == std::string::npos) what += (what.empty() ? "" : ", ") + k + "=" + v;
-    Request req = request(m, kPrompts[0], 16);
+    Request req = request(m, kPrompts[p.count("repetition_penalty") ? 1 : 0], 16);
     req.seed = 5;
     const int64_t r0 = host_reads();
     const Result r = create("speculative", params(p))->generate(req, {});
     const int64_t reads = host_reads() - r0;
     ASSERT_GT(r.stats.n_rounds, 0) << what;
-    if (!p.count("temperature") && !p.count("repetition_penalty")) EXPECT_EQ(r.tokens, g.tokens) << what;
+    if (!p.count("temperature")) EXPECT_EQ(r.tokens, p.count("repetition_penalty") ? gp.tokens : g.tokens) << what;
     EXPECT_LE(reads, c.per_round * r.stats.n_rounds) << what << ": " << reads << " reads in " << r.stats.n_rounds
                                                     << " rounds";
     std::printf("host reads (%s): speculative %s: %lld for %lld rounds, %lld of %lld drafts accepted\n",
@@ -380,6 +407,34 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
     std::printf("host reads (%s): batch of 2, %s: %lld for %lld batch rounds\n", GetParam().c_str(), what.c_str(),
                 static_cast<long long>(reads), static_cast<long long>(rounds));
   }
+}
+
+// The repetition penalty where the logits are: a tree's draft held there (sampling::DeviceDraft)
+// or the host's uploaded scales the same entries as the host's id lists, bit for bit (a GPU
+// must divide by the penalty, not multiply by its reciprocal), at SmolLM2's vocabulary width.
+TEST_P(OnDevice, RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit) {
+  const at::Device device(GetParam() == "cpu_graphs" ? "cpu" : GetParam());
+  at::manual_seed(9);
+  const int64_t V = 49152, D = 12;
+  sampling::ProcessorConfig cfg;
+  cfg.temperature = 0;  // the penalty alone (a softmax need not match across devices)
+  cfg.repetition_penalty = 1.3;
+  const at::Tensor logits = at::randn({D + 1, V}) * 4;
+  Tokens ctx, draft;
+  std::vector<int32_t> parents;
+  for (int64_t j = 0; j < 200; ++j) ctx.push_back(static_cast<TokenId>((j * 7919) % 3000));
+  for (int64_t j = 0; j < D; ++j) {
+    draft.push_back(static_cast<TokenId>((j * 104729) % 5000));
+    parents.push_back(static_cast<int32_t>(j / 2) - 1);  // a binary tree
+  }
+  const at::Tensor want = sampling::process_logits(logits, cfg, ctx, draft, parents);
+  sampling::DeviceDraft held;
+  held.tokens = at::tensor(std::vector<int64_t>(draft.begin(), draft.end())).to(device);
+  held.parents = at::tensor(std::vector<int64_t>(parents.begin(), parents.end())).to(device);
+  const at::Tensor on = logits.to(device);
+  EXPECT_TRUE(sampling::process_logits(on, cfg, ctx, held).cpu().equal(want));
+  EXPECT_TRUE(sampling::process_logits(on, cfg, ctx, draft, parents).cpu().equal(want));
+  EXPECT_FALSE(want.equal(logits)) << "the penalty changed some scores";
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cpu_graphs", "cuda"),

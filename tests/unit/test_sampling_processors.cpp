@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -69,6 +70,66 @@ TEST(Processors, RepetitionPenaltyPerRowSeesPreviousDraftTokens) {
   EXPECT_FLOAT_EQ(s[1][0].item<float>(), 0.5f);    // positive logits are divided
   EXPECT_EQ(greedy_token(logits[1].contiguous(), cfg, {0}), 1);
   EXPECT_EQ(greedy_token(logits[1].contiguous(), cfg, {}), 0);
+}
+
+// A draft held where the logits are (DeviceDraft: a drafter's unread picks) is penalised as a
+// mask (penalise_on_device); the host's draft by the id lists (penalise). The two give the same
+// scores bit for bit: chains and random trees, with repeated ids in the draft and in the
+// context, positive and negative logits, before and after the warpers; and with explicit row
+// nodes (a draft loop's or a tree level's rows), against the host run on context + each row's
+// own path. On a GPU the same mask path runs there (scripts/gpu_check.sh runs this test on CPU
+// tensors only; the device tests compare tokens).
+TEST(Processors, DeviceDraftPenaltyEqualsTheHostsBitForBit) {
+  at::manual_seed(5);
+  std::mt19937 gen(5);
+  const int64_t V = 97;
+  for (int trial = 0; trial < 60; ++trial) {
+    ProcessorConfig cfg;
+    cfg.repetition_penalty = trial % 2 ? 1.7 : 0.6;  // < 1 too: seen tokens rise
+    cfg.temperature = trial % 3 == 0 ? 0.0 : 0.8;
+    cfg.top_p = trial % 4 == 1 ? 0.9 : 1.0;
+    const int64_t D = 1 + trial % 9;
+    Tokens ctx, draft;
+    for (int j = 0; j < 12; ++j) ctx.push_back(static_cast<specdec::TokenId>(gen() % 30));  // repeats
+    std::vector<int32_t> parents;
+    for (int64_t j = 0; j < D; ++j) {
+      draft.push_back(static_cast<specdec::TokenId>(gen() % 40));
+      parents.push_back(static_cast<int32_t>(static_cast<int64_t>(gen() % (j + 1)) - 1));  // in [-1, j)
+    }
+    const bool chain = trial % 5 == 0;
+    if (chain) parents.clear();
+    const at::Tensor logits = at::randn({D + 1, V}) * 3;
+    DeviceDraft dev;
+    dev.tokens = at::tensor(std::vector<int64_t>(draft.begin(), draft.end()));
+    if (!chain) dev.parents = at::tensor(std::vector<int64_t>(parents.begin(), parents.end()));
+    const std::string what = "trial " + std::to_string(trial);
+    EXPECT_TRUE(process_logits(logits, cfg, ctx, dev).equal(process_logits(logits, cfg, ctx, draft, parents))) << what;
+    EXPECT_TRUE(probabilities(logits, cfg, ctx, dev).equal(probabilities(logits, cfg, ctx, draft, parents))) << what;
+    // Explicit row nodes, some rows after the context alone (-1).
+    std::vector<int64_t> nodes;
+    for (int64_t r = 0; r < 4; ++r) nodes.push_back(static_cast<int64_t>(gen() % (D + 1)) - 1);
+    dev.rows = at::tensor(nodes);
+    const at::Tensor rows = at::randn({4, V}) * 3;
+    const at::Tensor got = process_logits(rows, cfg, ctx, dev);
+    for (int64_t r = 0; r < 4; ++r) {
+      Tokens path;  // leaf first
+      for (int64_t a = nodes[r]; a >= 0; a = chain ? a - 1 : parents[a]) path.push_back(draft[a]);
+      Tokens text = ctx;
+      text.insert(text.end(), path.rbegin(), path.rend());
+      EXPECT_TRUE(got[r].equal(process_logits(rows[r].unsqueeze(0), cfg, text)[0])) << what << ", row " << r;
+    }
+  }
+  // The hand case above, as a device draft: row 1 follows draft node 0 (id 0: 2 -> 0.5).
+  ProcessorConfig cfg;
+  cfg.temperature = 0;
+  cfg.repetition_penalty = 4.0;
+  DeviceDraft dev;
+  dev.tokens = at::tensor(std::vector<int64_t>{0});
+  const at::Tensor s = process_logits(at::cat({row({2.0f, 1.0f, -3.0f}), row({2.0f, 1.0f, -3.0f})}), cfg, {2}, dev);
+  EXPECT_FLOAT_EQ(s[0][0].item<float>(), 2.0f);
+  EXPECT_FLOAT_EQ(s[0][2].item<float>(), -12.0f);
+  EXPECT_FLOAT_EQ(s[1][0].item<float>(), 0.5f);
+  EXPECT_FLOAT_EQ(s[1][1].item<float>(), 1.0f);
 }
 
 TEST(Processors, GreedyIsOneHotAndTemperatureSharpens) {

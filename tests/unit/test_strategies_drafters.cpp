@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/tiny.h"
+#include "strategies/common.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
@@ -366,6 +368,104 @@ TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
   ok.read_drawn(/*synced=*/true);
   EXPECT_EQ(ok.tokens, (Tokens{7, 0, 3}));
   EXPECT_EQ(ok.size(), 3);
+}
+
+// With a repetition penalty every draft row is processed after the committed text and its own
+// draft path, taken where the draft grows (sampling::DeviceDraft) with no read: the draft
+// model's chain is the penalised greedy continuation, and its static and dynamic trees are the
+// trees their rules name when each node's row is computed on the host, after prompt + path.
+TEST(ModelDrafter, WithARepetitionPenaltyEachDraftRowSeesItsOwnPath) {
+  const Tokens prompt = {1, 5, 9, 5, 9, 3};
+  const std::shared_ptr<model::CausalLM> m = tiny(11);
+  sampling::ProcessorConfig cfg;
+  cfg.temperature = 0;
+  cfg.repetition_penalty = 3;
+  const auto logp_after = [&](const Tokens& path, const sampling::ProcessorConfig& c) {  // [V]
+    Tokens text = prompt;
+    text.insert(text.end(), path.begin(), path.end());
+    model::KVCache cache = m->make_cache(1, 64);
+    const at::Tensor rows = forward_tokens(*m, cache, text.data(), static_cast<int64_t>(text.size()), 0);
+    return at::log_softmax(sampling::process_logits(rows.narrow(0, rows.size(0) - 1, 1), c, text), 1)[0];
+  };
+  const auto propose = [&](const std::string& drafter, std::map<std::string, std::string> extra, int64_t depth) {
+    extra["temperature"] = "0";
+    extra["repetition_penalty"] = "3";
+    Rig rig(extra);
+    rig.req.target = rig.req.draft = m;
+    auto d = rig.make(drafter);
+    d->prefill(Tokens(prompt.begin(), prompt.end() - 1));
+    DraftProposal p = d->propose(prompt, depth);
+    EXPECT_TRUE(p.drawn.defined()) << drafter << ": the draft stays where it was drawn";
+    p.read_drawn(/*synced=*/false);
+    return p;
+  };
+  // The chain: the penalised greedy continuation, which the unpenalised one is not.
+  Tokens greedy, plain;
+  for (int i = 0; i < 5; ++i) {
+    greedy.push_back(static_cast<TokenId>(sampling::argmax_rows(logp_after(greedy, cfg).unsqueeze(0))[0].item<int64_t>()));
+    plain.push_back(static_cast<TokenId>(
+        sampling::argmax_rows(logp_after(plain, sampling::ProcessorConfig{0.0}).unsqueeze(0))[0].item<int64_t>()));
+  }
+  ASSERT_NE(greedy, plain) << "the penalty changes this continuation, so the comparison sees it";
+  EXPECT_EQ(propose("model", {}, 5).tokens, greedy);
+  // Trees: nodes in order (token, parent, path log-probability) by the rules of tree.cpp.
+  struct Node {
+    TokenId token;
+    int32_t parent;
+    double logp;
+  };
+  const auto path_of = [](const std::vector<Node>& nodes, int32_t i) {
+    Tokens path;
+    for (int32_t a = i; a >= 0; a = nodes[a].parent) path.insert(path.begin(), nodes[a].token);
+    return path;
+  };
+  const auto children = [&](std::vector<Node>& nodes, int32_t parent, int64_t k) {  // the k best, best first
+    const at::Tensor lp = logp_after(parent < 0 ? Tokens{} : path_of(nodes, parent), cfg);
+    const at::Tensor top = std::get<1>(at::topk(lp, k));
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t t = top[j].item<int64_t>();
+      nodes.push_back({static_cast<TokenId>(t), parent, (parent < 0 ? 0.0 : nodes[parent].logp) + lp[t].item<double>()});
+    }
+  };
+  const auto check = [](const DraftProposal& got, const std::vector<Node>& want, const std::string& what) {
+    Tokens tokens;
+    std::vector<int32_t> parents;
+    for (const Node& n : want) tokens.push_back(n.token), parents.push_back(n.parent);
+    EXPECT_EQ(got.tokens, tokens) << what;
+    EXPECT_EQ(got.parents, parents) << what;
+  };
+  // Static, branching 2,2,1: every node of a depth expanded, level by level.
+  std::vector<Node> fixed;
+  children(fixed, -1, 2);
+  for (int32_t i = 0; i < 2; ++i) children(fixed, i, 2);
+  for (int32_t i = 2; i < 6; ++i) children(fixed, i, 1);
+  check(propose("tree", {{"tree_branching", "2,2,1"}, {"tree_budget", "0"}}, 3), fixed, "static tree");
+  // Dynamic, top-2, budget 6: each depth's 2 likeliest paths expanded with their 2 best
+  // children, then the 6 likeliest nodes, renumbered in order.
+  std::vector<Node> all;
+  children(all, -1, 2);
+  std::vector<int32_t> level = {0, 1};
+  for (int d = 1; d < 3; ++d) {
+    std::stable_sort(level.begin(), level.end(), [&](int32_t a, int32_t b) { return all[a].logp > all[b].logp; });
+    level.resize(std::min<size_t>(level.size(), 2));
+    std::sort(level.begin(), level.end());
+    const int32_t first = static_cast<int32_t>(all.size());
+    for (int32_t f : level) children(all, f, 2);
+    level.clear();
+    for (int32_t i = first; i < static_cast<int32_t>(all.size()); ++i) level.push_back(i);
+  }
+  std::vector<int32_t> keep(all.size());
+  std::iota(keep.begin(), keep.end(), 0);
+  std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) { return all[a].logp > all[b].logp; });
+  keep.resize(6);
+  std::sort(keep.begin(), keep.end());
+  std::vector<Node> kept;
+  std::vector<int32_t> index_of(all.size(), -1);
+  for (int32_t i : keep) {
+    index_of[i] = static_cast<int32_t>(kept.size());
+    kept.push_back({all[i].token, all[i].parent < 0 ? -1 : index_of[all[i].parent], all[i].logp});
+  }
+  check(propose("tree", {{"tree_budget", "6"}, {"tree_topk", "2"}}, 3), kept, "dynamic tree");
 }
 
 // ---- every drafter through the strategy ------------------------------------------------------------

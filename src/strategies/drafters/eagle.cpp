@@ -264,7 +264,7 @@ class EagleChainDrafter : public Drafter {
 // product over all their predicted features; each slot draws from its own generator as it does
 // alone. A batch-1 run is one slot. Each token is picked where the head runs and fed from there
 // (pick_draft); the proposals keep them there (DraftProposal::drawn) and the round's verdict
-// reads them, except with a repetition penalty, which reads each as it is drawn. Time goes to
+// reads them (a repetition penalty reads the tokens so far where they are). Time goes to
 // `ms` (the root's head forward and its rows: draft_catchup, as part of draft).
 std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& slots,
                                         const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& depth,
@@ -283,14 +283,12 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
   }
   // [1, d] per slot: the feature that drafts its next token (undefined: nothing to draft from yet)
   std::vector<at::Tensor> feat = EagleSource::run_head(src, rows, outs);
-  std::vector<Tokens> context(B);
   std::vector<std::vector<at::Tensor>> q_rows(B), drafted(B);  // [1, V] each; [1] int64 each
   std::vector<bool> drafting(B, false);
   int64_t longest = 0;
   for (size_t b = 0; b < B; ++b) {
     if (!feat[b].defined()) continue;
     drafting[b] = true;
-    context[b] = *seqs[b];
     longest = std::max(longest, depth[b]);
   }
   for (int64_t i = 0; i < longest; ++i) {
@@ -309,17 +307,13 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
     for (size_t b : live) {
       const sampling::ProcessorConfig& proc = slots[b]->proc_;
       const double u = proc.greedy() ? 0.0 : slots[b]->rng_.uniform();
-      drafted[b].push_back(pick_draft(logits[b][0], proc, context[b], u, q_rows[b]));
-      if (proc.repetition_penalty != 1.0) context[b].push_back(drafted_token(drafted[b].back(), "eagle", b, i));
+      pick_draft(logits[b][0], proc, *seqs[b], drafted[b], u, q_rows[b]);
     }
     clock.charge(&PhaseTimes::sample);
   }
   for (size_t b = 0; b < B; ++b) {
     if (drafted[b].empty()) continue;
-    if (slots[b]->proc_.repetition_penalty != 1.0)  // read as drawn
-      out[b].tokens.assign(context[b].end() - static_cast<int64_t>(drafted[b].size()), context[b].end());
-    else
-      out[b].hold_drawn(drafted[b]);
+    out[b].hold_drawn(drafted[b]);
     if (!q_rows[b].empty()) out[b].q = at::cat(q_rows[b], 0).contiguous();  // [depth, V]
   }
   clock.charge(&PhaseTimes::logits_copy);

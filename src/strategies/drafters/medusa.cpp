@@ -103,17 +103,11 @@ class MedusaDrafter : public Drafter {
     clock.charge(&PhaseTimes::draft);
     if (!logits.defined()) return out;
     // Each token picked where the heads ran and left there for the verdict to read
-    // (DraftProposal::drawn), unless a repetition penalty needs the text so far.
-    const bool penalty = proc_.repetition_penalty != 1.0;
-    Tokens context = seq;
+    // (DraftProposal::drawn).
     std::vector<at::Tensor> q_rows, drafted;
-    for (int64_t i = 0; i < logits.size(0); ++i) {
-      drafted.push_back(pick_draft(logits[i], proc_, context, proc_.greedy() ? 0.0 : rng_.uniform(), q_rows));
-      if (!penalty) continue;
-      out.tokens.push_back(drafted_token(drafted.back(), "medusa", 0, i));
-      context.push_back(out.tokens.back());
-    }
-    if (!penalty) out.hold_drawn(drafted);
+    for (int64_t i = 0; i < logits.size(0); ++i)
+      pick_draft(logits[i], proc_, seq, drafted, proc_.greedy() ? 0.0 : rng_.uniform(), q_rows);
+    out.hold_drawn(drafted);
     clock.charge(&PhaseTimes::sample);
     if (!q_rows.empty()) out.q = at::cat(q_rows, 0).contiguous();  // [depth, V]
     clock.charge(&PhaseTimes::logits_copy);

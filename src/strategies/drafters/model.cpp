@@ -87,16 +87,15 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
 // forward each; the last one itself is never fed (the next round may reject it). Each token is
 // chosen on the draft's device (sampling::pick_tokens) and fed from there, and the proposals
 // keep their tokens there (DraftProposal::drawn) for the target's forward and the verifier: the
-// round's verdict brings them in, with no read of their own. The repetition penalty is the
-// exception: it needs the text so far on the host, so there every token is read as it is
-// drawn. Time goes to `ms` by phase (a catch-up that feeds a prompt: prefill).
+// round's verdict brings them in, with no read of their own (a repetition penalty too: it
+// reads the tokens drafted so far where they are). Time goes to `ms` by phase (a catch-up that feeds a prompt: prefill).
 std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
                                        const std::vector<int64_t>& depth, PhaseTimes& ms) {
   const int64_t B = static_cast<int64_t>(slots.size());
   std::vector<DraftProposal> out(B);
   PhaseClock clock(ms);
-  std::vector<Tokens> fed(B), context(B);
+  std::vector<Tokens> fed(B);
   std::vector<int64_t> start(B, 0), n(B, 0);
   std::vector<at::Tensor> row(B);                   // [V] each
   std::vector<std::vector<at::Tensor>> q_rows(B);  // [1, V] each
@@ -109,7 +108,6 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     start[b] = cache.length(b);
     SD_CHECK(start[b] < n[b], "draft cache (", start[b], ") is ahead of the sequence (", n[b], ")");
     fed[b].assign(seqs[b]->begin() + start[b], seqs[b]->end());
-    context[b] = *seqs[b];
     longest = std::max(longest, depth[b]);
     if (!cfg.greedy())
       for (int64_t i = 0; i < depth[b]; ++i) u[b].push_back(slots[b].rng->uniform());
@@ -123,7 +121,6 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     clock.charge(&PhaseTimes::prefill);
   else
     ms.draft_catchup += clock.charge(&PhaseTimes::draft);
-  const bool penalty = cfg.repetition_penalty != 1.0;  // processes each row after the text so far
   for (int64_t i = 0; i < longest; ++i) {
     clock.charge(&PhaseTimes::other);
     if (i > 0) {
@@ -132,19 +129,14 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     }
     for (int64_t b = 0; b < B; ++b) {
       if (depth[b] <= i) continue;
-      drafted[b].push_back(pick_draft(row[b], cfg, context[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]));
-      if (penalty) context[b].push_back(drafted_token(drafted[b].back(), "model", b, i));
+      pick_draft(row[b], cfg, *seqs[b], drafted[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]);
     }
     clock.charge(&PhaseTimes::sample);
   }
-  // The drafted tokens: read as they were drawn (penalty), else left on the device for the
-  // target's forward and the verifier (DraftProposal::drawn), their host copy queued.
+  // The drafted tokens stay on the device for the target's forward and the verifier
+  // (DraftProposal::drawn), their host copy queued.
   for (int64_t b = 0; b < B; ++b)
-    if (penalty) {
-      out[b].tokens.assign(context[b].begin() + n[b], context[b].end());
-    } else if (!drafted[b].empty()) {
-      out[b].hold_drawn(drafted[b]);
-    }
+    if (!drafted[b].empty()) out[b].hold_drawn(drafted[b]);
   clock.charge(&PhaseTimes::draft);
   bool copied = false;  // greedy drafting keeps no q
   for (int64_t b = 0; b < B; ++b)

@@ -20,19 +20,17 @@
 // here (ForwardOptions::tree_cached keeps the earlier levels in its cache; accepted nodes' cache
 // slots are compacted in commit()), a trained EAGLE head (eagle.cpp, make_tree_drafter), or
 // Medusa heads (medusa.cpp: no forward per depth, each depth reads its own head's row).
-// Host reads: a static tree without a repetition penalty knows its shape before its tokens, so
-// they stay on the source's device (each depth feeds the whole previous one) and the round's
-// verdict reads them (DraftProposal::drawn): no read of its own. A dynamic tree over a source
-// that feeds levels (a trained head: TreeSource::feed_level) grows where the source runs: each
-// depth's children, path log-probabilities and frontier stay there (grown_unread_), the budget's
-// nodes are chosen there too, and the target's forward and the verifier take the tree, tokens
-// and parents, from there (DraftProposal::drawn_parents): the verdict reads it, one read a round.
+// Host reads: a static tree knows its shape before its tokens, so they stay on the source's
+// device (levels_: each depth feeds the whole previous one) and the round's verdict reads them
+// (DraftProposal::drawn): no read of its own. A dynamic tree grows where the source runs: each
+// depth's children, path log-probabilities and frontier stay there (cands_), the budget's nodes
+// are chosen there too, and the target's forward and the verifier take the tree, tokens and
+// parents, from there (DraftProposal::drawn_parents): the verdict reads it, one read a round.
 // (tree_budget = auto reads the candidates once more: it chooses the budget on the host from
 // their path probabilities and the measured verify times.) Every source feeds a depth at a
 // time with the parents where it runs (TreeSource::feed_level; the draft model through
-// ForwardOptions::device_parents). With a repetition penalty a dynamic tree reads each depth's
-// children instead, their values choosing the next frontier, and each node's row is processed
-// after its own path, read too.
+// ForwardOptions::device_parents). A repetition penalty processes each row after its own path,
+// taken there too (sampling::DeviceDraft): no read either.
 // A round runs in steps (TreeDrafter::begin, next_feed, take, end) that TreeDrafter::grow
 // drives, so a batch's trees can grow in lockstep (make_tree_batch_drafter): the roots in one
 // call of the source, then per depth every tree's frontier in one TreeSource::feed_all. A source
@@ -187,8 +185,6 @@ class TreeDrafter : public Drafter {
     budget_ = parse_budget(ctx.params.get_string("tree_budget"));
     topk_ = ctx.params.get_int("tree_topk");
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
-    unread_ = budget_ == 0 && cfg_.repetition_penalty == 1.0;
-    grown_unread_ = budget_ != 0 && cfg_.repetition_penalty == 1.0;
   }
 
   void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
@@ -223,20 +219,25 @@ class TreeDrafter : public Drafter {
   void take(int64_t d, const at::Tensor& logits);
   DraftProposal end(const Stopwatch& round, PhaseClock& clock, DraftProposal out);
 
-  // Children of the expanded nodes `parents` (-1: the root), one row of `rows` [F, V] each: the
-  // top k by value (greedy, dynamic) or k draws from q. One host read for all of them, or none
-  // (unread_: their tokens join levels_).
-  void expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k);
-  Tokens path_context(const Tokens& seq, int32_t node) const;
+  // A static tree's children of the expanded nodes `parents` (-1: the root), one row of `rows`
+  // [F, V] each: the top k by value (greedy) or k draws from q. Their tokens join levels_,
+  // unread.
+  void expand(const at::Tensor& rows, const std::vector<int32_t>& parents, int64_t k);
   // What feeds nodes[ids] (ascending, parents fed before, all at `depth`) into the source.
   TreeSource::Feed feed_of(const std::vector<int32_t>& ids, int64_t depth);
-  // Each row's top tree_topk children by processed log-probability: [rows, k] values and ids.
-  std::tuple<at::Tensor, at::Tensor> best_children(const at::Tensor& rows) const;
-  // grown_unread_: a depth's candidates, appended to cands_ (-inf path log-probabilities as
-  // such), and at the end the one read that brings them all into nodes_.
+  // A dynamic tree's rows [F, V] (the root's, or the frontier's: sel_ of the last depth), each
+  // row's top tree_topk children by processed log-probability: [F, k] values and ids.
+  // row_nodes: the node each row follows (paths()), with a repetition penalty.
+  std::tuple<at::Tensor, at::Tensor> best_children(const at::Tensor& rows, const at::Tensor& row_nodes) const;
+  // A dynamic tree's depth of candidates, appended to cands_ (-inf path log-probabilities as
+  // such), and (tree_budget = auto) at the end the one read that brings them all into nodes_.
   void add_candidates(const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent);
   void read_candidates();
-  // grown_unread_ with a fixed budget: end() without a read (the tree stays on the device).
+  // What the repetition penalty sees after each row: the tree so far where it grew, and the node
+  // each row follows, row_nodes [F] int64 on the source's device (-1: the root); undefined
+  // (no penalty): nothing.
+  sampling::DeviceDraft paths(const at::Tensor& row_nodes) const;
+  // A fixed budget's end(): without a read (the tree stays on the device).
   DraftProposal keep_on_device(PhaseClock& clock, DraftProposal out);
   DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
   int64_t choose_budget(double ms_draft);
@@ -247,11 +248,7 @@ class TreeDrafter : public Drafter {
   std::vector<int64_t> branching_;
   static constexpr int64_t k_auto = -1;
   int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
-  bool unread_ = false;            // static, no repetition penalty: tokens stay on the device
-  // Dynamic over a source that feeds levels, no repetition penalty: the tree grows where the
-  // source runs, its candidates unread until end() (see the top of this file).
-  bool grown_unread_ = false;
-  std::vector<at::Tensor> levels_;  // unread_: each depth's node tokens, [n] int64 in node order
+  std::vector<at::Tensor> levels_;  // static: each depth's node tokens, [n] int64 in node order
   const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
   int64_t n_rounds_ = 0, n_nodes_ = 0;            // for report()
@@ -265,7 +262,7 @@ class TreeDrafter : public Drafter {
   at::Device device_ = at::kCPU;
   size_t level_begin_ = 0;
   std::vector<int32_t> frontier_;
-  // grown_unread_: each depth's candidates, on the source's device: token, path log-probability
+  // Dynamic: each depth's candidates, on the source's device: token, path log-probability
   // (float64, as the host sums them), parent (index among the depth above; -1: the root) and
   // feed index (-1: not fed); the current depth's frontier (indices into the last one) and the
   // count fed so far.
@@ -273,6 +270,8 @@ class TreeDrafter : public Drafter {
     at::Tensor ids, logp, parent, fed;
   };
   std::vector<Candidates> cands_;
+  // Every depth's candidates in one list, depth by depth, parents as indices into it.
+  Candidates all_candidates() const;
   at::Tensor sel_;
   int64_t n_fed_ = 0;
   // keep_on_device: each proposed node's feed index (-1: not fed), on the host once the round's
@@ -280,95 +279,87 @@ class TreeDrafter : public Drafter {
   at::Tensor kept_fed_;
 };
 
-Tokens TreeDrafter::path_context(const Tokens& seq, int32_t node) const {
-  Tokens path;
-  for (int32_t a = node; a >= 0; a = nodes_[a].parent) path.push_back(nodes_[a].token);
-  Tokens ctx = seq;
-  ctx.insert(ctx.end(), path.rbegin(), path.rend());
-  return ctx;
-}
-
-void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& parents, const Tokens& seq, int64_t k) {
-  const bool by_value = cfg_.greedy() || budget_ != 0;
+void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& parents, int64_t k) {
   const int64_t F = static_cast<int64_t>(parents.size());
-  const auto process = [&](const at::Tensor& r, const Tokens& context) {
-    return by_value ? at::log_softmax(sampling::process_logits(r, cfg_, context), 1)
-                    : sampling::probabilities(r, cfg_, context);
-  };
-  at::Tensor all;  // [F, V] on the source's device, after the processors
-  if (cfg_.repetition_penalty == 1.0) {
-    all = process(rows, seq);  // no processor reads the context: all rows at once
-  } else {                     // the penalty sees each row's own path
-    std::vector<at::Tensor> processed;
-    for (int64_t i = 0; i < F; ++i) processed.push_back(process(rows[i].unsqueeze(0), path_context(seq, parents[i])));
-    all = at::cat(processed);
-  }
+  at::Tensor row_nodes;  // the node each row follows, as the penalty takes it
+  if (cfg_.repetition_penalty != 1.0)
+    row_nodes = model::to_device_async(at::tensor(std::vector<int64_t>(parents.begin(), parents.end())), device_);
+  // [F, V] on the source's device, after the processors (each row after its own path)
+  const at::Tensor all = cfg_.greedy() ? at::log_softmax(sampling::process_logits(rows, cfg_, *seq_, paths(row_nodes)), 1)
+                                       : sampling::probabilities(rows, cfg_, *seq_, paths(row_nodes));
   // The children, on the device: the top k of each row by value (greedy: argmax first; ties to
   // the lower id), or k independent draws per row, duplicates kept (multi-draft verification),
   // by the lanes' inverse CDF (sampling::pick_tokens), the uniforms in the order the draws take.
-  const int64_t kk = by_value ? std::min<int64_t>(k, all.size(1)) : k;
-  at::Tensor ids, values;  // [F kk]: the tokens (-1: a draw without mass), their scores
-  if (by_value) {
-    const auto top = at::topk(all, kk, 1);
-    ids = std::get<1>(top).reshape({-1});
-    values = std::get<0>(top).reshape({-1});
+  // kk children per row whatever their tokens (-1: a draw without mass, named by the verdict's
+  // read).
+  const int64_t kk = cfg_.greedy() ? std::min<int64_t>(k, all.size(1)) : k;
+  if (cfg_.greedy()) {
+    levels_.push_back(std::get<1>(at::topk(all, kk, 1)).reshape({-1}));
   } else {
     std::vector<double> u(F * k);
     for (double& x : u) x = rng_.uniform();
-    const at::Tensor repeated = all.repeat_interleave(k, 0);  // [F k, V]
-    ids = sampling::pick_tokens(repeated, u);
-    if (!unread_) values = repeated.gather(1, ids.clamp_min(0).unsqueeze(1)).squeeze(1);  // q of each draw
+    levels_.push_back(sampling::pick_tokens(all.repeat_interleave(k, 0), u));
   }
-  const auto q_row = [&](int64_t i) { return by_value ? at::Tensor() : all[i]; };
-  if (unread_) {  // static: kk children per row whatever their tokens; logp is not needed
-    levels_.push_back(ids);
-    for (int64_t r = 0; r < F * kk; ++r) nodes_.push_back({-1, parents[r / kk], 0.0, q_row(r / kk), -1});
-    return;
-  }
-  const at::Tensor v_host = model::to_host_async(values);  // comes with the read below
-  const at::Tensor id_host = model::on_host(ids);
-  const float* v = v_host.data_ptr<float>();
-  const int64_t* x = id_host.data_ptr<int64_t>();
-  for (int64_t r = 0; r < F * kk; ++r) {
-    const int64_t i = r / kk;
-    const double base = parents[i] < 0 ? 0.0 : nodes_[parents[i]].logp;
-    if (by_value) {
-      if (std::isfinite(v[r])) nodes_.push_back({static_cast<TokenId>(x[r]), parents[i], base + v[r], {}, -1});
-      continue;
-    }
-    SD_CHECK(x[r] >= 0, "tree drafter: the draft distribution of node ", parents[i],
-             " (-1: the root) has no mass to draw from");
-    nodes_.push_back({static_cast<TokenId>(x[r]), parents[i], base + std::log(std::max(1e-30f, v[r])), q_row(i), -1});
-  }
+  for (int64_t r = 0; r < F * kk; ++r)
+    nodes_.push_back({-1, parents[r / kk], 0.0, cfg_.greedy() ? at::Tensor() : all[r / kk], -1});
 }
 
 TreeSource::Feed TreeDrafter::feed_of(const std::vector<int32_t>& ids, int64_t depth) {
+  // A static tree feeds its whole last depth: those tokens, as they are on the device.
+  SD_CHECK(static_cast<int64_t>(ids.size()) == levels_.back().size(0),
+           "tree drafter: a static tree feeds its whole last depth (internal error)");
   const int64_t n_cached = static_cast<int64_t>(fed_order_.size());
   std::vector<int32_t> slot_of(nodes_.size(), -1);  // node -> feed order
   for (size_t f = 0; f < fed_order_.size(); ++f) slot_of[fed_order_[f]] = static_cast<int32_t>(f);
-  std::vector<int64_t> tokens;  // on the host (unread_: on the device, levels_.back())
   for (int32_t id : ids) {
     slot_of[id] = static_cast<int32_t>(fed_order_.size());
     nodes_[id].fed = static_cast<int64_t>(fed_order_.size());
     fed_order_.push_back(id);
-    if (!unread_) tokens.push_back(nodes_[id].token);
   }
   std::vector<int64_t> parent;  // each new node's parent's feed index (-1: the root)
   for (int32_t id : ids) parent.push_back(nodes_[id].parent < 0 ? -1 : slot_of[nodes_[id].parent]);
-  // Unread, a static tree feeds its whole last depth: those tokens, as they are on the device.
-  SD_CHECK(!unread_ || static_cast<int64_t>(ids.size()) == levels_.back().size(0),
-           "tree drafter: a static tree feeds its whole last depth (internal error)");
   TreeSource::Feed f;
   f.depth = depth;
   f.n_cached = n_cached;
-  f.tokens = model::to_device_async(unread_ ? levels_.back().clamp_min(0) : at::tensor(tokens, at::kLong), device_);
+  f.tokens = levels_.back().clamp_min(0);
   f.parent = model::to_device_async(at::tensor(parent, at::kLong), device_);
   return f;
 }
 
-std::tuple<at::Tensor, at::Tensor> TreeDrafter::best_children(const at::Tensor& rows) const {
-  const at::Tensor logp = at::log_softmax(sampling::process_logits(rows, cfg_, *seq_), 1);
+std::tuple<at::Tensor, at::Tensor> TreeDrafter::best_children(const at::Tensor& rows, const at::Tensor& row_nodes) const {
+  const at::Tensor logp = at::log_softmax(sampling::process_logits(rows, cfg_, *seq_, paths(row_nodes)), 1);
   return at::topk(logp, std::min<int64_t>(topk_, logp.size(1)), 1);
+}
+
+TreeDrafter::Candidates TreeDrafter::all_candidates() const {
+  std::vector<at::Tensor> ids, logp, parent, fed;
+  int64_t above = 0, total = 0;  // where the depth above begins in the concatenation; candidates so far
+  for (const Candidates& l : cands_) {
+    ids.push_back(l.ids);
+    logp.push_back(l.logp);
+    parent.push_back(at::where(l.parent < 0, l.parent, l.parent + above));  // -1, or an index over all depths
+    fed.push_back(l.fed);
+    above = total;
+    total += l.ids.size(0);
+  }
+  return {at::cat(ids), at::cat(logp), at::cat(parent), at::cat(fed)};
+}
+
+sampling::DeviceDraft TreeDrafter::paths(const at::Tensor& row_nodes) const {
+  sampling::DeviceDraft d;
+  if (!row_nodes.defined()) return d;  // no repetition penalty
+  d.rows = row_nodes;
+  if (budget_ == 0 && !levels_.empty()) {
+    std::vector<int64_t> parents;
+    for (const Node& node : nodes_) parents.push_back(node.parent);
+    d.tokens = at::cat(levels_);
+    d.parents = model::to_device_async(at::tensor(parents), device_);
+  } else if (budget_ != 0 && !cands_.empty()) {
+    const Candidates all = all_candidates();
+    d.tokens = all.ids;
+    d.parents = all.parent;
+  }
+  return d;
 }
 
 void TreeDrafter::add_candidates(const at::Tensor& ids, const at::Tensor& logp, const at::Tensor& parent) {
@@ -418,27 +409,22 @@ int64_t TreeDrafter::begin(const Tokens& seq, int64_t max_depth, const at::Tenso
   device_ = root.device();
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
-  if (grown_unread_) {
-    const auto top = best_children(root.unsqueeze(0));
+  if (dynamic) {
+    const at::Tensor follows_root =
+        cfg_.repetition_penalty != 1.0 ? at::full({1}, -1, at::TensorOptions().dtype(at::kLong).device(device_)) : at::Tensor();
+    const auto top = best_children(root.unsqueeze(0), follows_root);
     const at::Tensor& ids = std::get<1>(top);
     add_candidates(ids, std::get<0>(top).to(at::kDouble), at::full({ids.size(1)}, -1, ids.options()));
   } else {
-    expand(root.unsqueeze(0), {-1}, seq, dynamic ? topk_ : branching_[0]);
+    expand(root.unsqueeze(0), {-1}, branching_[0]);
   }
   return std::min(shape_depth, source_->max_depth());
 }
 
 TreeSource::Feed TreeDrafter::next_feed(int64_t d) {
-  const bool dynamic = budget_ != 0;
-  if (!grown_unread_) {  // the nodes of the last depth (dynamic: its tree_topk likeliest paths)
+  if (budget_ == 0) {  // static: the nodes of the last depth
     frontier_.resize(nodes_.size() - level_begin_);
     std::iota(frontier_.begin(), frontier_.end(), static_cast<int32_t>(level_begin_));
-    if (dynamic && static_cast<int64_t>(frontier_.size()) > topk_) {
-      std::stable_sort(frontier_.begin(), frontier_.end(),
-                       [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
-      frontier_.resize(topk_);
-      std::sort(frontier_.begin(), frontier_.end());
-    }
     return feed_of(frontier_, d);
   }
   // The frontier: the depth's tree_topk likeliest paths (ties: the earlier node), in node order.
@@ -460,25 +446,30 @@ TreeSource::Feed TreeDrafter::next_feed(int64_t d) {
 }
 
 void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
-  if (!grown_unread_) {
+  if (budget_ == 0) {
     level_begin_ = nodes_.size();
-    expand(logits, frontier_, *seq_, budget_ != 0 ? topk_ : branching_[d]);
+    expand(logits, frontier_, branching_[d]);
     return;
   }
-  const auto next = best_children(logits);
+  at::Tensor row_nodes;  // the frontier as indices into all_candidates(), for the penalty
+  if (cfg_.repetition_penalty != 1.0) {
+    int64_t above = 0;
+    for (size_t l = 0; l + 1 < cands_.size(); ++l) above += cands_[l].ids.size(0);
+    row_nodes = sel_ + above;
+  }
+  const auto next = best_children(logits, row_nodes);
   const int64_t kk = std::get<1>(next).size(1);
   const at::Tensor logp = cands_.back().logp.index_select(0, sel_).unsqueeze(1) + std::get<0>(next).to(at::kDouble);
   add_candidates(std::get<1>(next), logp, sel_.repeat_interleave(kk));
 }
 
 DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftProposal out) {
-  if (grown_unread_ && budget_ > 0) return keep_on_device(clock, std::move(out));
-  if (grown_unread_) read_candidates();
-  const bool dynamic = budget_ != 0;
-  std::vector<int32_t> keep(nodes_.size());
+  if (budget_ > 0) return keep_on_device(clock, std::move(out));
+  if (budget_ == k_auto) read_candidates();
+  std::vector<int32_t> keep(nodes_.size());  // static: every node
   std::iota(keep.begin(), keep.end(), 0);
-  const int64_t budget = budget_ == k_auto ? choose_budget(round.ms()) : budget_;
-  if (dynamic && static_cast<int64_t>(keep.size()) > budget) {
+  const int64_t budget = budget_ == k_auto ? choose_budget(round.ms()) : 0;
+  if (budget_ == k_auto && static_cast<int64_t>(keep.size()) > budget) {
     // A child is never likelier than its parent and ties go to the lower (earlier) index, so
     // the budget's best nodes include every kept node's ancestors.
     std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
@@ -539,24 +530,16 @@ std::vector<DraftProposal> TreeDrafter::grow(const std::vector<TreeDrafter*>& tr
 // budget left they fill its last places. The verifier accepts such a node only as the token the
 // target itself picks there, so this costs verify rows, never losslessness.
 DraftProposal TreeDrafter::keep_on_device(PhaseClock& clock, DraftProposal out) {
-  std::vector<at::Tensor> ids, logp, parent, fed;
-  int64_t above = 0, total = 0;  // where the depth above begins in the concatenation; candidates so far
-  for (const Candidates& l : cands_) {
-    ids.push_back(l.ids);
-    logp.push_back(l.logp);
-    parent.push_back(at::where(l.parent < 0, l.parent, l.parent + above));  // -1, or an index over all depths
-    fed.push_back(l.fed);
-    above = total;
-    total += l.ids.size(0);
-  }
+  const Candidates all = all_candidates();
+  const int64_t total = all.ids.size(0);
   const int64_t K = std::min(budget_, total);
-  const at::Tensor order = std::get<1>(at::sort(at::cat(logp), /*stable=*/true, 0, /*descending=*/true));
+  const at::Tensor order = std::get<1>(at::sort(all.logp, /*stable=*/true, 0, /*descending=*/true));
   const at::Tensor keep = std::get<0>(at::sort(order.narrow(0, 0, K)));  // [K] candidate indices, ascending
   at::Tensor index_of = at::full({total + 1}, -1, keep.options());  // entry `total`: the root's -1
   index_of.index_copy_(0, keep, at::arange(K, keep.options()));
-  const at::Tensor up = at::cat(parent).index_select(0, keep);
-  out.hold_tree(at::cat(ids).index_select(0, keep), index_of.index_select(0, up.masked_fill(up < 0, total)));
-  kept_fed_ = model::to_host_async(at::cat(fed).index_select(0, keep));
+  const at::Tensor up = all.parent.index_select(0, keep);
+  out.hold_tree(all.ids.index_select(0, keep), index_of.index_select(0, up.masked_fill(up < 0, total)));
+  kept_fed_ = model::to_host_async(all.fed.index_select(0, keep));
   ++n_rounds_;
   n_nodes_ += K;
   clock.charge(&PhaseTimes::sample);
@@ -570,15 +553,13 @@ DraftProposal TreeDrafter::finish(std::vector<int32_t> keep, PhaseClock& clock, 
   for (size_t i = 0; i < keep.size(); ++i) {
     const Node& node = nodes_[keep[i]];
     index_of[keep[i]] = static_cast<int32_t>(i);
-    if (!unread_) out.tokens.push_back(node.token);
+    if (budget_ != 0) out.tokens.push_back(node.token);
     out.parents.push_back(node.parent < 0 ? -1 : index_of[node.parent]);
     SD_CHECK(node.parent < 0 || index_of[node.parent] >= 0, "tree drafter: kept node ", keep[i],
              " lost its parent (internal error)");
     if (node.q.defined()) q_rows.push_back(node.q.unsqueeze(0));
   }
-  if (unread_) {  // every node is kept, in level order: the tokens are the levels', unread
-    out.hold_drawn(levels_);
-  }
+  if (budget_ == 0) out.hold_drawn(levels_);  // static: every node is kept, in level order
   proposed_ = std::move(keep);
   if (!q_rows.empty() && q_rows.size() == proposed_.size()) out.q = at::cat(q_rows, 0).contiguous();  // [N, V]
   clock.charge(&PhaseTimes::logits_copy);
