@@ -70,7 +70,8 @@ at::Tensor probabilities(const at::Tensor& logits, const ProcessorConfig& cfg, c
 //                   argmax_rows.
 //   inverse CDF     kernels::math::inverse_cdf_row (kernels/verify_math.h), via sample_from.
 //   repetition pen. penalise() in processors.cpp, via process_logits and greedy_token; on a
-//                   device (or a DeviceDraft) the same scaling as a mask (penalise_on_device).
+//                   device (or with a DeviceDraft) the same scaling from entry lists built
+//                   there (penalise_on_device).
 
 // Per-row argmax of [N, V] scores with kernels::math::argmax_row's rules -> [N] int64.
 // Use this instead of at::argmax, whose tie/NaN rules are not the project's. The scan runs

@@ -50,9 +50,9 @@ struct DraftProposal {
   // them into `tokens`. Undefined for every other proposal.
   at::Tensor drawn, drawn_host;
   // A tree grown on the drafter's device with its shape unread too (the tree drafter's dynamic
-  // tree, fixed budget): its parents, [N] int64 there (-1: follows the
-  // last committed token), and their host copy, queued; `parents` stays empty until read_drawn
-  // moves them in. Set with `drawn`, never alone.
+  // tree, fixed budget): its parents, [N] int64 there (-1: follows the last committed token),
+  // and their host copy, queued; `parents` stays empty until read_drawn moves them in. Set with
+  // `drawn`, never alone.
   at::Tensor drawn_parents, drawn_parents_host;
 
   bool is_chain() const { return parents.empty() && !drawn_parents.defined(); }

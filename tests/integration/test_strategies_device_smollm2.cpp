@@ -206,8 +206,9 @@ TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
 // forward from there (sampling::pick_tokens), greedy or drawn from q, and the drafted tokens
 // stay there for the target's forward and the verifier; they come to the host with the verdict
 // (DraftProposal::drawn), in a batch too. A repetition penalty reads none of them either: the
-// draft loop's rows and the target's see the draft's paths where they are (sampling::
-// DeviceDraft), and its tokens equal greedy's with the same penalty. The draft model's static tree (drafter tree, tree_budget 0) knows its shape before its tokens: they
+// draft loop's rows and the target's see the draft's paths where they are
+// (sampling::DeviceDraft), and its tokens equal greedy's with the same penalty. The draft
+// model's static tree (drafter tree, tree_budget 0) knows its shape before its tokens: they
 // stay on the device too, each depth fed from there, one read a round. A dynamic tree grows
 // there as well (each depth's frontier chosen on the device and fed with its parents there,
 // ForwardOptions::device_parents), its budget's nodes are chosen there, and the target and the
@@ -247,8 +248,7 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
   // The draft model at temperature > 0 (q and the draws on the device), and with a repetition
   // penalty; its trees: static ones, top-k at T = 0 and sampled at T = 0.8, and a dynamic one at
   // T = 0, each with the penalty too (one read each, the verdict).
-  const Params penalised(std::map<std::string, std::string>{{"repetition_penalty", "1.3"}});
-  const Result gp = create("greedy", penalised)->generate(request(m, kPrompts[1], 24), {});
+  const Result gp = create("greedy", params({{"repetition_penalty", "1.3"}}))->generate(request(m, kPrompts[1], 24), {});
   ASSERT_NE(gp.tokens, g.tokens) << "the penalty changes the text, so the equality below sees it";
   for (const auto& [extra, per_round] : std::vector<std::pair<std::map<std::string, std::string>, int64_t>>{
            {{{"temperature", "0.8"}}, 1},
@@ -323,9 +323,10 @@ TEST_P(OnDevice, HostReadsPerStepAndRound) {
 // stay there, and the drafted tokens reach the host with the verdict, one read a round, for
 // chains and static trees. A dynamic tree grows there too (each depth's frontier chosen and fed
 // without a read), its budget's nodes are chosen there, and the target's forward and the
-// verifier take its tokens and parents from there: one read a round as well. The heads
-// here are untrained (model::DraftHead::fresh): where tensors live and what the host reads does
-// not depend on what a head learned; greedy equality holds for any head (lossless).
+// verifier take its tokens and parents from there: one read a round as well, with a repetition
+// penalty too (its tokens then equal penalised greedy's). The heads here are untrained
+// (model::DraftHead::fresh): where tensors live and what the host reads does not depend on what
+// a head learned; greedy equality holds for any head (lossless).
 TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
   // The eager path places the same tensors in the same places: the static steps' run suffices.
   if (GetParam() == "cpu") GTEST_SKIP() << "the static steps' test (cpu_graphs, cuda)";

@@ -264,7 +264,7 @@ class EagleChainDrafter : public Drafter {
 // product over all their predicted features; each slot draws from its own generator as it does
 // alone. A batch-1 run is one slot. Each token is picked where the head runs and fed from there
 // (pick_draft); the proposals keep them there (DraftProposal::drawn) and the round's verdict
-// reads them (a repetition penalty reads the tokens so far where they are). Time goes to
+// reads them (a repetition penalty takes the tokens so far where they are). Time goes to
 // `ms` (the root's head forward and its rows: draft_catchup, as part of draft).
 std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& slots,
                                         const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& depth,

@@ -88,7 +88,8 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
 // chosen on the draft's device (sampling::pick_tokens) and fed from there, and the proposals
 // keep their tokens there (DraftProposal::drawn) for the target's forward and the verifier: the
 // round's verdict brings them in, with no read of their own (a repetition penalty too: it
-// reads the tokens drafted so far where they are). Time goes to `ms` by phase (a catch-up that feeds a prompt: prefill).
+// takes the tokens drafted so far where they are). Time goes to `ms` by phase (a catch-up
+// that feeds a prompt: prefill).
 std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
                                        const std::vector<int64_t>& depth, PhaseTimes& ms) {
