@@ -45,13 +45,19 @@ int cmd_train_drafter(const Args& args) {
       ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training tokens")
       ("batch", po::value(&o.batch_seqs)->default_value(o.batch_seqs), "sequences per optimizer step")
       ("lr", po::value(&o.lr)->default_value(o.lr), "AdamW peak learning rate")
-      ("topk", po::value(&o.topk)->default_value(o.topk), "distil over the target's top-k tokens (0: whole vocabulary)")
+      ("topk", po::value(&o.topk)->default_value(o.topk), "the target's top-k tokens stored per position: the "
+       "candidates of --loss-vocab topk (0: top-1 only; the loss then runs over the draft vocabulary)")
       ("d-ff", po::value(&o.d_ff)->default_value(o.d_ff), "eagle: the head's MLP width (0: the target's)")
       ("medusa-heads", po::value(&o.medusa_heads)->default_value(o.medusa_heads), "medusa: heads (draft depth)")
       ("draft-vocab", po::value(&o.draft_vocab)->default_value(o.draft_vocab), "draft from the target's N likeliest "
        "next tokens on the training data only (EAGLE-3's reduced vocabulary: a cheaper output head); 0: all")
       ("unroll", po::value(&o.unroll)->default_value(o.unroll), "eagle: also train draft depths 2..N on the head's "
        "own predicted features, as a chain drafts (EAGLE-3's training-time test); 1: depth 1 only")
+      ("loss-vocab", po::value(&o.loss_vocab)->default_value(o.loss_vocab), "the token loss's softmax: topk (over the "
+       "target's top-k tokens) | draft (over the whole draft vocabulary; the label remade from the stored features)")
+      ("w-cls", po::value(&o.w_cls)->default_value(o.w_cls), "eagle: weight of the token loss beside the feature loss")
+      ("feature-noise", po::value(&o.feature_noise)->default_value(o.feature_noise), "eagle: width of the uniform "
+       "noise on the input features while training")
       ("minutes", po::value(&o.minutes)->default_value(o.minutes), "stop training after this many minutes (0: none)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "initialisation, data order and noise")
       ("checkpoint-every", po::value(&o.checkpoint_s)->default_value(o.checkpoint_s), "seconds between training "
@@ -81,7 +87,8 @@ int cmd_train_drafter(const Args& args) {
     if (!given("dtype")) dtype = c.dtype;
     train::TrainOptions from_file = c.options;
     for (const char* key : {"kind", "out", "corpus", "data", "tokens", "held-out-tokens", "seq-len", "epochs", "batch", "lr",
-                            "topk", "d-ff", "medusa-heads", "draft-vocab", "unroll", "minutes", "seed", "threads", "checkpoint-every"})
+                            "topk", "d-ff", "medusa-heads", "draft-vocab", "unroll", "loss-vocab", "w-cls",
+                            "feature-noise", "minutes", "seed", "threads", "checkpoint-every"})
       if (given(key)) harness::apply_train_option(from_file, key, o);
     o = from_file;
   } else {

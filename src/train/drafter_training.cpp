@@ -33,6 +33,10 @@ void check_training_options(const TrainOptions& opt) {
   SD_CHECK(opt.batch_seqs >= 1 && opt.epochs > 0 && opt.lr > 0, "train-drafter: need --batch >= 1, --epochs > 0 "
            "and --lr > 0, got ", opt.batch_seqs, ", ", opt.epochs, ", ", opt.lr);
   SD_CHECK(opt.unroll >= 1 && opt.unroll <= 16, "train-drafter: --unroll must be in [1, 16], got ", opt.unroll);
+  SD_CHECK(opt.loss_vocab == "topk" || opt.loss_vocab == "draft", "train-drafter: --loss-vocab must be topk or draft, "
+           "got '", opt.loss_vocab, "'");
+  SD_CHECK(opt.w_cls >= 0 && opt.feature_noise >= 0, "train-drafter: --w-cls and --feature-noise must be >= 0, got ",
+           opt.w_cls, " and ", opt.feature_noise);
 }
 
 bool is_text_file(const fs::path& p) {
@@ -102,19 +106,35 @@ at::Tensor distill(const at::Tensor& logits, const at::Tensor& p, const at::Tens
   return -(q * at::log_softmax(logits, -1)).sum(-1).mean();
 }
 
-// Logits of predicted features pred [n, d] over the candidates of rows `rows` of s (top-k), or
-// over the whole vocabulary with the target's full softmax as the label (topk = 0).
-at::Tensor token_loss(const at::Tensor& pred, const Sequence& s, int64_t row0, const at::Tensor& head_table,
+}  // namespace
+
+OutputRows output_rows(const model::CausalLM& target, const model::DraftHeadConfig& head) {
+  const at::Tensor all = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU, at::kFloat);
+  if (head.draft_vocab.empty()) return {all, all};
+  return {all, all.index_select(0, at::tensor(head.draft_vocab, at::kLong)).contiguous()};
+}
+
+namespace {
+
+// Logits of predicted features pred [n, d] and the target's distribution as the label, both over
+// the target's top-k candidates at rows `row0..` of s (loss_vocab = topk, topk > 0), or over the
+// head's whole draft vocabulary (rows.draft: loss_vocab = draft, or topk = 0), where the label is
+// the target's own softmax over those ids, remade exactly from its stored features f_{row0+i}.
+at::Tensor token_loss(const at::Tensor& pred, const Sequence& s, int64_t row0, const OutputRows& rows,
                       const TrainOptions& opt, Metrics* m) {
   const int64_t n = pred.size(0), d = pred.size(1);
-  if (opt.topk > 0) {
+  if (opt.topk > 0 && opt.loss_vocab == "topk") {
     const at::Tensor ids = s.top_ids.narrow(0, row0, n);  // [n, k]
-    const at::Tensor w = head_table.index_select(0, ids.reshape({-1})).view({n, ids.size(1), d});
+    const at::Tensor w = rows.all.index_select(0, ids.reshape({-1})).view({n, ids.size(1), d});
     const at::Tensor logits = at::bmm(w, pred.unsqueeze(2)).squeeze(2);  // [n, k]
     return distill(logits, s.top_p.narrow(0, row0, n), at::zeros({n}, at::kLong), m);
   }
-  const at::Tensor p = at::softmax(at::matmul(s.feat.narrow(0, row0, n), head_table.t()), -1);  // [n, V]
-  return distill(at::matmul(pred, head_table.t()), p, s.top_ids.narrow(0, row0, n).select(1, 0), m);
+  at::Tensor p;
+  {
+    at::NoGradGuard no_grad;
+    p = at::softmax(at::matmul(s.feat.narrow(0, row0, n), rows.draft.t()), -1);  // [n, Vd]
+  }
+  return distill(at::matmul(pred, rows.draft.t()), p, p.argmax(-1), m);
 }
 
 json data_options(const TrainOptions& opt, const model::HeadTarget& target, const Corpus& c) {
@@ -348,7 +368,7 @@ std::vector<at::Tensor> eagle_unroll(const model::DraftHead& head, const model::
   return preds;
 }
 
-at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const at::Tensor& head_table,
+at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const OutputRows& rows,
                          const Sequence& s, const TrainOptions& opt, at::Generator* noise, Metrics* m) {
   const int64_t T = s.ids.size(0), n = T - 1;
   at::Tensor loss = at::zeros({}, at::kFloat);
@@ -361,9 +381,9 @@ at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& ta
       in = in + (at::rand(in.sizes(), *noise, at::kFloat) - 0.5) * opt.feature_noise;
     const std::vector<at::Tensor> preds = eagle_unroll(head, target, s, in, opt.unroll);
     for (size_t i = 0; i < preds.size(); ++i) {
-      const int64_t d = static_cast<int64_t>(i) + 1, rows = preds[i].size(0);
-      const at::Tensor feat_loss = at::smooth_l1_loss(preds[i], s.feat.narrow(0, d, rows));
-      const at::Tensor tok_loss = token_loss(preds[i], s, d, head_table, opt, i == 0 ? m : nullptr);
+      const int64_t d = static_cast<int64_t>(i) + 1, m_rows = preds[i].size(0);
+      const at::Tensor feat_loss = at::smooth_l1_loss(preds[i], s.feat.narrow(0, d, m_rows));
+      const at::Tensor tok_loss = token_loss(preds[i], s, d, rows, opt, i == 0 ? m : nullptr);
       loss = loss + std::pow(0.8, i) * (feat_loss + opt.w_cls * tok_loss);
     }
     return loss;
@@ -371,28 +391,27 @@ at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& ta
   // Medusa head i: from f_j, the target's distribution at j + i + 1 (token t_{j+i+2}).
   const at::Tensor h = head.medusa_forward(s.feat);  // [K, T, d]
   for (int64_t i = 0; i < head.config().n_medusa && n - i > 0; ++i)
-    loss = loss + std::pow(0.8, i) * token_loss(h[i].narrow(0, 0, n - i), s, i + 1, head_table, opt, m);
+    loss = loss + std::pow(0.8, i) * token_loss(h[i].narrow(0, 0, n - i), s, i + 1, rows, opt, m);
   return loss;
 }
 
 Metrics evaluate(const model::DraftHead& head, const model::CausalLM& target, const Dataset& data,
                  const TrainOptions& opt) {
   at::NoGradGuard no_grad;
-  const at::Tensor table = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU);
+  const OutputRows rows = output_rows(target, head.config());
   const std::vector<int64_t>& ids = head.config().draft_vocab;
   const at::Tensor vocab = ids.empty() ? at::Tensor() : at::tensor(ids, at::kLong);
-  const at::Tensor vocab_rows = ids.empty() ? at::Tensor() : table.index_select(0, vocab);  // [Vd, d]
   Metrics m;
   const bool eagle = head.config().kind == "eagle";
   const int64_t n_heads = eagle ? k_eval_depth : head.config().n_medusa;
   std::vector<double> hits(n_heads, 0), count(n_heads, 0);
   for (const Sequence& s : data) {
-    m.loss += sequence_loss(head, target, table, s, opt, nullptr, nullptr).item<double>() / data.size();
+    m.loss += sequence_loss(head, target, rows, s, opt, nullptr, nullptr).item<double>() / data.size();
     const int64_t n = s.ids.size(0) - 1;
     // Agreement over the draft vocabulary, as the drafters choose: the target's output head (all
     // of it, or the vocabulary's rows of it). [rows] bool
     const auto agree = [&](const at::Tensor& pred, int64_t row0) {
-      const at::Tensor best = vocab.defined() ? vocab.index_select(0, at::matmul(pred, vocab_rows.t()).argmax(-1))
+      const at::Tensor best = vocab.defined() ? vocab.index_select(0, at::matmul(pred, rows.draft.t()).argmax(-1))
                                               : target.output_head(pred).to(at::kCPU).argmax(-1);
       return best.eq(s.top_ids.narrow(0, row0, pred.size(0)).select(1, 0));
     };
@@ -455,7 +474,7 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
   SD_CHECK(!data.empty(), "train-drafter: no training sequences");
   check_training_options(opt);
   const TorchThreads threads(opt.threads);
-  const at::Tensor table = target.head_rows(at::arange(target.config().n_vocab, at::kLong)).to(at::kCPU);
+  const OutputRows rows = output_rows(target, head.config());
   auto& params = head.params();
   std::map<std::string, at::Tensor> m1, m2;  // AdamW's first and second moments
   for (auto& [name, p] : params) {
@@ -512,7 +531,7 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
       }
       const int64_t idx = order[g % N].item<int64_t>();
       auto noise = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 104729 + g);
-      const at::Tensor loss = sequence_loss(head, target, table, data[idx], opt, &noise, &m) / opt.batch_seqs;
+      const at::Tensor loss = sequence_loss(head, target, rows, data[idx], opt, &noise, &m) / opt.batch_seqs;
       loss.backward();
       loss_sum += loss.detach();
     }

@@ -15,8 +15,9 @@
 //               fed its own predicted features, as a chain drafts, the same losses at j + d,
 //               weighted 0.8^(d-1);
 //       Medusa: sum_i 0.8^i CE(target's top-k p_{j+i+1} || head(h_i(f_j))).
-//     The cross-entropy runs over the target's top-k tokens (topk > 0), or over the whole
-//     vocabulary (topk = 0, dearer by the output head's size). The state goes to
+//     The cross-entropy runs over the target's top-k tokens (loss_vocab = topk), or over the
+//     head's whole draft vocabulary (loss_vocab = draft, or topk = 0; dearer by the vocabulary's
+//     rows), which also teaches the head to keep mass off the ids outside the target's top-k. The state goes to
 //     out/checkpoint/state.safetensors every checkpoint_s seconds (atomically), and a rerun
 //     with the same options continues from it.
 //  4. The head goes to out/head.safetensors + out/head.json (the target it belongs to).
@@ -52,7 +53,11 @@ struct TrainOptions {
   double w_cls = 0.1;                // EAGLE: weight of the token loss beside the feature loss
   double feature_noise = 0.2;        // EAGLE: width of the uniform noise on input features
   int64_t unroll = 1;                // EAGLE: draft depths trained on the head's own predictions (1: none)
-  int64_t topk = 64;                 // distillation over the target's top-k tokens; 0: whole vocabulary
+  int64_t topk = 64;                 // the target's top-k tokens stored per position; 0: top-1 (loss_vocab draft)
+  // The token loss's softmax: topk, over the target's top-k candidates (the head is never told
+  // about ids outside them); draft, over the head's whole draft vocabulary (all ids without
+  // one), the label remade from the stored features: dearer by the vocabulary's rows.
+  std::string loss_vocab = "topk";
   int64_t d_ff = 0;                  // EAGLE: the head's MLP width; 0: the target's
   int64_t medusa_heads = 4;
   int64_t draft_vocab = 0;           // ids the head drafts from (EAGLE-3's reduced vocabulary); 0: all
@@ -113,11 +118,16 @@ struct Metrics {
 // predicting f_{j+d}. n = s.ids.size(0) - 1.
 std::vector<at::Tensor> eagle_unroll(const model::DraftHead& head, const model::CausalLM& target, const Sequence& s,
                                      const at::Tensor& in, int64_t depth);
+// The target's output-head rows [n, d] the losses read (CausalLM::head_rows): all of them (the
+// top-k candidates index them) and the head's draft vocabulary's (all of them without one).
+struct OutputRows {
+  at::Tensor all, draft;
+};
+OutputRows output_rows(const model::CausalLM& target, const model::DraftHeadConfig& head);
 // The loss of one sequence (with autograd when the head's parameters require it) and its
-// agreement over the top-k candidates.
-// head_table: the target's output head rows [V, d] (CausalLM::head_rows of every id); noise:
-// the generator of EAGLE's input noise (null: none).
-at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const at::Tensor& head_table,
+// agreement over the candidates the token loss reads (TrainOptions::loss_vocab). noise: the
+// generator of EAGLE's input noise (null: none).
+at::Tensor sequence_loss(const model::DraftHead& head, const model::CausalLM& target, const OutputRows& rows,
                          const Sequence& s, const TrainOptions& opt, at::Generator* noise, Metrics* m);
 // Agreement over the head's draft vocabulary (argmax of those rows of the target's output head;
 // all rows when it has none) and the loss, no

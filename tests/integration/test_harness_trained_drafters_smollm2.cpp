@@ -151,6 +151,34 @@ TEST(TrainedDrafters, MedusaTrainingLearnsBeyondAnUntrainedHead) {
       learned(held_out(rig().medusa_planted, "medusa (planted)"), held_out(rig().medusa_untrained, "medusa"), 0.02));
 }
 
+// loss_vocab = draft: beside the feature loss, the token loss is the cross-entropy between the
+// target's own softmax over the draft vocabulary (its output head on the stored feature f_{j+1},
+// cut to those ids, renormalised) and the head's, at every position. Stated here through the
+// target's output head, not the rows the trainer reads; the top-k loss is another number.
+TEST(TrainedDrafters, TheDraftVocabularyLossIsTheTargetsSoftmaxOverThoseIds) {
+  model::CausalLM& target = *smollm2().model;
+  const model::DraftHead& head = rig().eagle_vocab;
+  const at::Tensor ids = at::tensor(head.config().draft_vocab, at::kLong);
+  const train::OutputRows rows = train::output_rows(target, head.config());
+  ASSERT_EQ(rows.draft.size(0), kDraftVocab);
+  train::TrainOptions draft = options("eagle"), topk = options("eagle");
+  draft.loss_vocab = "draft";
+  const auto cut = [&](const at::Tensor& f) { return target.output_head(f).to(at::kCPU, at::kFloat).index_select(1, ids); };
+  for (size_t i = 0; i < 3; ++i) {
+    const train::Sequence& s = rig().held_out.at(i);
+    const int64_t n = s.ids.size(0) - 1;
+    at::NoGradGuard no_grad;
+    const at::Tensor pred = train::eagle_unroll(head, target, s, s.feat.narrow(0, 0, n), 1)[0];  // row j: f_{j+1}
+    const at::Tensor p = at::softmax(cut(s.feat.narrow(0, 1, n)), -1);
+    const at::Tensor ce = -(p * at::log_softmax(cut(pred), -1)).sum(-1).mean();
+    const double want = (at::smooth_l1_loss(pred, s.feat.narrow(0, 1, n)) + draft.w_cls * ce).item<double>();
+    const double got = train::sequence_loss(head, target, rows, s, draft, nullptr, nullptr).item<double>();
+    const double other = train::sequence_loss(head, target, rows, s, topk, nullptr, nullptr).item<double>();
+    EXPECT_NEAR(got, want, 1e-3 * want) << "held-out sequence " << i;
+    EXPECT_GT(std::abs(other - want), 0.05 * want) << "held-out sequence " << i;
+  }
+}
+
 // The bytes on disk are the head: save + load gives the same predictions.
 TEST(TrainedDrafters, SavedHeadsLoadBackBitForBit) {
   const model::DraftHead back = model::DraftHead::load(rig().eagle_dir);
