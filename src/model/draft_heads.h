@@ -76,9 +76,11 @@ struct EagleSlot {
 class DraftHead {
  public:
   DraftHead() = default;
-  // A fresh head: random layers (seed), EAGLE's fc starting as the identity on the feature half
-  // and Medusa's residual branches at zero, so an untrained head predicts "the next feature is
-  // this one" (EAGLE) or repeats the target's next-token distribution (Medusa).
+  // A fresh head: random layers (seed), EAGLE's fc starting as the identity on the token-embedding
+  // half of its input (an untrained head's predicted feature is about the embedding of the token
+  // it was fed; the feature half, tried once on SmolLM2 on 2026-11-29, trained no better) and
+  // Medusa's residual branches at zero (an untrained head repeats the target's next-token
+  // distribution).
   static DraftHead init(const DraftHeadConfig& cfg, uint64_t seed);
   // A fresh (untrained) head for `target`: EAGLE's layer takes the target's attention shape and
   // d_ff (or the one given), Medusa n_medusa heads. target_name is recorded in the config.

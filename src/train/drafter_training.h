@@ -17,9 +17,9 @@
 //       Medusa: sum_i 0.8^i CE(target's top-k p_{j+i+1} || head(h_i(f_j))).
 //     The cross-entropy runs over the target's top-k tokens (loss_vocab = topk), or over the
 //     head's whole draft vocabulary (loss_vocab = draft, or topk = 0; dearer by the vocabulary's
-//     rows), which also teaches the head to keep mass off the ids outside the target's top-k. The state goes to
-//     out/checkpoint/state.safetensors every checkpoint_s seconds (atomically), and a rerun
-//     with the same options continues from it.
+//     rows), which also teaches the head to keep mass off the ids outside the target's top-k.
+//     The state goes to out/checkpoint/state.safetensors every checkpoint_s seconds
+//     (atomically), and a rerun with the same options continues from it.
 //  4. The head goes to out/head.safetensors + out/head.json (the target it belongs to).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in <ATen/ATen.h> of every LibTorch)

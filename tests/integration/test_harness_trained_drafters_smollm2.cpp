@@ -42,8 +42,8 @@ namespace {
 constexpr int64_t kSeqLen = 128;
 constexpr int64_t kDraftVocab = 4096;  // of SmolLM2's 49152
 // What "the head learned" means here: held-out agreement (Medusa: its first head's) at least
-// this much above an untrained head's, and a lower held-out loss. An untrained EAGLE head
-// predicts the current feature, i.e. repeats the last token's distribution: ~0 agreement,
+// this much above an untrained head's, and a lower held-out loss. An untrained EAGLE head's
+// predicted feature is about the embedding of the token it was fed: ~0 agreement,
 // trained ~0.2 at this budget. Medusa's first head guesses the token after next from one
 // feature: ~0.04 untrained, ~0.065 trained on this budget (1016 held-out positions: a standard
 // error of ~0.007, so its margin of 0.02 is ~3 of them).
@@ -163,7 +163,9 @@ TEST(TrainedDrafters, TheDraftVocabularyLossIsTheTargetsSoftmaxOverThoseIds) {
   ASSERT_EQ(rows.draft.size(0), kDraftVocab);
   train::TrainOptions draft = options("eagle"), topk = options("eagle");
   draft.loss_vocab = "draft";
-  const auto cut = [&](const at::Tensor& f) { return target.output_head(f).to(at::kCPU, at::kFloat).index_select(1, ids); };
+  const auto cut = [&](const at::Tensor& f) {  // the target's logits at the draft ids
+    return target.output_head(f).to(at::kCPU, at::kFloat).index_select(1, ids);
+  };
   for (size_t i = 0; i < 3; ++i) {
     const train::Sequence& s = rig().held_out.at(i);
     const int64_t n = s.ids.size(0) - 1;
