@@ -235,7 +235,7 @@ void DraftHead::pack(at::ScalarType dtype) {
 void DraftHead::to(const at::Device& device) {
   SD_CHECK(packed_.empty() || device.is_cpu(), "draft head: a packed head runs on the host, not on ", device.str());
   for (auto& [name, t] : params_) t = t.detach().to(device);
-  inv_freq_ = inv_freq_.to(device);
+  if (inv_freq_.defined()) inv_freq_ = inv_freq_.to(device);  // eagle's RoPE; a Medusa head has none
 }
 
 at::Tensor DraftHead::linear(const std::string& w, const std::string& b, const at::Tensor& x) const {

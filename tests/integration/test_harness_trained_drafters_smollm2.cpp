@@ -437,6 +437,22 @@ TEST(TrainedDrafters, PackingAndADraftVocabularyKeepTheHeadsAgreement) {
   EXPECT_GE(held_out(rig().eagle_vocab, "eagle (draft vocabulary)").top1, full.top1 - 0.02);
 }
 
+// The device form (DraftHead::to: float32 parameters moved, run by ATen ops), which a GPU
+// target's drafters use, runs either kind as trained. Here it moves to the host, so the
+// held-out figures equal the trained head's exactly; a GPU check runs it there
+// (test_strategies_device_smollm2). A Medusa head has no RoPE table: moving its undefined one
+// was the first GPU run's Medusa failure.
+TEST(TrainedDrafters, TheDeviceFormRunsEitherKindAsTrained) {
+  for (const auto& [kind, trained] : std::vector<std::pair<std::string, const model::DraftHead*>>{
+           {"eagle", &rig().eagle}, {"medusa", &rig().medusa}}) {
+    model::DraftHead moved = *trained;
+    ASSERT_NO_THROW(moved.to(at::kCPU)) << kind;
+    const train::Metrics want = held_out(*trained, kind), got = held_out(moved, kind + " (device form)");
+    EXPECT_EQ(got.top1, want.top1) << kind;
+    EXPECT_EQ(got.loss, want.loss) << kind;
+  }
+}
+
 class TrainedDrafter : public ::testing::TestWithParam<std::string> {
  protected:
   // eagle and medusa: chains; eagle_vocab: the chain from a draft vocabulary (q is 0 outside
