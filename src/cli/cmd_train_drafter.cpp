@@ -40,6 +40,8 @@ int cmd_train_drafter(const Args& args) {
        "answers to questions about the corpus, in its chat template: self-distillation in the format it is "
        "prompted in)")
       ("tokens", po::value(&o.tokens)->default_value(o.tokens), "training tokens of target features")
+      ("train-on", po::value(&o.train_on)->default_value(o.train_on), "train on the first sequences holding this many "
+       "of the training tokens (0: all): a data-scaling point from the same stored features")
       ("held-out-tokens", po::value(&o.held_out_tokens)->default_value(o.held_out_tokens), "held-out tokens (other files)")
       ("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per training sequence")
       ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training tokens")
@@ -86,7 +88,7 @@ int cmd_train_drafter(const Args& args) {
     if (!given("model")) model = c.model;
     if (!given("dtype")) dtype = c.dtype;
     train::TrainOptions from_file = c.options;
-    for (const char* key : {"kind", "out", "corpus", "data", "tokens", "held-out-tokens", "seq-len", "epochs", "batch", "lr",
+    for (const char* key : {"kind", "out", "corpus", "data", "tokens", "train-on", "held-out-tokens", "seq-len", "epochs", "batch", "lr",
                             "topk", "d-ff", "medusa-heads", "draft-vocab", "unroll", "loss-vocab", "w-cls",
                             "feature-noise", "minutes", "seed", "threads", "checkpoint-every"})
       if (given(key)) harness::apply_train_option(from_file, key, o);

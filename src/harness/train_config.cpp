@@ -41,6 +41,7 @@ const std::map<std::string, Field>& fields() {
                   [](TrainOptions& d, const TrainOptions& s) { d.corpus = s.corpus; }}},
       {"data", field(&TrainOptions::data)},
       {"tokens", field(&TrainOptions::tokens)},
+      {"train_on", field(&TrainOptions::train_on)},
       {"held_out_tokens", field(&TrainOptions::held_out_tokens)},
       {"seq_len", field(&TrainOptions::seq_len)},
       {"epochs", field(&TrainOptions::epochs)},

@@ -582,6 +582,8 @@ TrainReport train_drafter(const std::shared_ptr<model::CausalLM>& target_ptr,
            "'");
   SD_CHECK(opt.draft_vocab >= 0 && opt.draft_vocab <= target.config().n_vocab, "train-drafter: --draft-vocab must "
            "be in [0, ", target.config().n_vocab, "] (0: the whole vocabulary), got ", opt.draft_vocab);
+  SD_CHECK(opt.train_on >= 0 && opt.train_on <= opt.tokens, "train-drafter: --train-on must be in [0, --tokens = ",
+           opt.tokens, "] (0: all), got ", opt.train_on);
   SD_CHECK(opt.topk >= 0 && opt.topk <= target.config().n_vocab, "train-drafter: --topk must be in [0, ",
            target.config().n_vocab, "], got ", opt.topk);
   TrainReport report;
@@ -617,13 +619,19 @@ TrainReport train_drafter(const std::shared_ptr<model::CausalLM>& target_ptr,
   };
   std::function<std::vector<Tokens>(const std::vector<Tokens>&)> prepare;
   if (opt.data == "chat") prepare = [&](const std::vector<Tokens>& s) { return chat_sequences(s, target_ptr, tok); };
-  const Dataset train =
+  Dataset train =
       features_for(target, corpus.train, prepare, opt.topk, ckpt, "train", show, report.sequences_from_disk);
   const int64_t n_train = static_cast<int64_t>(train.size());
   const Dataset held = features_for(target, corpus.held_out, prepare, opt.topk, ckpt, "held_out",
                                     [&](int64_t done) { show(n_train + done); }, report.sequences_from_disk);
   bar.done();
   report.seconds_features = clock.ms() / 1000;
+  if (opt.train_on > 0) {  // the first sequences that hold train_on tokens
+    int64_t kept = 0;
+    auto end = train.begin();
+    while (end != train.end() && kept < opt.train_on) kept += (end++)->ids.size(0);
+    train.erase(end, train.end());
+  }
   for (const Sequence& q : train) report.train_tokens += q.ids.size(0);  // chat conversations may be shorter
   for (const Sequence& q : held) report.held_out_tokens += q.ids.size(0);
   if (opt.draft_vocab > 0 && opt.draft_vocab < target.config().n_vocab)

@@ -44,6 +44,9 @@ struct TrainOptions {
   // sequence and whose assistant turns are the target's own greedy answers (chat_sequences).
   std::string data = "text";
   int64_t tokens = 65536;            // training tokens (features) to collect
+  // Train on the first sequences holding this many of them (0: all): points of a data-scaling
+  // curve from one stored feature set. The draft vocabulary is chosen from those sequences too.
+  int64_t train_on = 0;
   int64_t held_out_tokens = 4096;    // held-out tokens, from files the training set never sees
   int64_t seq_len = 256;
   double epochs = 4;                 // passes over the training tokens

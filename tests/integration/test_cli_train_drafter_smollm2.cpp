@@ -111,6 +111,31 @@ TEST_F(TrainDrafterCli, AKilledRunContinuesFromItsCheckpoint) {
   EXPECT_TRUE(fs::exists(out + "/head.json"));
 }
 
+// --train-on: a data-scaling point from features already stored. A copy of a run's features
+// trains on their first sequences only, without remaking any.
+TEST_F(TrainDrafterCli, TrainOnUsesTheFirstStoredSequencesOnly) {
+  const std::string full = temp_dir("train_on_full"), part = temp_dir("train_on_part");
+  const std::vector<std::string> args = {"train-drafter", "--model", "smollm2-135m", "--kind", "medusa",
+                                         "--tokens", "2048", "--held-out-tokens", "512", "--seq-len", "128",
+                                         "--epochs", "4", "--quiet", "--json"};
+  std::vector<std::string> a = args;
+  a.insert(a.end(), {"--out", full});
+  const Output first = run(a);
+  ASSERT_EQ(first.code, 0) << first.text;
+  EXPECT_EQ(last_json(first).value("steps", 0), 4 * 16 / 4) << first.text;
+  fs::create_directories(part + "/checkpoint");
+  for (const auto& e : fs::directory_iterator(full + "/checkpoint"))
+    if (e.path().filename() != "state.safetensors") fs::copy(e.path(), part + "/checkpoint/" + e.path().filename().string());
+  a = args;
+  a.insert(a.end(), {"--out", part, "--train-on", "1024"});
+  const Output o = run(a);
+  ASSERT_EQ(o.code, 0) << o.text;
+  const nlohmann::json r = last_json(o);
+  EXPECT_EQ(r.value("sequences_from_disk", 0), 16 + 4) << r.dump();  // every stored sequence read, none made
+  EXPECT_EQ(r.value("train_tokens", 0), 1024) << r.dump();
+  EXPECT_EQ(r.value("steps", 0), 4 * 8 / 4) << r.dump();  // 4 epochs of the first 8 sequences
+}
+
 TEST_F(TrainDrafterCli, BadOptionsAndKeysAreNamedErrors) {
   const std::string out = temp_dir("bad");
   struct Case {
@@ -130,6 +155,8 @@ TEST_F(TrainDrafterCli, BadOptionsAndKeysAreNamedErrors) {
        "--loss-vocab must be topk or draft, got 'all'"},
       {{"--model", "smollm2-135m", "--out", out + "/h", "--w-cls", "-1"},
        "--w-cls and --feature-noise must be >= 0, got -1"},
+      {{"--model", "smollm2-135m", "--out", out + "/h", "--tokens", "4096", "--train-on", "8192"},
+       "--train-on must be in [0, --tokens = 4096] (0: all), got 8192"},
       {{"--model", "smollm2-135m", "--out", out + "/h", "--data", "dialogue"},
        "--data must be text or chat, got 'dialogue'"},
       {{"--model", "smollm2-135m", "--out", out + "/h", "--draft-vocab", "50000"},
