@@ -88,9 +88,9 @@ int cmd_train_drafter(const Args& args) {
     if (!given("model")) model = c.model;
     if (!given("dtype")) dtype = c.dtype;
     train::TrainOptions from_file = c.options;
-    for (const char* key : {"kind", "out", "corpus", "data", "tokens", "train-on", "held-out-tokens", "seq-len", "epochs", "batch", "lr",
-                            "topk", "d-ff", "medusa-heads", "draft-vocab", "unroll", "loss-vocab", "w-cls",
-                            "feature-noise", "minutes", "seed", "threads", "checkpoint-every"})
+    for (const char* key : {"kind", "out", "corpus", "data", "tokens", "train-on", "held-out-tokens", "seq-len",
+                            "epochs", "batch", "lr", "topk", "d-ff", "medusa-heads", "draft-vocab", "unroll",
+                            "loss-vocab", "w-cls", "feature-noise", "minutes", "seed", "threads", "checkpoint-every"})
       if (given(key)) harness::apply_train_option(from_file, key, o);
     o = from_file;
   } else {

@@ -125,7 +125,8 @@ TEST_F(TrainDrafterCli, TrainOnUsesTheFirstStoredSequencesOnly) {
   EXPECT_EQ(last_json(first).value("steps", 0), 4 * 16 / 4) << first.text;
   fs::create_directories(part + "/checkpoint");
   for (const auto& e : fs::directory_iterator(full + "/checkpoint"))
-    if (e.path().filename() != "state.safetensors") fs::copy(e.path(), part + "/checkpoint/" + e.path().filename().string());
+    if (e.path().filename() != "state.safetensors")
+      fs::copy(e.path(), part + "/checkpoint/" + e.path().filename().string());
   a = args;
   a.insert(a.end(), {"--out", part, "--train-on", "1024"});
   const Output o = run(a);
