@@ -203,14 +203,14 @@ say "pack ready: $PACK = $bytes bytes ($(du -sh "$PACK" | cut -f1)): debs $(du -
 # names, 64 MiB in all. When the tree has grown past what is left beside the pack, ASIDE=1 moves
 # the largest result files (never read on the GPU machine) to the ignored .gpu_aside/ until it
 # fits; ASIDE=restore puts them back. Leave one MiB for what the run writes into the tree.
-tree_bytes() { git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+largest_results() { git ls-files -z results | xargs -0 stat -c '%s %n' | sort -rn; }  # "bytes path" lines
 limit=$(((64 - 1) * 1024 * 1024))
-tree=$(tree_bytes)
+tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
 say "tree $tree + pack $bytes = $((tree + bytes)) bytes of the $limit that may travel"
 if [ $((tree + bytes)) -gt $limit ]; then
   if [ "${ASIDE:-0}" != 1 ]; then
     echo "gpu_pack: the tree and the pack are over 63 MiB together; the largest result files:" >&2
-    git ls-files -z results | xargs -0 stat -c '%s %n' | sort -rn | head -8 >&2
+    largest_results | head -8 >&2
     echo "gpu_pack: ASIDE=1 bash scripts/gpu_pack.sh moves enough of them to .gpu_aside/ (ASIDE=restore puts them back)" >&2
     exit 1
   fi
@@ -220,6 +220,6 @@ if [ $((tree + bytes)) -gt $limit ]; then
     mv "$f" "$ROOT/.gpu_aside/$f"
     tree=$((tree - size))
     say "set aside: $f ($size bytes)"
-  done < <(git ls-files -z results | xargs -0 stat -c '%s %n' | sort -rn)
+  done < <(largest_results)
   say "now tree $tree + pack $bytes; after the GPU run: ASIDE=restore bash scripts/gpu_pack.sh"
 fi
