@@ -12,9 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Targets that need a CUDA LibTorch. Every executable target whose name contains "cuda" or
-# "graph" is added to these at configure time (AUTO_TARGETS=1).
-TARGETS_DEFAULT="specdec test_model_aten test_strategies_device_smollm2"
+# Targets that need a CUDA LibTorch: the CLI, the device tests (the ATen engine: test_model_aten,
+# test_model_aten_smollm2, test_strategies_device_smollm2) and the kernels' tests (with
+# test_kernels_cuda). Every executable target whose name contains "cuda" or "graph" is added to
+# these at configure time (AUTO_TARGETS=1).
+TARGETS_DEFAULT="specdec tests_device tests_kernels"
 TARGETS=${TARGETS:-$TARGETS_DEFAULT}
 AUTO_TARGETS=${AUTO_TARGETS:-1}
 

@@ -9,8 +9,8 @@
 #   2. unpacks .gpu_pack/debs with dpkg-deb -x into a private prefix (DEPS_PREFIX; never /);
 #   3. configures build-gpu/ with CMake + Ninja against the torch wheel's LibTorch (sm_90);
 #   4. copies the shrunk model to models/ if models/ lacks it, builds (ninja -k 0, all cores)
-#      specdec test_kernels_cuda test_model_aten test_strategies_device_smollm2
-#      test_model_aten_smollm2 bench_model_steps (those that exist);
+#      tests_kernels (test_kernels_cuda), then specdec, tests_device (test_model_aten,
+#      test_model_aten_smollm2, test_strategies_device_smollm2) and the two benchmarks;
 #   5. runs the CUDA and device tests with SPECDEC_REQUIRE_CUDA=1 (gtest XML);
 #   6. build-gpu/bench/bench_model_steps: decode and verify-curve step costs of the SmolLM2 and
 #      Qwen2.5-1.5B shapes (random bf16 weights), static steps on and off, and
@@ -68,9 +68,8 @@ if [ "$SKIP_CUDA" = 1 ]; then DEVICE=${DEVICE:-cpu}; else DEVICE=${DEVICE:-cuda}
 LOGS=$(mktemp -d /tmp/specdec_gpu_logs.XXXXXX)
 mkdir -p "$LOGS/xml"
 MODEL=models/smollm2-135m-instruct.gguf
-TARGETS_FIRST=(test_kernels_cuda)
-TARGETS_REST=(specdec test_model_aten test_strategies_device_smollm2 test_model_aten_smollm2 bench_model_steps
-              bench_strategies_loop)
+TARGETS_FIRST=(tests_kernels)
+TARGETS_REST=(specdec tests_device bench_model_steps bench_strategies_loop)
 
 declare -A RESULT NOTE
 ORDER=()
@@ -129,11 +128,29 @@ for k in ("tests", "failures", "errors", "disabled"):
 ET.ElementTree(root).write(sys.argv[2], encoding="utf-8", xml_declaration=True)
 EOF
 }
-# gtest BIN LABEL CAP [args]: a gtest binary, its XML kept as $LOGS/xml/LABEL.xml
+# entry ENTRY: the command of ctest entry ENTRY (one word a line): a test file's executable and
+# its --gtest_filter (tests/CMakeLists.txt: one executable per module, one entry per file)
+entry() {
+  ctest --test-dir "$BUILD" --show-only=json-v1 2>/dev/null | "$PYBIN" -c '
+import json, sys
+for t in json.load(sys.stdin).get("tests", []):
+    if t["name"] == sys.argv[1]: print("\n".join(t["command"]))' "$1"
+}
+# gtest_entry ENTRY LABEL CAP [args]: gtest (below) on a ctest entry; a --gtest_filter in args
+# replaces the entry's own (give one naming the file's suites)
+gtest_entry() {
+  local name=$1; shift
+  local cmd; mapfile -t cmd < <(entry "$name")
+  if [ ${#cmd[@]} -eq 0 ]; then record "$1" "NOT BUILT" "(no ctest entry $name)"; return 0; fi
+  gtest "${cmd[@]}" "$@"
+}
+# gtest BIN [--gtest_filter=F] LABEL CAP [args]: a gtest binary, its XML kept as $LOGS/xml/LABEL.xml
 gtest() {
+  local filter=()
+  if [[ ${2:-} == --gtest_filter=* ]]; then filter=("$2"); set -- "$1" "${@:3}"; fi
   local bin=$1 label=$2 cap=$3; shift 3
   if [ ! -x "$bin" ]; then record "$label" "NOT BUILT" ""; return 0; fi
-  run "$label" "$cap" "$bin" --gtest_output="xml:$LOGS/xml/$label.xml" "$@"
+  run "$label" "$cap" "$bin" "${filter[@]}" --gtest_output="xml:$LOGS/xml/$label.xml" "$@"
   gtest_note "$LOGS/xml/$label.xml" "$label"
   merge_xml
 }
@@ -321,16 +338,15 @@ build() { # build NAME CAP targets...: those of the targets that exist, ninja -k
 }
 T=$BUILD/tests
 if want build; then
-  [ "$SKIP_CUDA" = 1 ] || build "build test_kernels_cuda" 150 "${TARGETS_FIRST[@]}"
+  [ "$SKIP_CUDA" = 1 ] || build "build tests_kernels" 150 "${TARGETS_FIRST[@]}"
 fi
 [ "$SKIP_CUDA" = 1 ] || export SPECDEC_REQUIRE_CUDA=1
 if want tests && [ "$SKIP_CUDA" != 1 ]; then
-  gtest "$T/test_kernels_cuda" kernels_cuda 90
+  gtest_entry test_kernels_cuda kernels_cuda 90
 fi
 if want build; then
   build "build the rest" 330 "${TARGETS_REST[@]}"
-  for x in "$BUILD/specdec" "$T/test_kernels_cuda" "$T/test_model_aten" "$T/test_strategies_device_smollm2" \
-           "$T/test_model_aten_smollm2" "$BUILD/bench/bench_model_steps"; do
+  for x in "$BUILD/specdec" "$T/tests_kernels" "$T/tests_device" "$BUILD/bench/bench_model_steps"; do
     [ -x "$x" ] && echo "built: $x" || echo "not built: $x"
   done
   [ -x "$BUILD/specdec" ] && ldd "$BUILD/specdec" | grep -E 'not found|torch_cuda|cudart|cublas|yaml|boost|pcre2' | head -12
@@ -339,10 +355,10 @@ fi
 
 # ================================================================= 5. tests
 if want tests; then
-  gtest "$T/test_model_aten" model_aten 120
-  [ -x "$T/test_model_aten_smollm2" ] && gtest "$T/test_model_aten_smollm2" model_aten_smollm2 150
-  if [ "$SKIP_CUDA" = 1 ]; then gtest "$T/test_strategies_device_smollm2" device 200
-  else gtest "$T/test_strategies_device_smollm2" device_cuda 200 --gtest_filter='*/cuda*'; fi
+  gtest_entry test_model_aten model_aten 120
+  gtest_entry test_model_aten_smollm2 model_aten_smollm2 150
+  if [ "$SKIP_CUDA" = 1 ]; then gtest_entry test_strategies_device_smollm2 device 200
+  else gtest "$T/tests_device" --gtest_filter='*/OnDevice.*/cuda*' device_cuda 200; fi
   stop_after tests
 fi
 
@@ -493,7 +509,8 @@ sanitize() { # sanitize NAME CAP TOOL cmd...
 if want sanitize && [ "$SKIP_CUDA" != 1 ]; then
   if [ -z "$SANITIZER" ]; then record "compute-sanitizer" "NOT FOUND" ""
   else
-    [ -x "$T/test_kernels_cuda" ] && sanitize "memcheck test_kernels_cuda" 120 memcheck "$T/test_kernels_cuda"
+    mapfile -t KCUDA < <(entry test_kernels_cuda)   # tests_kernels --gtest_filter=<its suites>
+    [ ${#KCUDA[@]} -gt 0 ] && sanitize "memcheck test_kernels_cuda" 120 memcheck "${KCUDA[@]}"
     # SAN_NO_CACHING=1: LibTorch's caching allocator off, so that memcheck sees each tensor's own
     # allocation (off by default: CUDA graph capture needs the caching allocator's pools)
     [ "${SAN_NO_CACHING:-0}" = 1 ] && export PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -501,7 +518,7 @@ if want sanitize && [ "$SKIP_CUDA" != 1 ]; then
       "$BUILD/specdec" generate --model "$MODEL" --device cuda --prompt 'def fibonacci(n):' --max-new-tokens 24 \
       --strategy speculative --set drafter=tree --draft "$MODEL" --set temperature=0.8 --seed 7 --json
     unset PYTORCH_NO_CUDA_MEMORY_CACHING
-    [ -x "$T/test_kernels_cuda" ] && sanitize "racecheck test_kernels_cuda" 120 racecheck "$T/test_kernels_cuda"
+    [ ${#KCUDA[@]} -gt 0 ] && sanitize "racecheck test_kernels_cuda" 120 racecheck "${KCUDA[@]}"
   fi
   stop_after sanitize
 fi
@@ -509,6 +526,6 @@ fi
 # ================================================================= 10. the device tests' cpu half
 # (CPU only: last, so that a tight budget cuts it rather than a GPU step)
 if want tests && [ "$SKIP_CUDA" != 1 ]; then
-  gtest "$T/test_strategies_device_smollm2" device_cpu 150 --gtest_filter='*/cpu*'
+  gtest "$T/tests_device" --gtest_filter='*/OnDevice.*/cpu*' device_cpu 150
 fi
 exit 0

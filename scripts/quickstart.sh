@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/build.sh
+SPECDEC_TARGETS=specdec bash scripts/build.sh   # only the CLI: the tests are scripts/test.sh's
 bash scripts/fetch_models.sh smollm2-135m
 exec build/specdec run experiments/quickstart.yaml "$@"

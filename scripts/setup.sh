@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config git
+  ninja-build ccache                 # the build (scripts/build.sh) and its compiler cache
   libtorch-dev                       # LibTorch 1.13 (CPU)
   libopenblas0-openmp                # fast BLAS for libtorch (netlib is ~5x slower)
   libdnnl-dev                        # oneDNN sgemm for 2-8 row verification GEMMs

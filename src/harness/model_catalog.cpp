@@ -7,15 +7,13 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "harness/paths.h"
 
 namespace specdec::harness {
 
 namespace fs = std::filesystem;
 
-std::string repo_root() {
-  if (const char* env = std::getenv("SPECDEC_ROOT")) return env;
-  return SPECDEC_SOURCE_DIR;
-}
+std::string repo_root() { return source_root(); }
 
 std::string default_catalog_path() { return repo_root() + "/configs/models.yaml"; }
 

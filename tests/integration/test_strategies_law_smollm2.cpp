@@ -150,6 +150,10 @@ TEST_P(SmolLM2LawPath, APlantedResidualBugFails) {
   EXPECT_LT(ts::report_law(GetParam() + " with the planted bug", rig().exact, s), kLevel);
 }
 
+// The fast tier checks the chain (the law area's real-model test); block and tree verification
+// run in the heavy tier (their tiny-model twins: DrafterDistribution.* in
+// test_strategies_drafters_distribution, and the trained heads' law in test_train_heads_tiny).
+// ctest-heavy: Verify/SmolLM2LawPath.*/block:Verify/SmolLM2LawPath.*/tree
 INSTANTIATE_TEST_SUITE_P(Verify, SmolLM2LawPath, ::testing::Values("chain", "block", "tree"),
                          [](const auto& info) { return info.param; });
 

@@ -19,7 +19,8 @@
 //     law of the uniform-driven run.
 //  2. Draw by draw (DrawByDraw.*). verify_cpu and verify_tree_cpu return exactly the reference's
 //     accepted count, tokens and path on the same (p, q, draft, uniforms), 1e6 random rows per
-//     mode, V <= 256 (where the kernels' lane-interleaved inverse CDF is index order).
+//     mode (Full/, the heavy tier; the fast tier and the ASan stage draw the first 1e5 of them:
+//     Sample/), V <= 256 (where the kernels' lane-interleaved inverse CDF is index order).
 //  3. Planted bugs (Plants.*): each deliberate bug in the reference is caught by the check the
 //     table below names.
 #include <gtest/gtest.h>
@@ -528,13 +529,6 @@ DrawStats tree_draws(Mode mode, int64_t n_cases, uint64_t seed, Plant plant = Pl
   return st;
 }
 
-// Per mode. Under AddressSanitizer (scripts/build.sh --sanitize, CI's last stage) a tenth: that
-// stage checks memory and undefined behaviour, and the main build runs the full comparison.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr int64_t kDraws = 100000;
-#else
-constexpr int64_t kDraws = 1000000;
-#endif
 
 void expect_identical(const DrawStats& st, const char* what, bool tree) {
   std::printf(
@@ -658,17 +652,25 @@ TEST(ExactLaw, ToyModelsHaveZeroCornersAndTies) {
 
 // ---- 2. draw by draw --------------------------------------------------------------------------------
 
-TEST(DrawByDraw, ChainGreedy) { expect_identical(chain_draws(Mode::greedy, kDraws, 101), "chain greedy", false); }
-TEST(DrawByDraw, ChainSampling) { expect_identical(chain_draws(Mode::sampling, kDraws, 102), "chain sampling", false); }
-TEST(DrawByDraw, ChainTokensOnly) {
-  expect_identical(chain_draws(Mode::tokens_only, kDraws, 103), "chain tokens_only", false);
+// The parameter is the number of cases per mode: Sample/ (1e5: the fast tier and the ASan stage)
+// draws the first tenth of Full/'s (1e6: the heavy tier), from the same seeds.
+// ctest-heavy: Full/DrawByDraw.*
+class DrawByDraw : public ::testing::TestWithParam<int64_t> {};
+TEST_P(DrawByDraw, ChainGreedy) { expect_identical(chain_draws(Mode::greedy, GetParam(), 101), "chain greedy", false); }
+TEST_P(DrawByDraw, ChainSampling) {
+  expect_identical(chain_draws(Mode::sampling, GetParam(), 102), "chain sampling", false);
 }
-TEST(DrawByDraw, ChainBlock) { expect_identical(chain_draws(Mode::block, kDraws, 104), "chain block", false); }
-TEST(DrawByDraw, TreeGreedy) { expect_identical(tree_draws(Mode::greedy, kDraws, 105), "tree greedy", true); }
-TEST(DrawByDraw, TreeSampling) { expect_identical(tree_draws(Mode::sampling, kDraws, 106), "tree sampling", true); }
-TEST(DrawByDraw, TreeTokensOnly) {
-  expect_identical(tree_draws(Mode::tokens_only, kDraws, 107), "tree tokens_only", true);
+TEST_P(DrawByDraw, ChainTokensOnly) {
+  expect_identical(chain_draws(Mode::tokens_only, GetParam(), 103), "chain tokens_only", false);
 }
+TEST_P(DrawByDraw, ChainBlock) { expect_identical(chain_draws(Mode::block, GetParam(), 104), "chain block", false); }
+TEST_P(DrawByDraw, TreeGreedy) { expect_identical(tree_draws(Mode::greedy, GetParam(), 105), "tree greedy", true); }
+TEST_P(DrawByDraw, TreeSampling) { expect_identical(tree_draws(Mode::sampling, GetParam(), 106), "tree sampling", true); }
+TEST_P(DrawByDraw, TreeTokensOnly) {
+  expect_identical(tree_draws(Mode::tokens_only, GetParam(), 107), "tree tokens_only", true);
+}
+INSTANTIATE_TEST_SUITE_P(Sample, DrawByDraw, ::testing::Values(int64_t{100000}));
+INSTANTIATE_TEST_SUITE_P(Full, DrawByDraw, ::testing::Values(int64_t{1000000}));
 
 // ---- 3. planted bugs ----------------------------------------------------------------------------------
 

@@ -121,6 +121,18 @@ TEST(Batch, TreeDraftersEqualEachRequestAlone) {
   }
 }
 
+// The other drafters batch too: layer_skip (the target without its second layer drafting for
+// itself, through the target's own batched forward), recycling and lookahead (trees from the
+// target's own past), greedy and seeded sampling.
+TEST(Batch, SelfDraftingAndRetrievalDraftersEqualEachRequestAlone) {
+  for (const char* t : {"0", "1.0"}) {
+    SCOPED_TRACE(std::string("temperature ") + t);
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "layer_skip"}, {"skip_layers", "1"}}));
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "recycling"}}));
+    expect_equal_to_alone("speculative", P({{"temperature", t}, {"drafter", "lookahead"}}));
+  }
+}
+
 TEST(Batch, DefaultRunsRequestsOneByOne) {  // beam search has no batched loop of its own
   const std::vector<Request> reqs = tiny_requests();
   BatchOptions opt;
