@@ -1,4 +1,4 @@
-# The README's example (section "Python"): load, generate, a drafter written in Python,
+# The example of docs/python.md (the README shows it shortened): load, generate, a drafter written in Python,
 # an experiment with it beside the C++ n-gram drafter, and a plot of their speedups.
 #   PYTHONPATH=build/python python3 experiments/python_example.py
 import specdec, numpy as np, matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt

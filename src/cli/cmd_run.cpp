@@ -102,7 +102,7 @@ int cmd_run(const Args& args) {
       "cells", po::value(&cells), "run only the planned cells A to B-1 (0-based; \"A:\" to the last): a shard of an "
                                   "interleave: cell experiment (merge shards with specdec merge)")(
       "executor", po::value(&executor), "local (default: run here) or slurm (one Slurm array task per shard, then a "
-                                        "merge job; see README)")(
+                                        "merge job; see docs/slurm.md)")(
       "slurm-opt", po::value(&slurm.sbatch)->composing(), "slurm: an sbatch option KEY=VALUE for every job, e.g. "
                                                            "partition=short, account=proj, time=04:00:00; repeatable")(
       "slurm-setup", po::value(&slurm.setup)->composing(), "slurm: a shell line the jobs run first, e.g. "

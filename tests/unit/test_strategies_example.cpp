@@ -1,4 +1,4 @@
-// The worked examples of src/strategies/ADDING_A_STRATEGY.md, reached as a user reaches them:
+// The worked examples of docs/adding.md, reached as a user reaches them:
 // through the registries (the CLI runs are in tests/integration/test_cli_extensions_smollm2.cpp
 // and, on a crafted GGUF, in tests/unit/test_bad_inputs.cpp).
 //  - annealed: a strategy (src/strategies/examples/annealed_sampling.cpp);

@@ -1,4 +1,4 @@
-"""Drafters written in Python, as examples to start from (README: "Drafters in Python").
+"""Drafters written in Python, as examples to start from (docs/python.md, "Drafters in Python").
 
 NgramDrafter is a port of the C++ `ngram` drafter (src/strategies/drafters/ngram.cpp, prompt
 lookup): tests/python/test_drafters.py checks that it equals the C++ drafter round for round,

@@ -1,4 +1,4 @@
-// Worked example for ADDING_A_STRATEGY.md, registered in src/strategies/registry.cpp and run
+// Worked example for docs/adding.md, registered in src/strategies/registry.cpp and run
 // through the registry by tests/unit/test_strategies_example.cpp (and through the CLI by
 // tests/integration/test_cli_extensions_smollm2.cpp).
 // "annealed": sampling whose temperature falls linearly from t_start to t_end over

@@ -1,4 +1,4 @@
-// Worked example for ADDING_A_STRATEGY.md ("Adding a drafter"), registered in
+// Worked example for docs/adding.md ("Adding a drafter"), registered in
 // src/strategies/drafters/registry.cpp and run by tests/unit/test_strategies_example.cpp.
 // "repeat_last": once the last committed token has repeated repeat_min_run times in a row,
 // guess that the run goes on (indentation, "====" rules, runs of newlines or spaces) and
@@ -36,7 +36,7 @@ class RepeatLastDrafter : public Drafter {
 DrafterInfo repeat_last_drafter_info() {
   DrafterInfo info;
   info.name = "repeat_last";
-  info.description = "example: after a run of one token, proposes that token again (see ADDING_A_STRATEGY.md)";
+  info.description = "example: after a run of one token, proposes that token again (see docs/adding.md)";
   // Parameter names share one namespace with the speculative strategy and the other drafters:
   // prefix them with the drafter's name.
   info.params = {{"repeat_min_run", "int", "2", "run length of the last token before repeat_last proposes it"}};
