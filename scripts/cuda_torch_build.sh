@@ -74,6 +74,12 @@ say "LibTorch: $TORCH ($(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$TORCH/version
 LINK="-Wl,--allow-shlib-undefined -Wl,-rpath-link,$CUDA_ROOT/lib64 -Wl,-rpath-link,$TORCH/lib"
 [ -d "$CUDA_ROOT/lib64/stubs" ] && LINK="$LINK -Wl,-rpath-link,$CUDA_ROOT/lib64/stubs"
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+# The compiler cache, as scripts/build.sh uses it (SPECDEC_CCACHE=0: off).
+if [ "${SPECDEC_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
+  GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+fi
 if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qx "Torch_DIR:[A-Z]*=$TORCH/share/cmake/Torch" "$BUILD/CMakeCache.txt"; then
   say "$BUILD was configured against another LibTorch: starting it afresh"; rm -rf "$BUILD"
 fi

@@ -5,6 +5,9 @@
 // (--draft-dtype q4_1), a lossy copy, so drafts are also rejected and rollback runs. The first
 // prompt is the one on which a token tree with repetition_penalty=1.5 left greedy's text at the
 // fourth token before each row was processed with its own root-to-node path.
+// Heavy (132 CLI processes, ~3 minutes): the same logic runs in seconds on a tiny GGUF in
+// tests/unit/test_cli_equality_matrix_tiny.cpp.
+// ctest-heavy: *
 #include <gtest/gtest.h>
 
 #include <filesystem>

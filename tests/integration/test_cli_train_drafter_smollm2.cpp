@@ -6,6 +6,9 @@
 //  - a run killed with SIGKILL mid-training continues from its checkpoint when rerun: the
 //    features are read back, not made again, and the steps go on from the saved one;
 //  - bad options and config keys are named errors (exit 1).
+// Heavy (~2-3 minutes): the same four tests run in seconds on a tiny GGUF in
+// tests/unit/test_cli_train_drafter_tiny.cpp.
+// ctest-heavy: *
 #include <gtest/gtest.h>
 #include <signal.h>
 

@@ -1,9 +1,12 @@
 #pragma once
 // Trained drafters (DrafterInfo::head_param) in tests that run every registered drafter: an
 // untrained head for the test's target, written once per (target, kind) into the test's
-// temporary directory. Untrained heads draft poorly, which is what a losslessness test wants:
+// temporary directory, in a folder named with the process id (test programs run side by side
+// under ctest -j: each writes its own). Untrained heads draft poorly, which is what a losslessness test wants:
 // many rejections.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <map>
 #include <string>
@@ -20,7 +23,8 @@ inline std::map<std::string, std::string> fresh_head_values(const strategies::Dr
   static std::map<std::pair<const void*, std::string>, std::string> written;
   std::string& dir = written[{&target, d.head_kind}];
   if (dir.empty()) {
-    dir = ::testing::TempDir() + "/specdec_fresh_" + d.head_kind + "_" + std::to_string(written.size());
+    dir = ::testing::TempDir() + "/specdec_fresh_" + std::to_string(::getpid()) + "_" + d.head_kind + "_" +
+          std::to_string(written.size());
     model::DraftHead::fresh(target, d.head_kind, "test target", 1).save(dir);
   }
   return {{d.head_param, dir}};
