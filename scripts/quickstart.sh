@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's main job: install, build, fetch SmolLM2-135M-Instruct and run the quickstart
-# experiment (greedy, sampling, beam, speculative with n-gram and self-draft, all checks).
+# experiment (greedy, sampling, beam, speculative with the target's own Q4_1 copy as draft and with
+# n-gram, all checks).
 # Results land in results/quickstart/<run-id>/ (report.md, metrics.json, plots).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 // The quickstart experiment on the real SmolLM2-135M-Instruct, shrunk by overrides so it
 // runs in about a minute: every strategy family runs, greedy speculative equals greedy
-// (n-gram and self-draft), self-drafting accepts (almost) everything at temperature 0, and the
-// sampled cells' checks pass.
+// (n-gram, and the target's own Q4_1 copy as draft), that copy agrees with the target most of
+// the time at temperature 0, and the sampled cells' checks pass.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -41,11 +41,12 @@ TEST(HarnessSmolLM2, ShrunkQuickstartRunsAndPassesChecks) {
       EXPECT_TRUE(k["pass"].get<bool>()) << c["key"] << ": " << k["detail"];
       n_greedy_checks += k["name"] == "greedy_equality";
     }
-    // Self-drafting at temperature 0: the draft is the target, so it proposes the target's
-    // argmax; only kernel-level near-ties (1-row vs multi-row GEMMs) may reject.
-    if (c["label"] == "spec-self" && c["params"]["temperature"] == "0")
-      EXPECT_GE(c["alpha"].get<double>(), 0.95) << c["key"];
+    // The Q4_1 copy drafts the target's argmax most of the time at temperature 0 (the quickstart's
+    // point: a cheap draft that agrees). A draft model that is not the target's copy, or a
+    // requantisation gone wrong, falls far below.
+    if (c["label"] == "spec-q4_1" && c["params"]["temperature"] == "0")
+      EXPECT_GE(c["alpha"].get<double>(), 0.4) << c["key"];  // measured 0.54 on these 2 x 12 tokens
   }
-  EXPECT_EQ(n_greedy_checks, 2);  // spec-ngram and spec-self at temperature 0
+  EXPECT_EQ(n_greedy_checks, 2);  // spec-ngram and spec-q4_1 at temperature 0
   fs::remove_all(out);
 }
