@@ -29,7 +29,10 @@ const QwenCase kCases[] = {
 };
 
 // Max |ours - HF| over the top-50 logits. Both sides dequantise the same K-quant blocks;
-// what remains is fp32 summation order over 24-28 layers and logits of magnitude ~10-30.
+// what remains is fp32 summation order over 24-28 layers and logits of magnitude ~10-30 (measured
+// 1.9e-5 / 2.5e-5). The rounding model of tests/support/float_bounds.h allows 1.3e-2 for the
+// 1.5B (29 deep, d_ff 8960, scale 40) and 8.3e-3 for the 0.5B (25 deep, d_ff 4864): 5e-3 is below
+// both.
 constexpr float kLogitTol = 5e-3f;
 
 at::Tensor ids_tensor(const std::vector<int64_t>& ids) {  // [1, T]
