@@ -3,8 +3,12 @@
 // (stdout and stderr together). Shared by the CLI tests.
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace specdec::testing_support {
 
@@ -32,5 +36,20 @@ inline Output shell(const std::string& cmd) {
   o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return o;
 }
+
+// A folder for one test program's files, <TempDir>/<name>_<pid> (programs run side by side under
+// ctest -j): emptied when made, removed when the program ends. Hold it in a function-local static.
+struct ProcessDir {
+  std::filesystem::path path;
+  explicit ProcessDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ProcessDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 }  // namespace specdec::testing_support

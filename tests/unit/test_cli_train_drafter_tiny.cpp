@@ -47,18 +47,8 @@ const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
 // This process's folder (a run from another build folder may be running beside it), removed
 // when the test program ends.
 const fs::path& root() {
-  static const struct Root {
-    fs::path path = fs::path(::testing::TempDir()) / ("specdec_train_cli_tiny_" + std::to_string(::getpid()));
-    Root() {
-      fs::remove_all(path);
-      fs::create_directories(path);
-    }
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } r;
-  return r.path;
+  static const specdec::testing_support::ProcessDir dir("specdec_train_cli_tiny");
+  return dir.path;
 }
 
 // The target: written once per test program.
