@@ -7,6 +7,7 @@ namespace specdec {
 class Stopwatch {
  public:
   Stopwatch() : start_(Clock::now()) {}
+  explicit Stopwatch(std::chrono::steady_clock::time_point start) : start_(start) {}
   void reset() { start_ = Clock::now(); }
   double ms() const { return std::chrono::duration<double, std::milli>(Clock::now() - start_).count(); }
   double seconds() const { return ms() / 1000.0; }

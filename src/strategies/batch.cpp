@@ -43,8 +43,8 @@ std::vector<Result> Strategy::generate_batch(const std::vector<Request>& request
 }
 
 BatchSlots::BatchSlots(const std::vector<Request>& requests, int64_t batch_size, const BatchTokenCallback& on_token,
-                       const PhaseTimes& batch_phases)
-    : requests_(requests), on_token_(on_token), phases_(batch_phases), slots_(batch_size),
+                       PhaseClock& batch_clock)
+    : requests_(requests), on_token_(on_token), clock_(batch_clock), slots_(batch_size),
       results_(requests.size()) {}
 
 std::vector<int64_t> BatchSlots::refill() {
@@ -58,7 +58,10 @@ std::vector<int64_t> BatchSlots::refill() {
         s->on_token = [this, i = s->request](const Tokens& t, const std::string& text) { on_token_(i, t, text); };
       s->tracker = std::make_unique<StopTracker>(req.stop, req.tokenizer.get(), &s->on_token);
       s->st.n_prompt = static_cast<int64_t>(req.prompt.size());
-      s->joined = phases_;
+      // Its span starts where the batch's phase totals are complete, so its share of them and
+      // its wall time cover the same interval (the batch's setup so far, for the first ones).
+      s->clock = Stopwatch(clock_.last());
+      s->joined = clock_.totals();
       slots_[b] = std::move(s);
       if (slots_[b]->tracker->done()) finish(b);  // max_new_tokens = 0: nothing to compute
       else filled.push_back(b);
@@ -74,7 +77,8 @@ bool BatchSlots::empty() const {
 void BatchSlots::finish(int64_t slot) {
   BatchSequence& s = *slots_[slot];
   s.tracker->flush();
-  s.st.phase_ms = phases_;
+  clock_.charge(&PhaseTimes::other);  // the bookkeeping since the caller's last charge
+  s.st.phase_ms = clock_.totals();
   s.st.phase_ms -= s.joined;
   results_[s.request] = make_result(*s.tracker, s.st, s.clock);
   slots_[slot].reset();
@@ -139,7 +143,7 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
   model::CausalLM& target = *requests[0].target;
   const int64_t B = std::min<int64_t>(options.batch_size, static_cast<int64_t>(requests.size()));
   model::KVCache cache = target.make_cache(B, capacity);
-  BatchSlots slots(requests, B, on_token, phases);
+  BatchSlots slots(requests, B, on_token, phase);
   std::vector<PickToken> pick(B);
   std::vector<Tokens> context(B), fed(B);  // prompt + generated; what the next forward feeds
   phase.charge(&PhaseTimes::setup);

@@ -29,15 +29,15 @@ struct BatchSequence {
   TokenCallback on_token;  // the batch callback bound to `request`
   std::unique_ptr<StopTracker> tracker;
   Stats st;
-  Stopwatch clock;
-  PhaseTimes joined;       // the batch's phase times when it joined
+  Stopwatch clock;         // from the batch clock's last charge before it joined
+  PhaseTimes joined;       // the batch's phase times at that instant
 };
 
 // The slots of a batch and the queue of requests waiting for one (continuous refill).
 class BatchSlots {
  public:
   BatchSlots(const std::vector<Request>& requests, int64_t batch_size, const BatchTokenCallback& on_token,
-             const PhaseTimes& batch_phases);
+             PhaseClock& batch_clock);
   // Gives every empty slot the next waiting request; a request that is done before any forward
   // (max_new_tokens = 0) gets its result at once and leaves its slot empty. Returns the slots
   // filled. Ordered: requests join in index order, each in the lowest empty slot.
@@ -53,7 +53,7 @@ class BatchSlots {
  private:
   const std::vector<Request>& requests_;
   const BatchTokenCallback& on_token_;
-  const PhaseTimes& phases_;
+  PhaseClock& clock_;
   std::vector<std::unique_ptr<BatchSequence>> slots_;
   std::vector<Result> results_;
   size_t next_ = 0;

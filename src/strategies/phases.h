@@ -52,8 +52,13 @@ class PhaseClock {
   // a callee that times nothing) to `rest`. Returns the whole interval in ms.
   double charge_parts(const PhaseTimes& parts, double PhaseTimes::*rest);
 
- private:
   using Clock = std::chrono::steady_clock;
+  // The instant of the last charge, up to which totals() is complete: a span that starts there
+  // (a batched sequence joining) gets the phase times charged since as its share.
+  Clock::time_point last() const { return last_; }
+  const PhaseTimes& totals() const { return out_; }
+
+ private:
   double lap_ms();
   PhaseTimes& out_;
   Clock::time_point last_;

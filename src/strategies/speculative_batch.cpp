@@ -72,7 +72,7 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       requests[0].backend ? requests[0].backend : model::backend_of(target.device());
   const int64_t B = std::min<int64_t>(options.batch_size, static_cast<int64_t>(requests.size()));
   model::KVCache cache = target.make_cache(B, capacity);
-  BatchSlots slots(requests, B, on_token, phases);
+  BatchSlots slots(requests, B, on_token, phase);
   std::vector<SpecSequence> spec(B);
   const std::unique_ptr<BatchDrafter> drafters =
       make_batch_drafter(cfg.verify.drafter, requests[0], cfg.params, cfg.verify.proc, B, capacity);
