@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -55,8 +56,13 @@ std::atomic<int> g_spin_us{[] {
 }()};
 std::atomic<Backend> g_backend{Backend::kPool};
 thread_local bool t_in_region = false;  // inside a chunk (or a worker): nested loops run inline
+thread_local bool t_solo = false;       // inside a Step that runs its loops on this thread alone
 
-// Spins until pred() holds or the spin budget is spent; returns pred().
+// Spins until pred() holds or the spin budget is spent; returns pred(). After a few pauses it
+// yields the core at each turn: on a machine with more runnable threads than cores, the thread
+// this one waits for may be queued on this very core (our other thread, or a neighbour's), and
+// a pause-only spin would burn the time slice that thread needs. On an idle core sched_yield
+// returns at once.
 template <class Pred>
 bool spin_until(const Pred& pred) {
   using clock = std::chrono::steady_clock;
@@ -64,7 +70,8 @@ bool spin_until(const Pred& pred) {
   const auto t0 = clock::now();
   for (int i = 1;; ++i) {
     if (pred()) return true;
-    SD_CPU_RELAX();
+    if (i > 64) sched_yield();
+    else SD_CPU_RELAX();
     if ((i & 63) == 0 && clock::now() - t0 >= limit) return pred();
   }
 }
@@ -250,7 +257,7 @@ void run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
     chunk = (n + kMaxChunks - 1) / kMaxChunks;
     n_chunks = (n + chunk - 1) / chunk;
   }
-  if (n_chunks > 1 && num_threads() > 1 && !t_in_region) {
+  if (n_chunks > 1 && num_threads() > 1 && !t_in_region && !t_solo) {
     if (g_backend == Backend::kOpenMP) return run_openmp(n, chunk, n_chunks, fn, ctx);
     if (pool().run(n, chunk, n_chunks, fn, ctx)) return;
   }
@@ -258,4 +265,68 @@ void run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
 }
 
 }  // namespace detail
+
+namespace detail {
+
+int ModeChooser::pick() {
+  if (n_[0] == 0) return 0;
+  if (n_[1] == 0) return 1;
+  const int best = preferred();
+  return --until_retry_ <= 0 ? 1 - best : best;  // now and then, the other
+}
+
+void ModeChooser::record(int mode, double ms) {
+  const int before = n_[0] > 0 && n_[1] > 0 ? preferred() : mode;
+  if (mode != before) n_[mode] = next_[mode] = 0;  // a retry: its older times are of another load
+  ms_[mode][next_[mode]] = ms;
+  next_[mode] = (next_[mode] + 1) % 3;
+  n_[mode] = std::min(n_[mode] + 1, 3);
+  if (n_[0] == 0 || n_[1] == 0) return;
+  const int after = preferred();
+  if (after == before && mode == before) return;
+  // A retry, or a flip: the next retry of the other mode comes after 8 steps when the preference
+  // changed (the load did), else after as many steps as keep its cost near 1 % of the time
+  // (100 steps per unit of its excess over the preferred mode, 8 .. 128).
+  const double excess = mean(1 - after) / std::max(mean(after), 1e-9) - 1;
+  interval_ = after != before ? 8 : static_cast<int>(std::clamp(100 * excess, 8.0, 128.0));
+  until_retry_ = interval_;
+}
+
+double ModeChooser::mean(int mode) const {
+  double sum = 0;
+  for (int i = 0; i < n_[mode]; ++i) sum += ms_[mode][i];
+  return n_[mode] ? sum / n_[mode] : 0;
+}
+
+int ModeChooser::preferred() const { return mean(0) <= mean(1) ? 0 : 1; }
+
+}  // namespace detail
+
+namespace {
+thread_local std::deque<std::pair<std::pair<const void*, int64_t>, detail::ModeChooser>> t_steps;  // stable addresses
+thread_local bool t_in_step = false;
+
+detail::ModeChooser& chooser_of(const void* who, int64_t kind) {
+  for (auto& [key, c] : t_steps)
+    if (key.first == who && key.second == kind) return c;
+  t_steps.push_back({{who, kind}, detail::ModeChooser()});
+  return t_steps.back().second;
+}
+}  // namespace
+
+Step::Step(const void* who, int64_t kind) {
+  if (num_threads() == 1 || t_in_region || t_in_step || g_backend != Backend::kPool) return;
+  chooser_ = &chooser_of(who, kind);
+  mode_ = chooser_->pick();
+  t_in_step = true;
+  t_solo = mode_ == 1;
+  t0_ = std::chrono::steady_clock::now();
+}
+
+Step::~Step() {
+  if (!chooser_) return;
+  chooser_->record(mode_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
+  t_solo = t_in_step = false;
+}
+
 }  // namespace specdec::parallel

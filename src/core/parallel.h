@@ -17,6 +17,7 @@
 // ATen, OpenBLAS and oneDNN are kept single-threaded (set_num_threads sets their OpenMP thread
 // count to 1 in every thread of the pool), so no second set of spinning threads competes with
 // this one.
+#include <chrono>
 #include <cstdint>
 
 namespace specdec::parallel {
@@ -41,6 +42,49 @@ int hardware_threads();
 // before it sleeps. Default 50 us; SPECDEC_SPIN_US overrides it at start-up.
 void set_spin_us(int us);
 int spin_us();
+
+namespace detail {
+// Step's choice for one kind of step, from its last three times in each mode (0: the pool, 1:
+// the calling thread alone). Their means decide, not their medians: under contention the
+// pool's cost is in its rare long stalls. The mode not preferred is retried (its older times
+// dropped, as they belong to another load) 8 steps after the preference flips, then at a
+// spacing that keeps the retries' cost near 1 % of the time (8 .. 128 steps): a quiet machine
+// pays little for them, and a change of load is seen within a few steps where the two modes
+// are close, within 128 where they are far apart.
+class ModeChooser {
+ public:
+  int pick();                        // the mode for the next step
+  void record(int mode, double ms);  // how long it took
+  double mean(int mode) const;       // of the times held (0 before any)
+
+ private:
+  int preferred() const;
+  double ms_[2][3] = {};
+  int n_[2] = {0, 0}, next_[2] = {0, 0};
+  int interval_ = 8, until_retry_ = 8;
+};
+}  // namespace detail
+
+// One step of a recurring kind (a model's forward over N rows): its parallel loops run either
+// on the pool or on the calling thread alone, whichever was faster the last times this kind of
+// step ran, with the other retried now and then. On a quiet machine the pool wins and stays;
+// beside a busy process two threads can lose to one (a descheduled thread holds up every loop
+// it has a chunk of, and a memory-bound step gains little from the second core), and then the
+// step runs alone until the pool wins again. Results do not depend on the mode (parallel_for's
+// chunks are the same either way). `who` and `kind` name the kind (e.g. the model and N); a
+// Step inside another Step, or with one thread, changes nothing. Per calling thread.
+class Step {
+ public:
+  Step(const void* who, int64_t kind);
+  ~Step();
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+ private:
+  detail::ModeChooser* chooser_ = nullptr;
+  int mode_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 namespace detail {
 using ChunkFn = void (*)(const void* ctx, int64_t begin, int64_t end);

@@ -407,6 +407,9 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   s.row0.assign(s.B + 1, 0);
   for (int64_t b = 0; b < s.B; ++b) s.row0[b + 1] = s.row0[b] + s.n_fed[b];
   const int64_t N = s.row0[s.B];
+  // Pool or this thread alone, by this model's measured times for forwards of about N rows
+  // (exact up to 16, then by power of two): see parallel::Step.
+  const parallel::Step mode(this, N <= 16 ? N : 16 + static_cast<int64_t>(std::log2(static_cast<double>(N))));
   s.pos = fed_positions(start_pos, s.T, opt);
   const int64_t n_trees = opt.parents.empty() ? 0
                           : static_cast<int64_t>(opt.parents.size()) == opt.tree_cached + s.T ? 1 : s.B;

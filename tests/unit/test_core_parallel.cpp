@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -151,4 +153,67 @@ TEST(Parallel, ThreadCountsAreBoundedByTheHardware) {
   }
   EXPECT_EQ(sp::num_threads(), hw + 1);  // a refused count leaves the pool as it was
   EXPECT_THROW(sp::set_spin_us(-1), specdec::Error);
+}
+
+// Step's chooser on scripted step times: a quiet machine (the pool 25 % faster) keeps the pool
+// but for retries costing ~1 % of the time; a busy one (the pool as slow as one thread, with
+// stalls) moves to the thread alone within a few steps; and back when the machine is quiet.
+TEST(Parallel, StepChooserFollowsTheFasterModeAndRetriesTheOtherRarely) {
+  sp::detail::ModeChooser c;
+  int solo = 0;  // steps run alone in the last phase
+  // Runs `steps` steps; returns their total time over the time of the faster mode throughout.
+  const auto run = [&](int steps, double pool_ms, double solo_ms, int stall_every) {
+    double total = 0, pool_total = 0;
+    solo = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int mode = c.pick();
+      const double pool = pool_ms + (stall_every > 0 && i % stall_every == 0 ? 6.0 : 0.0);
+      c.record(mode, mode == 0 ? pool : solo_ms);
+      total += mode == 0 ? pool : solo_ms;
+      pool_total += pool;
+      solo += mode;
+    }
+    return total / std::min(pool_total, steps * solo_ms);
+  };
+  EXPECT_LT(run(1000, 4.5, 6.0, 0), 1.02);  // quiet
+  EXPECT_LE(solo, 40);
+  // Busy: the pool at 6.2 ms with a 6 ms stall every 4th step, the thread alone at 6.0 ms.
+  run(12, 6.2, 6.0, 4);
+  EXPECT_GE(solo, 6) << "still on the pool 12 steps into the busy phase";
+  EXPECT_LT(run(1000, 6.2, 6.0, 4), 1.02);
+  EXPECT_GE(solo, 850);
+  // Quiet again: the pool is back within one retry spacing and stays.
+  EXPECT_LT(run(1000, 4.5, 6.0, 0), 1.03);
+  EXPECT_LE(solo, 70);
+}
+
+// A Step that runs alone keeps every chunk on the calling thread; the first Step of a kind uses
+// the pool and the second tries the thread alone; a Step inside a Step changes nothing.
+TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
+  Restore restore;
+  sp::set_num_threads(2, true);
+  const auto threads_used = [] {
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    sp::parallel_for(4096, 1, [&](int64_t, int64_t) {
+      volatile double x = 0;
+      for (int i = 0; i < 2000; ++i) x = x + i;  // long enough that the worker joins in
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+    return ids;
+  };
+  int kind_tag = 0;
+  { sp::Step first(&kind_tag, 1); }  // pool: its time recorded
+  {
+    sp::Step second(&kind_tag, 1);  // alone, the first time the other mode is tried
+    const std::set<std::thread::id> ids = threads_used();
+    EXPECT_EQ(ids, std::set<std::thread::id>{std::this_thread::get_id()});
+    sp::Step nested(&kind_tag, 2);  // changes nothing: still alone
+    EXPECT_EQ(threads_used(), std::set<std::thread::id>{std::this_thread::get_id()});
+  }
+  // Outside any Step the pool is used again (the worker takes some chunks of a long loop).
+  bool pooled = false;
+  for (int attempt = 0; attempt < 20 && !pooled; ++attempt) pooled = threads_used().size() > 1;
+  EXPECT_TRUE(pooled);
 }
