@@ -106,7 +106,8 @@ void verify_cuda(const VerifyArgs& args, const CudaLaunch& launch);
 //                min(1, r(x) / q_c(x)), else r <- norm(max(0, r - q_c)) and the next child is
 //                tried; with all children rejected the final token ~ r (uniform u[N]).
 //                Lossless when siblings are independent draws from their q rows (with
-//                replacement, duplicates allowed).
+//                replacement, duplicates allowed), or when each node's row is its law given
+//                the siblings drawn before it (drafters.h: the drafter contract).
 //   block:       not defined for trees (an error).
 // A chain (parents[i] = i - 1) gives exactly verify_*'s output in every shared mode.
 // Row logic: kernels/tree_math.h.

@@ -294,7 +294,11 @@ class PyDrafter : public strategies::Drafter {
     return d;
   }
 
-  // q: [n, V] rows of probabilities, the one each token was drawn from.
+  // q: [n, V] rows of probabilities, the one each token was drawn from. Each row must sum to 1
+  // within 1e-3 (rows computed in single precision) and is passed on divided by its sum (in
+  // double): this is the one place a drafter's q is renormalised, and the verifier (any backend,
+  // batch-1 or batched, chain or tree) takes it from here. Unnormalised, a row off by 1e-3 would
+  // shift every acceptance probability min(1, p/q) by as much.
   at::Tensor checked_q(const py::object& q_obj, const strategies::DraftProposal& d) const {
     const auto q = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(q_obj);
     const int64_t n = d.size();
@@ -309,12 +313,12 @@ class PyDrafter : public strategies::Drafter {
         const float x = src[i * n_vocab_ + v];
         if (!std::isfinite(x) || x < 0) bad("q[", i, ", ", v, "] = ", x, "; probabilities must be finite and >= 0");
         sum += x;
-        dst[i * n_vocab_ + v] = x;
       }
       if (std::abs(sum - 1.0) > 1e-3) bad("q row ", i, " summing to ", sum, "; each row must sum to 1");
       // A token its own row gives no mass cannot have been drawn from it.
       if (src[i * n_vocab_ + d.tokens[i]] <= 0)
         bad("q[", i, ", ", d.tokens[i], "] = 0 for the proposed token ", d.tokens[i], "; it was not drawn from q");
+      for (int64_t v = 0; v < n_vocab_; ++v) dst[i * n_vocab_ + v] = static_cast<float>(src[i * n_vocab_ + v] / sum);
     }
     return out;
   }
@@ -337,7 +341,8 @@ py::dict drafter_context(const strategies::DrafterContext& ctx) {
   for (const auto& [k, v] : ctx.params.values()) params[py::str(k)] = v;
   const Tokens& prompt = ctx.request.prompt;
   return py::dict(py::arg("n_vocab") = ctx.request.target->config().n_vocab, py::arg("max_depth") = ctx.max_depth,
-                  py::arg("capacity") = ctx.capacity, py::arg("seed") = ctx.request.seed,
+                  py::arg("capacity") = ctx.capacity,
+                  py::arg("seed") = strategies::drafter_seed(ctx.request.seed),  // not the verifier's
                   py::arg("temperature") = ctx.proc.temperature, py::arg("params") = params,
                   py::arg("prompt") = py::array_t<int32_t>(static_cast<py::ssize_t>(prompt.size()), prompt.data()));
 }

@@ -61,6 +61,16 @@ at::Tensor DraftProposal::drawn_on(const at::Device& device) const { return move
 
 at::Tensor DraftProposal::drawn_parents_on(const at::Device& device) const { return moved_to(drawn_parents, device); }
 
+uint64_t drafter_seed(uint64_t request_seed) {
+  const auto mix = [](uint64_t z) {  // SplitMix64's finaliser
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  constexpr uint64_t kTag = 0x64726166746572ULL;  // "drafter"
+  return mix(mix(request_seed) ^ kTag);
+}
+
 void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
                 std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows) {
   const at::Tensor logits = row.unsqueeze(0);  // [1, V]

@@ -34,8 +34,8 @@ constexpr int64_t k_max_draft_nodes = 256;
 struct DraftProposal {
   Tokens tokens;                 // [N] (empty while `drawn` holds them)
   std::vector<int32_t> parents;  // [N] or empty (chain: parent of x_i is x_{i-1})
-  at::Tensor q;                  // [N, V] processed draft probabilities: row i is the distribution
-                                 // x_i was drawn from (siblings share their parent's row values).
+  at::Tensor q;                  // [N, V] processed draft probabilities, each row summing to 1:
+                                 // row i is the law x_i was drawn from (the Drafter contract below).
                                  // Undefined for drafters without a distribution (n-gram, suffix).
   int64_t n_forwards = 0;        // draft-model forwards spent
   // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
@@ -75,6 +75,25 @@ struct DraftProposal {
   int64_t depth(int64_t i) const;
 };
 
+// The contract of q. Speculative sampling is lossless only if each q row is the exact law the
+// drafter drew its token from; the verifier cannot check this from one round, and a q that
+// claims another law biases the output at temperature > 0 (greedy verification at T = 0 reads
+// no q and stays exact). Row i of a proposal must be:
+//  - chains: the distribution x_i was drawn from, conditional on x_1..x_{i-1} (the tokens
+//    drafted before it in this round) and on the committed text;
+//  - token trees: the distribution node i was drawn from given its path; siblings must be drawn
+//    independently, with replacement, from their shared parent row (duplicates allowed), or, if
+//    drawn otherwise (without replacement, say), row i must be node i's law given the siblings
+//    drawn before it (its own row, not the parent's). Siblings drawn without replacement from
+//    one shared row break multi-draft verification (test_strategies_drafter_contract);
+//  - a drafter that picks its tokens deterministically (argmax, a lookup) gives no q (verified
+//    tokens-only: lossless whatever the tokens) or one-hot rows on its tokens, never the soft
+//    row it took the argmax of.
+// "Drawn from" may condition on the drafter's own randomness, which is why that randomness must
+// be independent of the verifier's uniforms: draw it from DrafterContext::rng (or a generator
+// seeded from drafter_seed()), never from a generator seeded with Request::seed, whose stream
+// is the verifier's uniforms; a drafter that replays them can choose tokens the verifier
+// accepts and bias the output (test_strategies_drafter_contract).
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -118,12 +137,21 @@ class Drafter {
   virtual void report(std::map<std::string, double>& out) const { (void)out; }
 };
 
+// The seed of a request's drafter randomness (DrafterContext::rng, a Python drafter's
+// context["seed"]), derived from the request's seed so that it is fixed for a seed, the same in
+// batch-1 and batched runs, and independent of the verifier's uniforms (an Rng seeded with
+// request_seed). With m(z) SplitMix64's finaliser (z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;
+// z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31) and the tag 0x64726166746572 ("drafter"
+// in ASCII, one byte per letter): drafter_seed(s) = m(m(s) ^ tag).
+uint64_t drafter_seed(uint64_t request_seed);
+
 // What a drafter is built from.
 struct DrafterContext {
   const Request& request;                // target, draft model (may be null), tokenizers, prompt
   const Params& params;                  // the speculative strategy's resolved parameters
   const sampling::ProcessorConfig& proc; // the strategy's logits processors (q is processed alike)
-  Rng& rng;                              // the strategy's generator (draws of q)
+  Rng& rng;                              // the drafter's own generator (its draws from q), seeded
+                                         // with drafter_seed(request.seed): never the verifier's
   int64_t capacity;                      // positions a KV cache must hold for this request
   int64_t max_depth;                     // gamma_max: the longest draft path
 };

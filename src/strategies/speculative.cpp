@@ -215,7 +215,8 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
     phase.charge(&PhaseTimes::setup);
     return make_result(tracker, st, clock);
   }
-  Rng rng(req.seed);
+  Rng rng(req.seed);  // the verifier's uniforms, and nothing else
+  Rng drafter_rng(drafter_seed(req.seed));  // the drafter's own stream, independent of rng
   Rng synthetic_rng(req.seed ^ 0x5f3759dfull);  // its own stream: rng's draws stay as without it
   st.synthetic_acceptance = cfg_.synthetic;
   const std::shared_ptr<kernels::Backend> backend = req.backend ? req.backend : model::backend_of(req.target->device());
@@ -223,7 +224,7 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
   VerifySetup verify = cfg_.verify;
   verify.drafter = resolve_drafter_name(params_, req.draft != nullptr);
   std::unique_ptr<Drafter> drafter =
-      make_drafter(verify.drafter, DrafterContext{req, params_, verify.proc, rng, capacity, cfg_.gamma_max});
+      make_drafter(verify.drafter, DrafterContext{req, params_, verify.proc, drafter_rng, capacity, cfg_.gamma_max});
   GammaController ctl(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
   st.accepted_per_position.assign(cfg_.gamma_max, 0);
   st.drafted_per_position.assign(cfg_.gamma_max, 0);

@@ -1,9 +1,10 @@
 // Batched speculative decoding (speculative.h: speculative_decode_batch). Per sequence it does
-// what Speculative::generate does in the same order -- the same drafter built from its own RNG
-// (seeded from its Request::seed), the same draft length rule, the same uniforms drawn after the
-// draft, the same verify_round -- so each sequence's tokens equal its batch-1 run. The batch shares the target forward
-// (one tree per sequence where drafters propose trees), the draft model's forwards (BatchDrafter)
-// and the verification kernel calls.
+// what Speculative::generate does in the same order -- the same drafter built with its own RNG
+// (seeded with drafter_seed(Request::seed)), the same draft length rule, the same verifier
+// uniforms (an RNG seeded with Request::seed), the same verify_round -- so each sequence's
+// tokens equal its batch-1 run. The batch shares the target forward (one tree per sequence
+// where drafters propose trees), the draft model's forwards (BatchDrafter) and the verification
+// kernel calls.
 //
 // Trained drafters (EAGLE, Medusa) read the target's features: the round's forward returns its
 // hidden states too, and each sequence's drafter sees its own rows. Their first draft needs the
@@ -22,7 +23,8 @@ namespace {
 
 // One sequence's speculative state beside its BatchSequence.
 struct SpecSequence {
-  std::unique_ptr<Rng> rng;  // owned here: the drafter keeps a reference
+  std::unique_ptr<Rng> rng;          // the verifier's uniforms (seeded with Request::seed)
+  std::unique_ptr<Rng> drafter_rng;  // the drafter's (drafter_seed), owned here: the drafter keeps a reference
   Drafter* drafter = nullptr;  // its slot's, in the batch's BatchDrafter
   std::unique_ptr<GammaController> ctl;
   Tokens seq;       // committed tokens; the cache holds all but the last
@@ -83,7 +85,8 @@ std::vector<Result> speculative_decode_batch(const SpecBatchSetup& cfg, const st
       const Request& req = requests[slots[b]->request];
       SpecSequence& s = spec[b] = SpecSequence();
       s.rng = std::make_unique<Rng>(req.seed);
-      drafters->join(b, DrafterContext{req, cfg.params, cfg.verify.proc, *s.rng, capacity, cfg.gamma_max});
+      s.drafter_rng = std::make_unique<Rng>(drafter_seed(req.seed));
+      drafters->join(b, DrafterContext{req, cfg.params, cfg.verify.proc, *s.drafter_rng, capacity, cfg.gamma_max});
       s.drafter = &drafters->at(b);
       features = s.drafter->wants_target_features();
       s.ctl = std::make_unique<GammaController>(cfg.adaptive, cfg.gamma, cfg.gamma_max);

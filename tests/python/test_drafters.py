@@ -4,7 +4,12 @@
   for round (the drafts of every round, the accepted path, the per-position counts).
 - Deliberately wrong drafters (random tokens; a q that is not the one the tokens came from)
   still give exactly greedy's tokens at temperature 0: the verifier, not the drafter, decides.
-  (Their law at temperature > 0 is checked by the harness in test_harness.py.)
+  At temperature > 0 nothing can make such a drafter lossless: a q that is not the law of its
+  tokens biases the output (computed exactly in tests/unit/test_strategies_drafter_contract.cpp).
+  test_harness.py checks the law at temperature 1 of honest drafters only (random tokens
+  without q; tokens drawn from the random q they hand over).
+- A drafter's context carries its own seed (derived, not the verifier's), and its q rows reach
+  the verifier divided by their sums.
 - What a Python drafter returns is checked, and a bad answer is a specdec.Error naming the
   drafter and the problem.
 """
@@ -201,3 +206,48 @@ def test_decorator_and_commit_hooks(smol):
     assert seen["commits"] == out["stats"]["n_rounds"] > 0
     assert seen["prefill"] == out["n_prompt"] - 1
     assert out["tokens"] == specdec.generate(smol, PROMPTS[1], max_new_tokens=N, temperature=0)["tokens"]
+
+
+def test_drafter_context_seed_is_derived_from_the_request_seed(smol):
+    # C++ drafter_seed: m(m(seed) ^ 0x64726166746572) with m SplitMix64's finaliser, so the
+    # drafter's randomness is not the verifier's (an Rng seeded with the request's seed).
+    def mix(z):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+        return z ^ (z >> 31)
+    seen = []
+
+    class Capture(specdec.Drafter):
+        def __init__(self, ctx):
+            seen.append(ctx["seed"])
+
+        def propose(self, context, max_depth):
+            return []
+    specdec.register_drafter("py_capture", Capture)
+    try:
+        for seed in (5, 5, 6):
+            specdec.generate(smol, PROMPTS[0], strategy="speculative", drafter="py_capture", max_new_tokens=2,
+                             seed=seed)
+    finally:
+        specdec.unregister_drafter("py_capture")
+    assert seen == [mix(mix(s) ^ 0x64726166746572) for s in (5, 5, 6)]
+    assert seen[0] == 0x75b425648a618eed  # as test_strategies_drafter_contract's DrafterSeed test
+
+
+def test_q_rows_reach_the_verifier_divided_by_their_sums(smol):
+    # A row summing to 1.0005 (within the 1e-3 the check allows) goes on as a distribution: the
+    # trace shows the verifier's q of the drafted token, 0.6003 / 1.0005 = 0.6.
+    class Off(specdec.Drafter):
+        def propose(self, context, max_depth):
+            token, other = int(context[-1]), (int(context[-1]) + 1) % V
+            q = np.zeros((1, V), np.float32)
+            q[0, token], q[0, other] = 0.6003, 0.4002
+            return np.array([token]), None, q
+    specdec.register_drafter("py_off", Off)
+    try:
+        out = specdec.generate(smol, PROMPTS[0], strategy="speculative", drafter="py_off", temperature=0.9,
+                               max_new_tokens=4, seed=3, trace=True)
+    finally:
+        specdec.unregister_drafter("py_off")
+    nodes = [n for r in out["trace"]["rounds"] for n in r["nodes"]]
+    assert nodes and all(abs(n["q"] - 0.6) < 1e-6 for n in nodes), [n["q"] for n in nodes]

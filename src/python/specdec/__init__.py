@@ -167,7 +167,9 @@ class Drafter:
 
     The factory registered for it (usually the subclass itself) is called once per generation
     with a context dict: n_vocab, max_depth (gamma_max), capacity, seed, temperature, params
-    (the speculative strategy's resolved parameters, as text) and prompt (int32 array).
+    (the speculative strategy's resolved parameters, as text) and prompt (int32 array). seed is
+    the drafter's own: derived from generate()'s seed (C++ drafter_seed), fixed for a seed, and
+    independent of the uniforms the verifier draws. Seed any randomness of the drafter from it.
 
     propose(context, max_depth) gets the committed tokens (int32 numpy array; its last token is
     the one the target scores next) and returns, for at most max_depth tokens deep:
@@ -175,9 +177,18 @@ class Drafter:
       (tokens, parents)             a tree in topological order, parents[i] < i (-1: the root);
                                     parents None = a chain
       (tokens, parents, q)          q: float [n, n_vocab], row i the distribution tokens[i] was
-                                    drawn from (speculative sampling at temperature > 0; without
-                                    q the verifier treats the draft as fixed tokens, which is
-                                    lossless whatever they are)
+                                    drawn from (used by speculative sampling at temperature > 0)
+    Without q the verifier treats the draft as fixed tokens, which is lossless whatever they are.
+    With q the output is the target's only if q tells the truth, which no check can see:
+      - chains: row i is the exact distribution tokens[i] was drawn from, given the tokens drafted
+        before it in this round (a q that claims another law biases the output);
+      - trees: siblings are drawn with replacement from their parent's row (numpy's
+        rng.choice(n_vocab, k, p=row), replace=True; torch.multinomial(row, k, replacement=True)),
+        duplicates allowed; siblings drawn without replacement (multinomial's default) need
+        each row to be that node's law given the siblings drawn before it;
+      - a deterministic drafter (argmax, lookup) returns no q, or one-hot rows on its tokens,
+        never the softmax it took the argmax of.
+    Each q row must sum to 1 within 1e-3; it is divided by its sum before the verifier sees it.
     commit(n_valid, accepted) is told after each round how many tokens of the context are now
     final and which draft nodes were accepted; prefill(tokens) sees the prompt first.
     """

@@ -1,5 +1,5 @@
 // model: a smaller causal LM with its own KV cache (Leviathan et al. 2023; Chen et al. 2023).
-// Draft tokens are sampled from q = processors(draft logits) with the strategy's generator
+// Draft tokens are sampled from q = processors(draft logits) with the drafter's generator
 // (argmax when greedy), so the verifier can run lossless rejection sampling against p.
 // make_drafter() checks that the draft model exists and shares the target's token ids.
 //
