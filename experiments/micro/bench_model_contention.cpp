@@ -27,6 +27,9 @@
 #include "core/parallel.h"
 #include "model/causal_lm.h"
 #include "tests/support/competitor.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sm = specdec::model;
 namespace sp = specdec::parallel;
@@ -39,7 +42,7 @@ std::shared_ptr<sm::CausalLM> smollm2() {
   static std::shared_ptr<sm::CausalLM> model = [] {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.threads = 2;
     return sm::load(spec).model;
   }();

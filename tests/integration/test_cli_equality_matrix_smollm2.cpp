@@ -19,13 +19,17 @@
 #include "tests/support/command.h"
 #include "tests/support/fresh_heads.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace {
 
 using specdec::testing_support::smollm2;
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kBin = binary_dir() + "/specdec";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 
 const std::vector<std::string> kPrompts = {
     "Write a short list of fruits: apple, banana, apple, banana,",

@@ -22,6 +22,10 @@
 #include <vector>
 
 #include "tests/support/command.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace {
 
@@ -30,8 +34,8 @@ using specdec::testing_support::Output;
 using specdec::testing_support::quote;
 using specdec::testing_support::shell;
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kBin = binary_dir() + "/specdec";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 
 std::string command(const std::vector<std::string>& args) {
   std::string cmd = quote(kBin);
@@ -61,7 +65,7 @@ class TrainDrafterCli : public ::testing::Test {
 TEST_F(TrainDrafterCli, TheCommittedConfigTrainsAHeadThatGenerateUsesLosslessly) {
   const std::string out = temp_dir("eagle");
   const auto t0 = std::chrono::steady_clock::now();
-  const Output o = run({"train-drafter", "--config", SPECDEC_SOURCE_DIR "/configs/drafters/smollm2_eagle.yaml", "--set",
+  const Output o = run({"train-drafter", "--config", source_dir() + "/configs/drafters/smollm2_eagle.yaml", "--set",
                         "out=" + out, "--set", "tokens=16384", "--quiet", "--json"});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(o.code, 0) << o.text;

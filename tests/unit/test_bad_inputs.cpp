@@ -37,12 +37,16 @@
 #include "strategies/common.h"
 #include "strategies/registry.h"
 #include "tokenizer/byte_level.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
+const std::string kBin = binary_dir() + "/specdec";
 
 // ---- sandbox -----------------------------------------------------------------------------
 
@@ -96,7 +100,7 @@ std::set<std::string> snapshot() {
     if (p.rfind(results_root().string(), 0) == 0) continue;
     out.insert(p);
   }
-  const fs::path repo_results = fs::path(SPECDEC_SOURCE_DIR) / "results";
+  const fs::path repo_results = fs::path(source_dir()) / "results";
   if (fs::is_directory(repo_results))
     for (const auto& e : fs::directory_iterator(repo_results)) out.insert(e.path().string());
   return out;

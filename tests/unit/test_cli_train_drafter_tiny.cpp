@@ -34,6 +34,9 @@
 #include "strategies/strategy.h"
 #include "tests/support/command.h"
 #include "tests/support/tiny_gguf.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
 
 namespace {
 
@@ -42,7 +45,7 @@ using specdec::testing_support::Output;
 using specdec::testing_support::quote;
 using specdec::testing_support::shell;
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
+const std::string kBin = binary_dir() + "/specdec";
 
 // This process's folder (a run from another build folder may be running beside it), removed
 // when the test program ends.
