@@ -9,6 +9,9 @@
 #include "io/dequant.h"
 #include "io/gguf.h"
 #include "tests/support/random_gguf.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using specdec::io::GgmlType;
 
@@ -44,7 +47,7 @@ BENCHMARK_CAPTURE(bm_dequant, BF16, GgmlType::BF16)->Unit(benchmark::kMillisecon
 
 // Open (mmap + parse metadata) and dequantise all 272 tensors into one fp32 buffer each.
 void bm_load_smollm2(benchmark::State& state) {
-  const std::string path = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-instruct.gguf";
+  const std::string path = source_dir() + "/models/smollm2-135m-instruct.gguf";
   std::vector<std::vector<float>> out;
   int64_t n_elements = 0;
   for (auto _ : state) {

@@ -15,6 +15,9 @@
 
 #include "core/rng.h"
 #include "model/causal_lm.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sm = specdec::model;
 
@@ -26,7 +29,7 @@ std::shared_ptr<sm::CausalLM> smollm2() {
   static std::shared_ptr<sm::CausalLM> model = [] {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.threads = 2;
     return sm::load(spec).model;
   }();

@@ -35,6 +35,9 @@
 #include "core/parallel.h"
 #include "model/causal_lm.h"
 #include "tests/support/competitor.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sm = specdec::model;
 namespace sp = specdec::parallel;
@@ -48,7 +51,7 @@ std::shared_ptr<sm::CausalLM> smollm2(bool fp32) {
   if (!model[fp32]) {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.dtype = fp32 ? "float32" : "auto";
     spec.threads = 2;
     model[fp32] = sm::load(spec).model;

@@ -31,6 +31,9 @@
 #include "core/parallel.h"
 #include "model/causal_lm.h"
 #include "model/linear.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sm = specdec::model;
 
@@ -96,7 +99,7 @@ Loaded& loaded(int dtype, bool library, int64_t ctx) {
   if (!models.count({dtype, library})) {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.dtype = dtype == 0 ? "float32" : "bfloat16";
     spec.threads = specdec::parallel::num_threads();  // keep the count main() chose
     sm::set_linear_policy(library ? sm::LinearPolicy::kLibrary : sm::LinearPolicy::kSkinny);
@@ -181,7 +184,7 @@ Loaded& loaded_gguf(int model, int native, int64_t ctx) {
   if (it != cache.end()) return it->second;
   sm::ModelSpec spec;
   spec.name = kFiles[model];
-  spec.path = std::string(SPECDEC_SOURCE_DIR "/models/") + kFiles[model];
+  spec.path = source_dir() + "/models/" + kFiles[model];
   spec.dtype = native == 2 ? "native_q8" : native == 1 ? "native" : "float32";
   spec.threads = specdec::parallel::num_threads();
   Loaded l;

@@ -24,6 +24,9 @@
 #include "kernels/kernels.h"
 #include "kernels/verify_math.h"
 #include "model/causal_lm.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sk = specdec::kernels;
 namespace sm = specdec::model;
@@ -36,7 +39,7 @@ std::shared_ptr<sm::CausalLM> smollm2() {
   static std::shared_ptr<sm::CausalLM> model = [] {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.threads = 2;
     return sm::load(spec).model;
   }();

@@ -17,6 +17,9 @@
 #include "model/prefix_reuse.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sm = specdec::model;
 namespace ss = specdec::strategies;
@@ -34,7 +37,7 @@ const Rig& rig() {
   static const Rig r = [] {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.threads = 2;
     spec.dtype = "float32";
     Rig out;

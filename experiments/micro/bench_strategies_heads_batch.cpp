@@ -28,6 +28,9 @@
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace sm = specdec::model;
 namespace ss = specdec::strategies;
@@ -39,16 +42,16 @@ namespace {
 struct Head {
   const char* drafter;
   const char* param;
-  const char* dir;
+  std::string dir;
   const char* config;
   int64_t gamma;
   std::map<std::string, std::string> shape;  // further speculative parameters
 };
-constexpr const char* kEagleDir = SPECDEC_SOURCE_DIR "/heads/smollm2-135m-eagle-chat";
+const std::string kEagleDir = source_dir() + "/heads/smollm2-135m-eagle-chat";
 const Head kEagle{"eagle", "eagle_head", kEagleDir, "smollm2_eagle_chat.yaml", 2, {}};
 const Head kEagleTree{"eagle", "eagle_head", kEagleDir, "smollm2_eagle_chat.yaml", 4,
                       {{"eagle_shape", "tree"}, {"tree_budget", "8"}, {"tree_topk", "3"}}};
-const Head kMedusa{"medusa", "medusa_head", SPECDEC_SOURCE_DIR "/heads/smollm2-135m-medusa", "smollm2_medusa.yaml", 2,
+const Head kMedusa{"medusa", "medusa_head", source_dir() + "/heads/smollm2-135m-medusa", "smollm2_medusa.yaml", 2,
                   {}};
 constexpr int64_t kRounds = 64, kCapacity = 1024;
 
@@ -62,7 +65,7 @@ const Rig& rig() {
   static const Rig r = [] {
     sm::ModelSpec spec;
     spec.name = "smollm2-135m";
-    spec.path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    spec.path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     spec.threads = 2;
     Rig out;
     out.m = sm::load(spec);
@@ -80,7 +83,7 @@ const Rig& rig() {
 
 // B sequences drafting kRounds rounds; the timer covers propose() only.
 void run(benchmark::State& state, const Head& head, bool lockstep) {
-  if (!std::filesystem::exists(std::string(head.dir) + "/head.json")) {
+  if (!std::filesystem::exists(head.dir + "/head.json")) {
     state.SkipWithError((std::string("no trained head: build/specdec train-drafter --config configs/drafters/") +
                          head.config).c_str());
     return;

@@ -12,6 +12,9 @@
 #include "model/causal_lm.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -30,7 +33,7 @@ const char* kPrompts[] = {
 
 const model::LoadedModel* smollm2() {
   static const model::LoadedModel* m = []() -> const model::LoadedModel* {
-    const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    const std::string path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     if (!std::filesystem::exists(path)) return nullptr;
     model::set_threads(2);
     model::ModelSpec spec;

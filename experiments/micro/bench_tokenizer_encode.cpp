@@ -10,6 +10,9 @@
 
 #include "io/gguf.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace {
 
@@ -38,7 +41,7 @@ const std::string& corpus() {
 
 const BpeTokenizer& tokenizer() {
   static const std::shared_ptr<Tokenizer> tok = [] {
-    const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+    const std::string path = source_dir() + "/models/smollm2-135m-instruct.gguf";
     if (!std::ifstream(path).good()) {
       std::cerr << "missing " << path << ": run scripts/fetch_models.sh smollm2-135m\n";
       std::exit(1);

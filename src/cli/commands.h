@@ -9,6 +9,11 @@ namespace specdec::cli {
 
 using Args = std::vector<std::string>;
 
+// `specdec ARGS...` (ARGS: the command line after the program's name): runs the command and
+// returns its exit code; what a command throws becomes "specdec <command>: error: <what>" on
+// stderr and exit 1 (a failed check: exit 2). main.cpp is this call; tests make it in-process.
+int dispatch(const Args& args);        // dispatch.cpp
+
 int cmd_tokenize(const Args& args);    // cmd_tokenize.cpp
 int cmd_generate(const Args& args);    // cmd_generate.cpp
 int cmd_strategies(const Args& args);  // cmd_strategies.cpp

@@ -3,9 +3,11 @@
 # g++ command line of an ordinary target; we run it with clang++ instead, plus libFuzzer and
 # the sanitizers. So a fuzzer is a normal CMake target that links the project's (g++-built)
 # libraries with all their dependencies, while the sources it fuzzes are compiled instrumented.
-#   clang_launcher.sh CLANGXX compile|link <original compiler> <args...>
-clang=$1 mode=$2
-shift 3
+#   clang_launcher.sh CLANGXX compile|link WRAPPER <original compiler> <args...>
+# WRAPPER runs the compile (ccache, when the build uses it: scripts/build.sh) or is '-' (none).
+clang=$1 mode=$2 wrapper=$3
+shift 4
+[ "$wrapper" = - ] && wrapper=
 # -fopenmp: clang would want its own libomp (the link line names GCC's libgomp already).
 # -O3: libFuzzer's usual -O1 keeps the sanitizer reports readable and the build quick.
 for arg do
@@ -16,6 +18,6 @@ for arg do
   esac
 done
 if [ "$mode" = compile ]; then
-  exec "$clang" "$@" -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+  exec $wrapper "$clang" "$@" -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 fi
 exec "$clang" "$@" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "fuzz_common.h"
+#include "tests/support/paths.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace {
@@ -92,7 +93,7 @@ Subject load(const std::string& name, const std::string& path) {
 std::vector<Subject>& subjects() {
   static std::vector<Subject> all = [] {
     std::vector<Subject> v;
-    const std::string dir = SPECDEC_FUZZ_DIR "/tokenizers/";
+    const std::string dir = specdec::testing_support::source_dir() + "/tests/fuzz/tokenizers/";
     v.push_back(load("smollm2_cut", dir + "smollm2_cut.json"));
     v.push_back(load("qwen2_cut", dir + "qwen2_cut.json"));
     return v;

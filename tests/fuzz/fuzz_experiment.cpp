@@ -17,6 +17,7 @@
 #include "fuzz_common.h"
 #include "harness/experiment.h"
 #include "harness/plan.h"
+#include "tests/support/paths.h"
 
 namespace {
 
@@ -27,7 +28,8 @@ const specdec::fuzz::ScratchDir& scratch() {
 
 void setup() {
   specdec::fuzz::write_file(scratch().file("prompts.jsonl"),
-                            specdec::fuzz::read_file(SPECDEC_FUZZ_DIR "/seeds_prompts/spec_bench.jsonl.seed"));
+                            specdec::fuzz::read_file(specdec::testing_support::source_dir() +
+                                                     "/tests/fuzz/seeds_prompts/spec_bench.jsonl.seed"));
   specdec::fuzz::write_file(scratch().file("context.md"), "# Context\n\nMachine notes.\n");
 }
 

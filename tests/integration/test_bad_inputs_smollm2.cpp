@@ -15,12 +15,15 @@
 #include <set>
 #include <string>
 #include <vector>
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
+const std::string kBin = binary_dir() + "/specdec";
 
 fs::path sandbox() {
   static const fs::path root =

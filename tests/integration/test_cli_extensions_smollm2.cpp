@@ -18,13 +18,17 @@
 #include "tests/support/command.h"
 #include "tests/support/fresh_heads.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace {
 
 using specdec::testing_support::smollm2;
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kBin = binary_dir() + "/specdec";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 // Text the model copies (a run of one digit token included): the drafters that look back at the
 // prompt, and repeat_last, have something to find.
 const std::string kPrompt = "Repeat exactly: \"a b c == a b c == a b c == 1111111111\"";

@@ -21,14 +21,18 @@
 #include <thread>
 
 #include "tests/support/command.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
 extern char** environ;
 
 namespace {
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
-const std::string kTiny = std::string(SPECDEC_SOURCE_DIR) + "/experiments/tiny_ci.yaml";
+const std::string kBin = binary_dir() + "/specdec";
+const std::string kTiny = source_dir() + "/experiments/tiny_ci.yaml";
 
 using specdec::testing_support::Output;
 
@@ -131,7 +135,7 @@ TEST(CliHarness, ValidatePrintsPlan) {
   for (const char* s : {"cells 7", "prompts 2", "spec-draft", "gamma=4", "greedy_equality", "target forwards",
                         "valid"})
     EXPECT_NE(o.text.find(s), std::string::npos) << s << " in " << o.text;
-  const auto q = run("validate " + std::string(SPECDEC_SOURCE_DIR) + "/experiments/quickstart.yaml");
+  const auto q = run("validate " + source_dir() + "/experiments/quickstart.yaml");
   EXPECT_EQ(q.code, 0) << q.text;
 }
 

@@ -20,15 +20,19 @@
 #include <thread>
 
 #include "tests/support/command.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
-const std::string kTiny = std::string(SPECDEC_SOURCE_DIR) + "/experiments/tiny_ci.yaml";
-const std::string kScript = std::string(SPECDEC_SOURCE_DIR) + "/scripts/slurm_local.sh";
+const std::string kBin = binary_dir() + "/specdec";
+const std::string kTiny = source_dir() + "/experiments/tiny_ci.yaml";
+const std::string kScript = source_dir() + "/scripts/slurm_local.sh";
 // tiny_ci's 7 cells (greedy, sampling x 2 temperatures, beam, spec-draft x gamma 2/4 x 2
 // temperatures), smaller check samples.
 const std::string kSets =
@@ -256,6 +260,6 @@ TEST_F(CliSlurm, BadSlurmInputExitsOne) {
     EXPECT_EQ(o.code, 1) << args << ": " << o.text;
     EXPECT_NE(o.text.find(msg), std::string::npos) << msg << " not in " << o.text;
   }
-  const Output m = run_specdec("merge " + std::string(SPECDEC_SOURCE_DIR));
+  const Output m = run_specdec("merge " + source_dir());
   EXPECT_EQ(m.code, 1) << m.text;
 }

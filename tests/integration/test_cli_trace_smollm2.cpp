@@ -20,14 +20,18 @@
 #include <vector>
 
 #include "tests/support/command.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kBin = binary_dir() + "/specdec";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 const std::string kPrompt = "Write two sentences about a lighthouse keeper.";
 
 using specdec::testing_support::Output;

@@ -12,6 +12,9 @@
 #include "harness/experiment.h"
 #include "harness/runner.h"
 #include "tests/support/competitor.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec::harness;
 namespace fs = std::filesystem;
@@ -35,9 +38,9 @@ double run_seconds(const ExperimentConfig& cfg, const std::string& out) {
 }  // namespace
 
 TEST(HarnessContention, ShrunkQuickstartUnderABusyNeighbourWithin3xQuiet) {
-  const std::string model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-instruct.gguf";
+  const std::string model = source_dir() + "/models/smollm2-135m-instruct.gguf";
   ASSERT_TRUE(fs::exists(model)) << model << " is missing; run scripts/fetch_models.sh smollm2-135m";
-  const auto cfg = load_experiment(std::string(SPECDEC_SOURCE_DIR) + "/experiments/quickstart.yaml",
+  const auto cfg = load_experiment(source_dir() + "/experiments/quickstart.yaml",
                                    {"repeats=1", "warmup=0", "max_new_tokens=12", "prompts.limit=1", "plots=false",
                                     "sweep.temperature=[0]"});
   const std::string out = (fs::temp_directory_path() / "specdec_contention_quickstart").string();

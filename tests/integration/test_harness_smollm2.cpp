@@ -11,16 +11,19 @@
 
 #include "harness/experiment.h"
 #include "harness/runner.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec::harness;
 namespace fs = std::filesystem;
 
 TEST(HarnessSmolLM2, ShrunkQuickstartRunsAndPassesChecks) {
-  const std::string model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-instruct.gguf";
+  const std::string model = source_dir() + "/models/smollm2-135m-instruct.gguf";
   ASSERT_TRUE(fs::exists(model)) << model << " is missing; run scripts/fetch_models.sh smollm2-135m";
   const std::string out = (fs::temp_directory_path() / "specdec_smollm2_quickstart").string();
   fs::remove_all(out);
-  const auto cfg = load_experiment(std::string(SPECDEC_SOURCE_DIR) + "/experiments/quickstart.yaml",
+  const auto cfg = load_experiment(source_dir() + "/experiments/quickstart.yaml",
                                    {"repeats=1", "warmup=0", "max_new_tokens=12", "prompts.limit=2", "plots=false",
                                     "checks.first_token.samples=60", "checks.sequence.samples=30",
                                     "checks.sequence.length=3"});

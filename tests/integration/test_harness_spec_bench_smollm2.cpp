@@ -17,6 +17,9 @@
 #include "harness/merge.h"
 #include "harness/plan.h"
 #include "harness/runner.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec::harness;
 namespace fs = std::filesystem;
@@ -52,13 +55,13 @@ std::vector<std::string> shrink(std::vector<std::string> extra = {}) {
 }
 
 ExperimentConfig shrunk_spec_bench() {
-  return load_experiment(std::string(SPECDEC_SOURCE_DIR) + "/experiments/spec_bench.yaml", shrink());
+  return load_experiment(source_dir() + "/experiments/spec_bench.yaml", shrink());
 }
 
 }  // namespace
 
 TEST(SpecBenchSmolLM2, ShrunkRunHasTheTableEqualityAndResumes) {
-  const std::string model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-instruct.gguf";
+  const std::string model = source_dir() + "/models/smollm2-135m-instruct.gguf";
   ASSERT_TRUE(fs::exists(model)) << model << " is missing; run scripts/fetch_models.sh smollm2-135m";
   const ExperimentConfig cfg = shrunk_spec_bench();
   ASSERT_EQ(cfg.prompts.size(), 2u);
@@ -141,7 +144,7 @@ TEST(SpecBenchSmolLM2, ShrunkRunHasTheTableEqualityAndResumes) {
   // tokens (so the same mean accepted tokens) and the same checks as the unsharded run.
   std::vector<std::string> shard_dirs;
   for (const char* range : {"0:1", "1:"}) {
-    ExperimentConfig shard = load_experiment(std::string(SPECDEC_SOURCE_DIR) + "/experiments/spec_bench.yaml",
+    ExperimentConfig shard = load_experiment(source_dir() + "/experiments/spec_bench.yaml",
                                              shrink({std::string("prompts.range=") + range}));
     ASSERT_EQ(shard.prompts.size(), 1u);
     shard_dirs.push_back((out.string() + "_shard") + range[0]);

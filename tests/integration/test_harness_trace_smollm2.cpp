@@ -24,6 +24,9 @@
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -294,7 +297,7 @@ max_new_tokens: 12
 plots: false
 checks: {greedy_equality: false, first_token: false, sequence: false}
 )";
-  const ExperimentConfig cfg = parse_experiment(yaml, SPECDEC_SOURCE_DIR "/experiments/trace_cell.yaml");
+  const ExperimentConfig cfg = parse_experiment(yaml, source_dir() + "/experiments/trace_cell.yaml");
   ASSERT_TRUE(cfg.strategies[0].trace);
   ASSERT_FALSE(cfg.strategies[1].trace);
   EXPECT_NE(to_yaml(cfg).find("trace: true"), std::string::npos);

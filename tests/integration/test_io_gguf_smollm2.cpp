@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "io/gguf.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using specdec::io::GgufFile;
 
 namespace {
 
-const std::string k_model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-instruct.gguf";
+const std::string k_model = source_dir() + "/models/smollm2-135m-instruct.gguf";
 
 std::shared_ptr<GgufFile> open_model() {
   struct stat st {};
@@ -73,7 +76,7 @@ TEST(IoGgufSmollm2, EveryTensorDequantisesToFiniteValues) {
 TEST(IoGgufSmollm2, MatchesPythonGgufDequantize) {
   auto f = open_model();
   ASSERT_TRUE(f);
-  std::ifstream in(std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/io/smollm2_tensors.json");
+  std::ifstream in(source_dir() + "/tests/fixtures/io/smollm2_tensors.json");
   ASSERT_TRUE(in) << "missing tests/fixtures/io/smollm2_tensors.json: run scripts/reference/make_io_fixtures.py";
   const auto doc = nlohmann::json::parse(in);
   ASSERT_GE(doc["tensors"].size(), 5u);

@@ -17,13 +17,16 @@
 #include "io/gguf.h"
 #include "model/loader.h"
 #include "tests/support/float_bounds.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::model;
 
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 // "def fibonacci(n):" and a few more ids: any in-vocabulary prefix will do.
 const std::vector<int64_t> kPrompt = {1, 563, 28601, 28, 90, 2730, 198, 262, 446, 284, 1024, 42};
 const std::vector<int64_t> kPrompt2 = {1, 9690, 198, 2683, 359, 253, 5356};

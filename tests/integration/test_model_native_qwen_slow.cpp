@@ -4,17 +4,20 @@
 #include <filesystem>
 
 #include "native_equals_float32.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 class NativeQwen : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NativeQwen, LogitsBitIdenticalToFloat32) {
-  const std::string path = std::string(SPECDEC_SOURCE_DIR "/models/") + GetParam();
+  const std::string path = source_dir() + "/models/" + GetParam();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch_models.sh";
   specdec::testing_native::expect_native_equals_float32(path);
 }
 
 TEST_P(NativeQwen, Int8ActivationsCloseToFloat32) {
-  const std::string path = std::string(SPECDEC_SOURCE_DIR "/models/") + GetParam();
+  const std::string path = source_dir() + "/models/" + GetParam();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch_models.sh";
   // Measured: max |logit diff| 0.53 (0.5B) and 1.95 (1.5B) over 39 positions, greedy equal
   // for all 24 tokens on both.

@@ -5,6 +5,9 @@
 
 #include "model/layer_subset.h"
 #include "native_equals_float32.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 // Every test reads SmolLM2's GGUF file (the CI model).
 class NativeSmolLM2 : public ::testing::Test {
@@ -12,7 +15,7 @@ class NativeSmolLM2 : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
   }
-  const std::string path = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+  const std::string path = source_dir() + "/models/smollm2-135m-instruct.gguf";
 };
 
 TEST_F(NativeSmolLM2, LogitsBitIdenticalToFloat32) {

@@ -12,6 +12,9 @@
 
 #include "io/gguf.h"
 #include "model/loader.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::model;
@@ -44,8 +47,8 @@ class Qwen : public ::testing::TestWithParam<QwenCase> {
  protected:
   void SetUp() override {
     const QwenCase& q = GetParam();
-    const std::string path = std::string(SPECDEC_SOURCE_DIR "/models/") + q.file;
-    const std::string fx_path = std::string(SPECDEC_SOURCE_DIR "/tests/fixtures/model/") + q.fixture;
+    const std::string path = source_dir() + "/models/" + q.file;
+    const std::string fx_path = source_dir() + "/tests/fixtures/model/" + q.fixture;
     ASSERT_TRUE(std::filesystem::exists(path))
         << path << " is missing: run `scripts/fetch_models.sh " << q.catalog_name << "`";
     std::ifstream in(fx_path);

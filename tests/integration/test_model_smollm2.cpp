@@ -18,14 +18,17 @@
 #include "model/prefix_reuse.h"
 #include "tokenizer/tokenizer.h"
 #include "../ragged_forward.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::model;
 
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-const std::string kFixture = SPECDEC_SOURCE_DIR "/tests/fixtures/model/smollm2.json";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
+const std::string kFixture = source_dir() + "/tests/fixtures/model/smollm2.json";
 
 // Max |ours - HF| over the fixture's top-50 logits. Q4_1 weights are dequantised exactly
 // by both sides, so what remains is fp32 summation order: we measured ~1e-4 (3.6e-5 on
@@ -225,6 +228,6 @@ TEST_F(SmolLM2, LoadGivesModelAndTokenizer) {
   spec.dtype = "float16";
   EXPECT_THROW(load(spec), Error);
   spec.dtype = "float32";
-  spec.path = SPECDEC_SOURCE_DIR "/models/does-not-exist.gguf";
+  spec.path = source_dir() + "/models/does-not-exist.gguf";
   EXPECT_THROW(load(spec), Error);
 }

@@ -13,13 +13,16 @@
 #include "io/gguf.h"
 #include "model/linear.h"
 #include "model/loader.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::model;
 
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 // "def fibonacci(n):" and a few more ids: any in-vocabulary prefix will do.
 const std::vector<int64_t> kPrompt = {1, 563, 28601, 28, 90, 2730, 198, 262, 446, 284, 1024, 42};
 

@@ -21,10 +21,13 @@
 #include "model/layer_subset.h"
 #include "sampling/processors.h"
 #include "tests/support/strategies_device_cases.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 
 const char* const kPrompts[] = {
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",

@@ -25,6 +25,9 @@
 #include "strategies/speculative.h"
 #include "tests/support/spec_distribution.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -44,7 +47,7 @@ const std::map<std::string, std::string> kProcessors = {
     {"temperature", "0.7"}, {"top_p", "0.8"}, {"repetition_penalty", "1.3"}};
 sampling::ProcessorConfig proc() { return processor_config(resolve("sampling", Params(kProcessors))); }
 
-std::string model_path(const char* file) { return std::string(SPECDEC_SOURCE_DIR "/models/") + file; }
+std::string model_path(const char* file) { return source_dir() + "/models/" + file; }
 bool models_present() {
   return std::filesystem::exists(model_path(kTargetFile)) && std::filesystem::exists(model_path(kDraftFile));
 }

@@ -10,6 +10,9 @@
 #include "strategies/registry.h"
 #include "strategies/speculative.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -17,7 +20,7 @@ using namespace specdec::strategies;
 namespace {
 
 model::LoadedModel load(const std::string& file, const std::string& name, const std::string& dtype = "auto") {
-  const std::string path = SPECDEC_SOURCE_DIR "/models/" + file;
+  const std::string path = source_dir() + "/models/" + file;
   if (!std::filesystem::exists(path)) {
     ADD_FAILURE() << path << " is missing: run `scripts/fetch_models.sh " << name << "`";
     return {};

@@ -15,6 +15,9 @@
 #include "strategies/speculative.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -80,7 +83,7 @@ TEST_F(SmolLM2, GreedySpeculativeWithDraftEqualToTargetAcceptsEverything) {
 }
 
 TEST_F(SmolLM2, BeamSearchMatchesHuggingFace) {
-  std::ifstream in(SPECDEC_SOURCE_DIR "/tests/fixtures/strategies/beam_smollm2.json");
+  std::ifstream in(source_dir() + "/tests/fixtures/strategies/beam_smollm2.json");
   ASSERT_TRUE(in) << "missing fixture: run scripts/reference/make_beam_fixtures.py";
   const auto fx = nlohmann::json::parse(in);
   int n_checked = 0;

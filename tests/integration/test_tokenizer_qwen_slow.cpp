@@ -12,12 +12,16 @@
 #include "io/gguf.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_level.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace specdec::tokenizer {
 namespace {
 
-const std::string kModels = SPECDEC_SOURCE_DIR "/models/";
-const std::string kFixture = SPECDEC_SOURCE_DIR "/tests/fixtures/tokenizer/qwen2.5-coder.json";
+const std::string kModels = source_dir() + "/models/";
+const std::string kFixture = source_dir() + "/tests/fixtures/tokenizer/qwen2.5-coder.json";
 
 std::shared_ptr<Tokenizer> load(const std::string& file) {
   if (!std::ifstream(kModels + file).good()) return nullptr;
@@ -115,7 +119,7 @@ TEST_F(QwenTokenizer, OnePointFiveBSharesTheTokenizer) {
 // skipped when absent; SPECDEC_HF_TOKENIZERS overrides the folder.
 TEST_F(QwenTokenizer, HfJsonLoaderAgreesWithGgufAndHF) {
   const char* env = std::getenv("SPECDEC_HF_TOKENIZERS");
-  const std::string dir = (env ? std::string(env) : std::string(SPECDEC_BINARY_DIR "/hf_tokenizers")) + "/qwen2.5-coder";
+  const std::string dir = (env ? std::string(env) : binary_dir() + "/hf_tokenizers") + "/qwen2.5-coder";
   if (!std::ifstream(dir + "/tokenizer.json").good())
     GTEST_SKIP() << "no " << dir << "/tokenizer.json (run make_tokenizer_fixtures.py --export-json)";
   auto hf = Tokenizer::from_hf_json(dir + "/tokenizer.json");

@@ -15,12 +15,16 @@
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace specdec::tokenizer {
 namespace {
 
-const std::string kModel = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
-const std::string kFixture = SPECDEC_SOURCE_DIR "/tests/fixtures/tokenizer/smollm2.json";
+const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
+const std::string kFixture = source_dir() + "/tests/fixtures/tokenizer/smollm2.json";
 
 nlohmann::json load_fixture() {
   std::ifstream in(kFixture);
@@ -192,7 +196,7 @@ TEST_F(SmolLM2Tokenizer, EncodesRandomUnicodeSoupLikeHF) {
 // skipped when absent; SPECDEC_HF_TOKENIZERS overrides the folder.
 TEST_F(SmolLM2Tokenizer, HfJsonLoaderAgreesWithGgufAndHF) {
   const char* env = std::getenv("SPECDEC_HF_TOKENIZERS");
-  const std::string dir = (env ? std::string(env) : std::string(SPECDEC_BINARY_DIR "/hf_tokenizers")) + "/smollm2";
+  const std::string dir = (env ? std::string(env) : binary_dir() + "/hf_tokenizers") + "/smollm2";
   if (!std::ifstream(dir + "/tokenizer.json").good())
     GTEST_SKIP() << "no " << dir << "/tokenizer.json (run make_tokenizer_fixtures.py --export-json)";
   auto hf = Tokenizer::from_hf_json(dir + "/tokenizer.json");

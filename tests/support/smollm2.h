@@ -4,10 +4,11 @@
 #include <string>
 
 #include "model/causal_lm.h"
+#include "tests/support/paths.h"
 
 namespace specdec::testing_support {
 
-inline const std::string kSmolLM2 = SPECDEC_SOURCE_DIR "/models/smollm2-135m-instruct.gguf";
+inline const std::string kSmolLM2 = source_dir() + "/models/smollm2-135m-instruct.gguf";
 
 inline const model::LoadedModel& smollm2() {
   static const model::LoadedModel m = [] {

@@ -2,12 +2,18 @@
 // file, key and value -- never a crash (deep nesting), std::bad_alloc (huge sizes), silent
 // junk (T = 1e-300, NaN logits) or a file written outside the output folder ("name: ..").
 //
-// The table below runs the real build/specdec on inputs generated at test time in a temp
-// sandbox: crafted GGUF files (a working 1-layer llama with a byte-level tokenizer, and
-// variants with bad metadata), Hugging Face directories with bad config.json / tokenizer.json,
-// deeply nested JSONL / YAML, experiment YAMLs with bad names and values. Every case runs
-// with the sandbox as working directory and --results-root inside it, and afterwards nothing
-// may have appeared outside <sandbox>/work/results (nor in the repository's results/).
+// The table below runs the CLI's commands on inputs generated at test time in a temp sandbox:
+// crafted GGUF files (a working 1-layer llama with a byte-level tokenizer, and variants with bad
+// metadata), Hugging Face directories with bad config.json / tokenizer.json, deeply nested
+// JSONL / YAML, experiment YAMLs with bad names and values. Every case runs with the sandbox as
+// working directory and --results-root inside it, and afterwards nothing may have appeared
+// outside <sandbox>/work/results (nor in the repository's results/).
+// A case runs in this process, through cli::dispatch (what build/specdec's main() calls: the
+// same exit code and the same text on stdout and stderr); one case of each kind of failure a
+// user sees (each command, each stage that refuses: option parsing, a model's file, generation,
+// an experiment, the results root; and success) also runs through the real build/specdec
+// (kThroughBinary), so that the binary's exit code and message are checked too. Starting the
+// CLI took ~2 s a case under ASan (scripts/build.sh --sanitize), where all 165 cases now run.
 // No weights needed: the models are tiny-llama and the crafted GGUF.
 #include <gtest/gtest.h>
 
@@ -30,6 +36,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "harness/experiment.h"
 #include "model/tiny.h"
@@ -37,12 +44,16 @@
 #include "strategies/common.h"
 #include "strategies/registry.h"
 #include "tokenizer/byte_level.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::binary_dir;
+using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = std::string(SPECDEC_BINARY_DIR) + "/specdec";
+const std::string kBin = binary_dir() + "/specdec";
 
 // ---- sandbox -----------------------------------------------------------------------------
 
@@ -88,6 +99,40 @@ Output run_cli(const std::vector<std::string>& args) {
   return o;
 }
 
+// The same command line through cli::dispatch in this process, with the work folder as the
+// working directory and stdout and stderr (the file descriptors: printf and std::cout alike)
+// captured together, as run_cli's 2>&1 does.
+Output run_in_process(const std::vector<std::string>& args) {
+  const fs::path cwd = fs::current_path();
+  fs::current_path(work_dir());
+  std::cout.flush();
+  std::fflush(nullptr);
+  FILE* capture = std::tmpfile();
+  const int out = ::dup(1), err = ::dup(2);
+  ::dup2(::fileno(capture), 1);
+  ::dup2(::fileno(capture), 2);
+  Output o;
+  try {
+    o.code = specdec::cli::dispatch(args);
+  } catch (...) {
+    o.code = -1;  // dispatch lets nothing but non-std exceptions through: a crash of the binary
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::dup2(out, 1);
+  ::dup2(err, 2);
+  ::close(out);
+  ::close(err);
+  std::rewind(capture);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, capture)) > 0) o.text.append(buf, n);
+  std::fclose(capture);
+  fs::current_path(cwd);
+  return o;
+}
+
 // Every path under the sandbox except the results root, and the repository's results/ folders.
 std::set<std::string> snapshot() {
   std::set<std::string> out;
@@ -96,7 +141,7 @@ std::set<std::string> snapshot() {
     if (p.rfind(results_root().string(), 0) == 0) continue;
     out.insert(p);
   }
-  const fs::path repo_results = fs::path(SPECDEC_SOURCE_DIR) / "results";
+  const fs::path repo_results = fs::path(source_dir()) / "results";
   if (fs::is_directory(repo_results))
     for (const auto& e : fs::directory_iterator(repo_results)) out.insert(e.path().string());
   return out;
@@ -498,6 +543,22 @@ std::vector<Case> cases() {
   };
 }
 
+// The cases that also run through build/specdec: one for each kind of failure a user sees.
+const std::set<std::string> kThroughBinary = {
+    "yaml_deep_flow_300k",          // validate: an experiment file (and a deep parse in the binary's stack)
+    "name_dotdot_run",              // run: a results folder outside the results root
+    "generate_seed_text",           // generate: option parsing (boost::program_options)
+    "gguf_block_count_2e32",        // generate: a GGUF file's metadata
+    "hf_config_deep_300k",          // generate: a Hugging Face directory's config.json
+    "gguf_nan_weights_logits",      // generate: an error during generation
+    "gguf_good_control",            // generate: success, the stats line
+    "generate_prompt_not_utf8",     // generate: success, --json on stdout
+    "tokenizer_vocab_deep_300k",    // tokenize: a tokenizer.json
+    "catalog_deep",                 // models: a catalog file
+    "strategies_name_unknown",      // strategies
+    "compare_missing_runs",         // compare
+};
+
 std::string expand(std::string a) {
   const std::string key = "{in}";
   for (size_t p; (p = a.find(key)) != std::string::npos;) a.replace(p, key.size(), in_dir().string());
@@ -512,42 +573,43 @@ class BadInputs : public ::testing::TestWithParam<Case> {
   }
 };
 
-TEST_P(BadInputs, ExitCodeAndMessage) {
-  const Case& c = GetParam();
-#if defined(__SANITIZE_ADDRESS__)
-  // The ASan stage (scripts/build.sh --sanitize) starts each case's instrumented CLI, ~2 s apiece.
-  // An experiment that `validate` refuses never leaves the YAML's parsing and checking, which
-  // fuzz_experiment runs instrumented (ASan + UBSan) on every CI run; the main build runs these
-  // cases, message and exit code included.
-  if (c.args.at(0) == "validate")
-    GTEST_SKIP() << "validate: under ASan, the experiment parser is fuzz_experiment's (tests/fuzz)";
-#endif
+// Case c run by `run` (run_cli or run_in_process): its exit code, its message, and nothing
+// written outside the results root.
+void expect_case(const Case& c, const std::function<Output(const std::vector<std::string>&)>& run,
+                 const std::string& how) {
   std::vector<std::string> args;
   for (const auto& a : c.args) args.push_back(expand(a));
   const auto before = snapshot();
-  const Output o = run_cli(args);
+  const Output o = run(args);
   const auto after = snapshot();
-  if (std::getenv("SPECDEC_BAD_INPUTS_VERBOSE")) std::cout << "[" << o.code << "] " << o.text.substr(0, 600);
-  EXPECT_EQ(o.code, c.code) << o.text.substr(0, 2000);
+  if (std::getenv("SPECDEC_BAD_INPUTS_VERBOSE")) std::cout << how << " [" << o.code << "] " << o.text.substr(0, 600);
+  EXPECT_EQ(o.code, c.code) << how << "\n" << o.text.substr(0, 2000);
   EXPECT_NE(o.text.find(expand(c.fragment)), std::string::npos)
-      << "expected '" << c.fragment << "' in:\n" << o.text.substr(0, 2000);
-  EXPECT_EQ(o.text.find("bad_alloc"), std::string::npos) << o.text.substr(0, 2000);
+      << how << ": expected '" << c.fragment << "' in:\n" << o.text.substr(0, 2000);
+  EXPECT_EQ(o.text.find("bad_alloc"), std::string::npos) << how << "\n" << o.text.substr(0, 2000);
   if (c.code == 1) {
-    EXPECT_NE(o.text.find("error"), std::string::npos) << o.text.substr(0, 2000);
-    EXPECT_LT(o.text.size(), 20000u) << "the message should be short, not echo the input";
+    EXPECT_NE(o.text.find("error"), std::string::npos) << how << "\n" << o.text.substr(0, 2000);
+    EXPECT_LT(o.text.size(), 20000u) << how << ": the message should be short, not echo the input";
   }
   for (const auto& p : after)
-    EXPECT_TRUE(before.count(p)) << "written outside the results root: " << p;
+    EXPECT_TRUE(before.count(p)) << how << ": written outside the results root: " << p;
+}
+
+TEST_P(BadInputs, ExitCodeAndMessage) {
+  const Case& c = GetParam();
+  expect_case(c, run_in_process, "in-process");
+  if (kThroughBinary.count(c.name)) expect_case(c, run_cli, "build/specdec");
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BadInputs, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// The table really is a table: at least 40 distinct cases.
+// The table really is a table: at least 40 distinct cases; the binary runs cases of it.
 TEST(BadInputsTable, HasManyDistinctCases) {
   std::set<std::string> names;
   for (const auto& c : cases()) EXPECT_TRUE(names.insert(c.name).second) << c.name;
   EXPECT_GE(names.size(), 40u);
+  for (const auto& n : kThroughBinary) EXPECT_TRUE(names.count(n)) << n << " (kThroughBinary) is not in the table";
 }
 
 // ---- temperature: below k_min_temperature it is greedy, exactly -------------------------------
@@ -596,14 +658,15 @@ TEST(TinyTemperature, T1em300GivesTheGreedyTokens) {
   EXPECT_EQ(generate_tokens("sampling", {{"temperature", "1e-300"}, {"top_k", "5"}, {"top_p", "0.9"}}, 3), greedy);
 }
 
-// The CLI on the crafted GGUF: greedy and temperature=1e-300 print the same tokens.
+// The CLI on the crafted GGUF (cli::dispatch in-process, as a user's command line): greedy and
+// temperature=1e-300 print the same tokens.
 TEST(BadInputsCli, TemperatureTinyEqualsGreedy) {
   make_inputs();
   auto tokens_of = [](std::vector<std::string> extra) {
     std::vector<std::string> a = {"generate", "--model", in("good.gguf"), "--prompt", "hello", "--max-new-tokens",
                                   "16", "--json"};
     a.insert(a.end(), extra.begin(), extra.end());
-    const Output o = run_cli(a);
+    const Output o = run_in_process(a);
     EXPECT_EQ(o.code, 0) << o.text;
     const auto brace = o.text.rfind("\n{");
     return nlohmann::json::parse(o.text.substr(brace == std::string::npos ? 0 : brace + 1))["tokens"];
@@ -615,16 +678,17 @@ TEST(BadInputsCli, TemperatureTinyEqualsGreedy) {
   fs::remove_all(sandbox());
 }
 
-// The extensions of docs/adding.md on the CLI, as a user runs them (no weights: the crafted
-// GGUF): greedy speculative decoding with the example drafter and the suffix drafter prints the
-// tokens of greedy decoding; `specdec strategies` lists the drafters with their parameters.
+// The extensions of docs/adding.md on the CLI, as a user runs them (cli::dispatch in-process; no
+// weights: the crafted GGUF): greedy speculative decoding with the example drafter and the suffix
+// drafter prints the tokens of greedy decoding; `specdec strategies` lists the drafters with
+// their parameters.
 TEST(BadInputsCli, RegisteredDraftersEqualGreedy) {
   make_inputs();
   auto tokens_of = [](std::vector<std::string> extra) {
     std::vector<std::string> a = {"generate", "--model", in("good.gguf"), "--prompt", "ab ab ab ab", "--max-new-tokens",
                                   "16", "--json", "--set", "temperature=0"};
     a.insert(a.end(), extra.begin(), extra.end());
-    const Output o = run_cli(a);
+    const Output o = run_in_process(a);
     EXPECT_EQ(o.code, 0) << o.text;
     const auto brace = o.text.rfind("\n{");
     return nlohmann::json::parse(o.text.substr(brace == std::string::npos ? 0 : brace + 1))["tokens"];
@@ -634,7 +698,7 @@ TEST(BadInputsCli, RegisteredDraftersEqualGreedy) {
   for (const char* drafter : {"repeat_last", "suffix", "ngram"})
     EXPECT_EQ(tokens_of({"--strategy", "speculative", "--set", std::string("drafter=") + drafter}), greedy) << drafter;
   EXPECT_EQ(tokens_of({"--strategy", "speculative", "--set", "drafter=repeat_last", "--set", "repeat_min_run=1"}), greedy);
-  const Output list = run_cli({"strategies"});
+  const Output list = run_in_process({"strategies"});
   EXPECT_EQ(list.code, 0);
   for (const char* s : {"annealed", "repeat_last", "repeat_min_run=2", "suffix_max_match=32", "model (needs --draft)"})
     EXPECT_NE(list.text.find(s), std::string::npos) << s << " missing in:\n" << list.text;

@@ -12,6 +12,9 @@
 #include "core/error.h"
 #include "harness/experiment.h"
 #include "harness/runner.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec::harness;
 namespace fs = std::filesystem;
@@ -32,7 +35,7 @@ RunOutcome run_tiny(const std::string& out, std::vector<std::string> extra = {})
   auto sets = kSmall;
   sets.insert(sets.end(), extra.begin(), extra.end());
   fs::remove_all(out);
-  const auto cfg = load_experiment(std::string(SPECDEC_SOURCE_DIR) + "/experiments/tiny_ci.yaml", sets);
+  const auto cfg = load_experiment(source_dir() + "/experiments/tiny_ci.yaml", sets);
   RunOptions opt;
   opt.out_dir = out;
   opt.progress = false;

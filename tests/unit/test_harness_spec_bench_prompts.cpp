@@ -13,6 +13,9 @@
 #include "harness/experiment.h"
 #include "harness/paths.h"
 #include "harness/plan.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using namespace specdec;
 using namespace specdec::harness;
@@ -20,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string spec_bench_file() { return std::string(SPECDEC_SOURCE_DIR) + "/experiments/prompts/spec_bench.jsonl"; }
+std::string spec_bench_file() { return source_dir() + "/experiments/prompts/spec_bench.jsonl"; }
 
 // An experiment over the real file with extra `prompts` keys (YAML flow-map entries).
 std::string spec_bench_yaml(const std::string& prompt_keys, const std::string& extra = "") {
@@ -259,7 +262,7 @@ TEST(SpecBenchPrompts, InterleaveAndReportContext) {
   EXPECT_EQ(parse(minimal + "interleave: prompt\n").interleave, "prompt");
   EXPECT_EQ(parse(minimal + "interleave: cell\n").interleave, "cell");
   EXPECT_EQ(parse(minimal, {"interleave=prompt"}).interleave, "prompt");
-  const std::string ctx = std::string(SPECDEC_SOURCE_DIR) + "/experiments/spec_bench_leaderboard.md";
+  const std::string ctx = source_dir() + "/experiments/spec_bench_leaderboard.md";
   ASSERT_TRUE(fs::exists(ctx));
   const auto c = parse(minimal + "report: {context: " + ctx + "}\n");
   EXPECT_EQ(c.report_context, ctx);  // kept as written, like prompts.file
@@ -272,7 +275,7 @@ TEST(SpecBenchPrompts, InterleaveAndReportContext) {
 }
 
 TEST(SpecBenchPrompts, ResolvedYamlCarriesTurnsSubcategoryInterleaveAndContext) {
-  const std::string ctx = std::string(SPECDEC_SOURCE_DIR) + "/experiments/spec_bench_leaderboard.md";
+  const std::string ctx = source_dir() + "/experiments/spec_bench_leaderboard.md";
   const auto c = parse(
       spec_bench_yaml("groups: spec_bench, per_category: 2", "interleave: prompt\nreport: {context: " + ctx + "}\n"));
   const std::string y = to_yaml(c);
@@ -403,7 +406,7 @@ TEST(SpecBenchPrompts, ShippedExperimentsParse) {
   // groups (or over the groups they pick: the batched runs, batch_scaling*.yaml and
   // trained_drafters_batch_smollm2.yaml, take four single-turn ones).
   int n_spec_bench = 0;
-  for (const auto& e : fs::directory_iterator(std::string(SPECDEC_SOURCE_DIR) + "/experiments")) {
+  for (const auto& e : fs::directory_iterator(source_dir() + "/experiments")) {
     if (e.path().extension() != ".yaml") continue;
     SCOPED_TRACE(e.path().string());
     ExperimentConfig c;

@@ -18,6 +18,9 @@
 #include "core/error.h"
 #include "io/dequant.h"
 #include "io/gguf.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using specdec::io::GgmlType;
 using specdec::io::GgufFile;
@@ -375,7 +378,7 @@ TEST(IoGguf, MissingFileNamesPath) {
 // them into tests/fixtures/io/seed_tensors.json. This cross-checks the K-quants, which
 // the SmolLM2 file does not contain, against an independent implementation.
 TEST(IoGguf, SeedFilesMatchPythonGguf) {
-  const std::string root = SPECDEC_SOURCE_DIR;
+  const std::string root = source_dir();
   std::ifstream in(root + "/tests/fixtures/io/seed_tensors.json");
   ASSERT_TRUE(in) << "missing fixture: run scripts/reference/make_io_fixtures.py";
   const auto doc = nlohmann::json::parse(in);

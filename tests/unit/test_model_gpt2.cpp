@@ -15,6 +15,9 @@
 
 #include "core/error.h"
 #include "model/gpt2.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
 namespace sm = specdec::model;
@@ -24,7 +27,7 @@ namespace {
 
 const json& fixture() {
   static const json j = [] {
-    const std::string path = SPECDEC_SOURCE_DIR "/tests/fixtures/model/gpt2_tiny.json";
+    const std::string path = source_dir() + "/tests/fixtures/model/gpt2_tiny.json";
     std::ifstream in(path);
     if (!in) throw specdec::Error("cannot open " + path);
     return json::parse(in);

@@ -9,6 +9,9 @@
 
 #include "core/error.h"
 #include "sampling/processors.h"
+#include "tests/support/paths.h"
+
+using specdec::testing_support::source_dir;
 
 using specdec::Tokens;
 using namespace specdec::sampling;
@@ -20,7 +23,7 @@ at::Tensor row(const std::vector<float>& v) {  // -> [1, V]
 }
 
 TEST(Processors, MatchHuggingFaceFixture) {
-  std::ifstream in(SPECDEC_SOURCE_DIR "/tests/fixtures/strategies/processors.json");
+  std::ifstream in(source_dir() + "/tests/fixtures/strategies/processors.json");
   ASSERT_TRUE(in) << "missing fixture; run scripts/reference/make_beam_fixtures.py";
   const auto fx = nlohmann::json::parse(in);
   ASSERT_GE(fx["cases"].size(), 6u);
