@@ -56,7 +56,7 @@ std::atomic<int> g_spin_us{[] {
 }()};
 std::atomic<Backend> g_backend{Backend::kPool};
 thread_local bool t_in_region = false;  // inside a chunk (or a worker): nested loops run inline
-thread_local bool t_solo = false;       // inside a Step that runs its loops on this thread alone
+thread_local bool t_solo = false;       // the last Step on this thread ran its loops alone
 
 // Spins until pred() holds or the spin budget is spent; returns pred(). After a few pauses it
 // yields the core at each turn: on a machine with more runnable threads than cores, the thread
@@ -271,25 +271,26 @@ namespace detail {
 int ModeChooser::pick() {
   if (n_[0] == 0) return 0;
   if (n_[1] == 0) return 1;
-  const int best = preferred();
-  return --until_retry_ <= 0 ? 1 - best : best;  // now and then, the other
+  return --until_retry_ <= 0 ? 1 - preferred_ : preferred_;  // now and then, the other
 }
 
 void ModeChooser::record(int mode, double ms) {
-  const int before = n_[0] > 0 && n_[1] > 0 ? preferred() : mode;
-  if (mode != before) n_[mode] = next_[mode] = 0;  // a retry: its older times are of another load
+  const bool retry = n_[0] > 0 && n_[1] > 0 && mode != preferred_;
+  if (retry) n_[mode] = next_[mode] = 0;  // its older times are of another load
   ms_[mode][next_[mode]] = ms;
-  next_[mode] = (next_[mode] + 1) % 3;
-  n_[mode] = std::min(n_[mode] + 1, 3);
+  next_[mode] = (next_[mode] + 1) % kHeld;
+  n_[mode] = std::min(n_[mode] + 1, kHeld);
   if (n_[0] == 0 || n_[1] == 0) return;
-  const int after = preferred();
-  if (after == before && mode == before) return;
-  // A retry, or a flip: the next retry of the other mode comes after 8 steps when the preference
-  // changed (the load did), else after as many steps as keep its cost near 1 % of the time
-  // (100 steps per unit of its excess over the preferred mode, 8 .. 128).
-  const double excess = mean(1 - after) / std::max(mean(after), 1e-9) - 1;
-  interval_ = after != before ? 8 : static_cast<int>(std::clamp(100 * excess, 8.0, 128.0));
-  until_retry_ = interval_;
+  // The other mode takes over when 5 % faster: a margin, so that noise does not flip it back
+  // and forth (each flip runs a few steps in the slower mode).
+  const int other = 1 - preferred_;
+  const bool flip = mean(other) < 0.95 * mean(preferred_);
+  if (flip) preferred_ = other;
+  if (!flip && !retry) return;
+  // After a flip (the load changed) the other is retried in 8 steps, after a lost retry at a
+  // spacing that keeps retries near 1 % of the time: 100 steps per unit of its excess, 8 .. 128.
+  const double excess = mean(1 - preferred_) / std::max(mean(preferred_), 1e-9) - 1;
+  until_retry_ = flip ? 8 : static_cast<int>(std::clamp(100 * excess, 8.0, 128.0));
 }
 
 double ModeChooser::mean(int mode) const {
@@ -298,7 +299,6 @@ double ModeChooser::mean(int mode) const {
   return n_[mode] ? sum / n_[mode] : 0;
 }
 
-int ModeChooser::preferred() const { return mean(0) <= mean(1) ? 0 : 1; }
 
 }  // namespace detail
 
@@ -326,7 +326,7 @@ Step::Step(const void* who, int64_t kind) {
 Step::~Step() {
   if (!chooser_) return;
   chooser_->record(mode_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
-  t_solo = t_in_step = false;
+  t_in_step = false;  // t_solo stays: the loops between forwards follow the last one's choice
 }
 
 }  // namespace specdec::parallel

@@ -44,13 +44,14 @@ void set_spin_us(int us);
 int spin_us();
 
 namespace detail {
-// Step's choice for one kind of step, from its last three times in each mode (0: the pool, 1:
+// Step's choice for one kind of step, from its last five times in each mode (0: the pool, 1:
 // the calling thread alone). Their means decide, not their medians: under contention the
-// pool's cost is in its rare long stalls. The mode not preferred is retried (its older times
-// dropped, as they belong to another load) 8 steps after the preference flips, then at a
-// spacing that keeps the retries' cost near 1 % of the time (8 .. 128 steps): a quiet machine
-// pays little for them, and a change of load is seen within a few steps where the two modes
-// are close, within 128 where they are far apart.
+// pool's cost is in its rare long stalls. The other mode takes over when its mean is 5 % lower
+// (a margin against flipping on noise). The mode not preferred is retried (its older times
+// dropped, as they belong to another load) 8 steps after a flip, then at a spacing that keeps
+// the retries' cost near 1 % of the time (8 .. 128 steps): a quiet machine pays little for them,
+// and a change of load is seen within a few steps where the two modes are close, within 128
+// where they are far apart.
 class ModeChooser {
  public:
   int pick();                        // the mode for the next step
@@ -58,10 +59,10 @@ class ModeChooser {
   double mean(int mode) const;       // of the times held (0 before any)
 
  private:
-  int preferred() const;
-  double ms_[2][3] = {};
+  static constexpr int kHeld = 5;  // times held per mode
+  double ms_[2][kHeld] = {};
   int n_[2] = {0, 0}, next_[2] = {0, 0};
-  int interval_ = 8, until_retry_ = 8;
+  int preferred_ = 0, until_retry_ = 8;
 };
 }  // namespace detail
 
@@ -71,8 +72,10 @@ class ModeChooser {
 // beside a busy process two threads can lose to one (a descheduled thread holds up every loop
 // it has a chunk of, and a memory-bound step gains little from the second core), and then the
 // step runs alone until the pool wins again. Results do not depend on the mode (parallel_for's
-// chunks are the same either way). `who` and `kind` name the kind (e.g. the model and N); a
-// Step inside another Step, or with one thread, changes nothing. Per calling thread.
+// chunks are the same either way). The loops that follow a Step outside any Step (sampling,
+// verification) run as it did, until the next Step. `who` and `kind` name the kind (e.g. the
+// model and N); a Step inside another Step, or with one thread, changes nothing. Per calling
+// thread.
 class Step {
  public:
   Step(const void* who, int64_t kind);

@@ -187,8 +187,9 @@ TEST(Parallel, StepChooserFollowsTheFasterModeAndRetriesTheOtherRarely) {
   EXPECT_LE(solo, 70);
 }
 
-// A Step that runs alone keeps every chunk on the calling thread; the first Step of a kind uses
-// the pool and the second tries the thread alone; a Step inside a Step changes nothing.
+// A Step that runs alone keeps every chunk on the calling thread, and so do the loops after it
+// until the next Step; the first Step of a kind uses the pool and the second tries the thread
+// alone; a Step inside a Step changes nothing.
 TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
   Restore restore;
   sp::set_num_threads(2, true);
@@ -212,7 +213,10 @@ TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
     sp::Step nested(&kind_tag, 2);  // changes nothing: still alone
     EXPECT_EQ(threads_used(), std::set<std::thread::id>{std::this_thread::get_id()});
   }
-  // Outside any Step the pool is used again (the worker takes some chunks of a long loop).
+  // Loops after it, outside any Step, follow its choice: alone, until a Step picks the pool
+  // (the third of the kind: the pool's recorded time, nearly nothing, is the lower).
+  EXPECT_EQ(threads_used(), std::set<std::thread::id>{std::this_thread::get_id()});
+  { sp::Step third(&kind_tag, 1); }
   bool pooled = false;
   for (int attempt = 0; attempt < 20 && !pooled; ++attempt) pooled = threads_used().size() > 1;
   EXPECT_TRUE(pooled);
