@@ -299,7 +299,6 @@ double ModeChooser::mean(int mode) const {
   return n_[mode] ? sum / n_[mode] : 0;
 }
 
-
 }  // namespace detail
 
 namespace {
@@ -315,7 +314,9 @@ detail::ModeChooser& chooser_of(const void* who, int64_t kind) {
 }  // namespace
 
 Step::Step(const void* who, int64_t kind) {
-  if (num_threads() == 1 || t_in_region || t_in_step || g_backend != Backend::kPool) return;
+  if (t_in_region || t_in_step) return;  // inside a chunk or another Step: that one decides
+  t_solo = false;                        // a Step that does not choose leaves the pool as usual
+  if (num_threads() == 1 || g_backend != Backend::kPool) return;
   chooser_ = &chooser_of(who, kind);
   mode_ = chooser_->pick();
   t_in_step = true;

@@ -217,7 +217,16 @@ TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
   // (the third of the kind: the pool's recorded time, nearly nothing, is the lower).
   EXPECT_EQ(threads_used(), std::set<std::thread::id>{std::this_thread::get_id()});
   { sp::Step third(&kind_tag, 1); }
-  bool pooled = false;
-  for (int attempt = 0; attempt < 20 && !pooled; ++attempt) pooled = threads_used().size() > 1;
-  EXPECT_TRUE(pooled);
+  const auto pooled = [&] {
+    for (int attempt = 0; attempt < 20; ++attempt)
+      if (threads_used().size() > 1) return true;
+    return false;
+  };
+  EXPECT_TRUE(pooled());
+  // A Step that does not choose (the OpenMP backend here) leaves no earlier choice behind.
+  { sp::Step second_kind(&kind_tag, 3); }
+  { sp::Step alone(&kind_tag, 3); }  // the second of a kind runs alone: its choice stays
+  sp::set_backend(sp::Backend::kOpenMP);
+  { sp::Step not_choosing(&kind_tag, 3); }
+  EXPECT_TRUE(pooled());
 }
