@@ -54,8 +54,9 @@ case $mode in
     # The fuzzers run for a fixed wall time each, one process apiece: two at a time.
     exec ctest --test-dir build --output-on-failure -L fuzz -j "${SPECDEC_JOBS:-$(nproc)}" ;;
   --heavy)
+    # Two at a time as well: none of the heavy entries reads the load or times itself.
     check_shards
-    exec ctest --test-dir build --output-on-failure -L heavy ;;
+    exec ctest --test-dir build --output-on-failure -L heavy -j "${SPECDEC_JOBS:-$(nproc)}" ;;
   --heavy-shard)
     check_shards
     n=$(grep -c '^shard' "$shards")
@@ -64,7 +65,7 @@ case $mode in
     names=$(sed -n "s/^shard $k: *//p" "$shards")
     [ -n "$names" ] || { echo "test.sh: no shard $k in $shards (0..$((n - 1)))" >&2; exit 1; }
     echo "test.sh: heavy shard $k of $n: $names"
-    exec ctest --test-dir build --output-on-failure -R "^($(echo $names | tr ' ' '|'))\$" ;;
+    exec ctest --test-dir build --output-on-failure -R "^($(echo $names | tr ' ' '|'))\$" -j "${SPECDEC_JOBS:-$(nproc)}" ;;
   --slow)
     bash scripts/fetch_models.sh qwen2.5-coder-0.5b qwen2.5-coder-1.5b
     exec ctest --test-dir build --output-on-failure -L slow ;;

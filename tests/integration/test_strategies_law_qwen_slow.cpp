@@ -7,11 +7,11 @@
 // Power: N is computed from the exact law before sampling (samples_for_power): the smallest N
 // at which EVERY law at total variation 0.05 from the exact one (on the chi-square's cells)
 // is rejected with probability >= 0.8 (noncentral chi-square, noncentrality >= N (2 TV)^2).
-// For 5-10 cells that is N ~ 1700-2150 (20 cells: 2800). The test prints N, the cells, that
+// For 5 cells (this prompt) that is N = 1700, for 10 cells 2150, for 20 cells 2800. The test prints N, the cells, that
 // power and the one for the worst case of the family "0.05 moved from one outcome to
 // another, or spread over the rest". The planted bug (ts::ResidualAsPBackend: the correction token after a
-// rejection sampled from p, not the residual) must fail at N / 2 samples (on SmolLM2 it moves
-// the law by TV 0.25-0.3; half of N still has ~99% power at TV 0.1 should the pair agree more).
+// rejection sampled from p, not the residual) must fail at N / 2 samples: it moves the first
+// token's law alone by TV 0.25 here (noncentrality ~N/2 (2 TV)^2 ~ 210, power ~1).
 //
 // Needs models/qwen2.5-coder-{0.5b,1.5b}-instruct.gguf (~2 GB; scripts/fetch_models.sh);
 // skips with a message when they are missing.
@@ -39,7 +39,14 @@ constexpr int64_t kMaxSamples = 20000;  // a law too spread to test in hours fai
 constexpr int64_t kBatch = 16;
 constexpr double kLevel = 0.01;
 constexpr double kTv = 0.05;
-const char* const kPrompt = "The Eiffel Tower is located in";  // a peaked continuation
+// A continuation with a few likely outcomes, where the two models disagree: 5 outcomes under
+// these processors (N = 1700), and the 0.5B's first draft token is rejected with probability
+// 0.48, where the planted bug moves the first token's law alone by TV 0.25 (both computed from
+// the two models' first rows). SmolLM2's prompt, "The Eiffel Tower is located in", has ONE
+// outcome under the 1.5B (no law to test); "Here is a list of fruits:" has 4, but the planted
+// bug moved them by TV 0.006 (the draft's rejected mass lies outside the target's top-p set,
+// where the residual is p itself).
+const char* const kPrompt = "Python is a";
 const char* const kTargetFile = "qwen2.5-coder-1.5b-instruct.gguf";
 const char* const kDraftFile = "qwen2.5-coder-0.5b-instruct.gguf";
 
@@ -78,7 +85,8 @@ const Rig& rig() {
     rig.target_reuse = std::make_shared<model::PrefixReuse>(rig.target.model, prefix);
     rig.draft_reuse = std::make_shared<model::PrefixReuse>(rig.draft.model, prefix);
     rig.exact = ts::exact_joint_shared(*rig.target.model, rig.prompt, proc());
-    rig.n = ts::samples_for_power(rig.exact, kTv, kLevel, 0.8);
+    // A law with one outcome leaves the chi-square no degree of freedom (and no way to fail).
+    if (rig.exact.size() >= 2) rig.n = ts::samples_for_power(rig.exact, kTv, kLevel, 0.8);
     return rig;
   }();
   return r;
@@ -114,6 +122,8 @@ class QwenLaw : public ::testing::TestWithParam<std::string> {
 
 TEST_P(QwenLaw, FollowsTheExactProcessedLaw) {
   const Rig& r = rig();
+  ASSERT_GE(r.exact.size(), 2u) << "the law of \"" << kPrompt << "\" has one outcome: choose a prompt whose "
+                                << "continuation the 1.5B is less sure of";
   ASSERT_LE(r.n, kMaxSamples) << "the law of " << kPrompt << " has " << r.exact.size()
                               << " outcomes: too many for 80% power in reasonable time";
   std::printf("support %zu outcomes, %lld cells at N = %lld; power at TV %.2f: >= %.3f over all laws, %.3f for "
@@ -129,6 +139,7 @@ TEST_P(QwenLaw, FollowsTheExactProcessedLaw) {
 }
 
 TEST_P(QwenLaw, APlantedResidualBugFails) {
+  ASSERT_GE(rig().exact.size(), 2u) << "see FollowsTheExactProcessedLaw";
   ASSERT_LE(rig().n, kMaxSamples) << "see FollowsTheExactProcessedLaw";
   auto bug = std::make_shared<ts::ResidualAsPBackend>(model::backend_of(rig().target.model->device()));
   const ts::Samples s = draw(GetParam(), rig().n / 2, bug);
@@ -140,3 +151,5 @@ INSTANTIATE_TEST_SUITE_P(Verify, QwenLaw, ::testing::Values("chain", "block", "t
                          [](const auto& info) { return info.param; });
 
 }  // namespace
+
+
