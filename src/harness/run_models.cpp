@@ -10,13 +10,8 @@ namespace {
 
 model::LoadedModel load_one(const ModelChoice& m, bool oversubscribe) {
   model::ModelSpec spec = resolve_model(m.name);
-  spec.dtype = m.dtype;
-  spec.threads = m.threads;
+  spec.options() = m;
   spec.threads_oversubscribe = oversubscribe;
-  spec.seed = m.seed;
-  spec.device = m.device;
-  spec.engine = m.engine;
-  spec.graphs = m.graphs;
   return model::load(spec);
 }
 
