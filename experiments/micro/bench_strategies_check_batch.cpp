@@ -1,4 +1,4 @@
-// One batch of the harness's distribution-check samples (runner.cpp: sampling_checks), as the
+// One batch of the harness's distribution-check samples (cell_checks.cpp: CellRunner::sampling_checks), as the
 // quickstart's spec-self cell draws them: 8 speculative generations of 4 tokens at T = 0.7 from
 // one prompt whose prefill is stored (model::PrefixReuse), drafted by the model itself, in one
 // Strategy::generate_batch call; and the same 8 one after another (checks.batch_size 1).

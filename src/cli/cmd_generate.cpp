@@ -26,14 +26,16 @@ namespace specdec::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, draft, strategy = "greedy", prompt, prompt_file, dtype = "auto", draft_dtype,
-              device = "cpu", engine = "auto", graphs = "auto", trace;
+  std::string model, draft, strategy = "greedy", prompt, prompt_file, draft_dtype, trace;
+  // Both models' options (--dtype, --threads, --threads-oversubscribe, --device, --engine,
+  // --graphs; the draft's dtype is --draft-dtype when given). Its seed stays 0: --seed is the
+  // request's.
+  model::ModelOptions models;
   std::vector<std::string> sets, stops;
   int64_t max_new_tokens = 128;
   int64_t seed = 0;  // read signed so that a negative value is an error, not a wrapped 2^64 - 1
-  int threads = 2;
   double timeout_s = 0;
-  bool chat = false, json = false, stats = false, threads_oversubscribe = false;
+  bool chat = false, json = false, stats = false;
 };
 
 strategies::Params parse_sets(const std::vector<std::string>& sets) {
@@ -60,12 +62,8 @@ std::string read_prompt(const GenerateOptions& o) {
 
 model::LoadedModel load_model(const std::string& name, const std::string& dtype, const GenerateOptions& o) {
   model::ModelSpec spec = harness::resolve_model(name);
-  spec.threads = o.threads;
-  spec.threads_oversubscribe = o.threads_oversubscribe;
+  spec.options() = o.models;
   spec.dtype = dtype;
-  spec.device = o.device;
-  spec.engine = o.engine;
-  spec.graphs = o.graphs;
   return model::load(spec);
 }
 
@@ -112,20 +110,20 @@ nlohmann::json trace_json(const GenerateOptions& o, const strategies::Params& pa
 int run_generate(const GenerateOptions& o) {
   SD_CHECK(o.seed >= 0, "--seed must be >= 0, got ", o.seed);  // before loading any model
   if (!o.trace.empty()) harness::trace_json_path(o.trace);      // a bad --trace path, too
-  model::set_threads(o.threads, o.threads_oversubscribe);
+  model::set_threads(o.models.threads, o.models.threads_oversubscribe);
   const strategies::Params params = parse_sets(o.sets);
   auto strategy = strategies::create(o.strategy, params);  // fails early on bad names/params
   const strategies::Params resolved = strategies::resolve(o.strategy, params);
   const strategies::StrategyNeeds needs = strategies::strategy_needs(o.strategy, resolved, !o.draft.empty());
   SD_CHECK(!needs.draft_model || !o.draft.empty(), "strategy '", o.strategy, "'",
            needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs --draft");
-  const model::LoadedModel tgt = load_model(o.model, o.dtype, o);
+  const model::LoadedModel tgt = load_model(o.model, o.models.dtype, o);
   SD_CHECK(tgt.tokenizer != nullptr, "model '", o.model, "' has no tokenizer; generate needs one");
   strategies::Request req;
   req.target = tgt.model;
   req.tokenizer = tgt.tokenizer;
   if (!o.draft.empty()) {
-    const model::LoadedModel dft = load_model(o.draft, o.draft_dtype.empty() ? o.dtype : o.draft_dtype, o);
+    const model::LoadedModel dft = load_model(o.draft, o.draft_dtype.empty() ? o.models.dtype : o.draft_dtype, o);
     req.draft = dft.model;
     req.draft_tokenizer = dft.tokenizer;
     if (dft.tokenizer) strategies::check_tokenizers_compatible(*tgt.tokenizer, *dft.tokenizer);
@@ -175,18 +173,18 @@ int cmd_generate(const Args& args) {
       ("chat", po::bool_switch(&o.chat), "wrap the prompt in the model's chat template (user turn)")
       ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(128), "generated tokens at most")
       ("seed", po::value(&o.seed)->default_value(0), "random seed (sampling, speculative sampling)")
-      ("threads", po::value(&o.threads)->default_value(2), "engine threads (0 = all cores; at most the cores this process may use)")
-      ("threads-oversubscribe", po::bool_switch(&o.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
-      ("dtype", po::value(&o.dtype)->default_value("auto"), "weights of linear layers: auto (native for a GGUF file, else float32) | "
+      ("threads", po::value(&o.models.threads)->default_value(o.models.threads), "engine threads (0 = all cores; at most the cores this process may use)")
+      ("threads-oversubscribe", po::bool_switch(&o.models.threads_oversubscribe), "allow more threads than cores (slower on a memory-bound engine)")
+      ("dtype", po::value(&o.models.dtype)->default_value(o.models.dtype), "weights of linear layers: auto (native for a GGUF file, else float32) | "
        "float32 | bfloat16 | native (a GGUF file's own blocks; logits bit-identical to float32) | native_q8 (the same with "
        "int8 activations, as llama.cpp: faster, not identical) | q4_1 (every weight matrix requantised to Q4_1 at load, int8 "
        "activations: lossy, a cheaper draft)")
       ("draft-dtype", po::value(&o.draft_dtype), "dtype of the --draft model (default: --dtype)")
-      ("device", po::value(&o.device)->default_value("cpu"), "where the models run: cpu | cuda | cuda:N (CUDA: needs a LibTorch "
+      ("device", po::value(&o.models.device)->default_value(o.models.device), "where the models run: cpu | cuda | cuda:N (CUDA: needs a LibTorch "
        "with CUDA)")
-      ("engine", po::value(&o.engine)->default_value("auto"), "model engine: auto (packed on cpu, aten elsewhere) | packed (the "
+      ("engine", po::value(&o.models.engine)->default_value(o.models.engine), "model engine: auto (packed on cpu, aten elsewhere) | packed (the "
        "CPU kernels) | aten (LibTorch ops on the device; on cpu: the GPU path's CPU twin)")
-      ("graphs", po::value(&o.graphs)->default_value("auto"), "engine aten: fixed-shape steps captured as CUDA graphs "
+      ("graphs", po::value(&o.models.graphs)->default_value(o.models.graphs), "engine aten: fixed-shape steps captured as CUDA graphs "
        "(auto: on for cuda | on: also on cpu, uncaptured, the GPU path's twin | off)")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")

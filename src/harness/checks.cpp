@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <utility>
 #include <numeric>
 
 #include "core/error.h"
 #include "harness/stats.h"
 
 namespace specdec::harness {
+
+using nlohmann::json;
 
 namespace {
 std::string fmt_p(double p) {
@@ -168,6 +171,31 @@ CheckOutcome sequence_check(const std::vector<Tokens>& baseline, const std::vect
   out.detail = "L " + std::to_string(length) + "; per-position p: " + per_pos + "; log-lik mean baseline " +
                fmt_p(mean_a) + " candidate " + fmt_p(mean_b) + ", Mann-Whitney p " + fmt_p(mw.p_value);
   return out;
+}
+
+// Greedy equality from the sample lines of repeat 0: every candidate turn against the
+// baseline's turn of the same prompt, token for token.
+CheckOutcome greedy_equality(const std::vector<const json*>& cand_lines, const std::vector<const json*>& base_lines) {
+  auto by_turn = [](const std::vector<const json*>& lines) {
+    std::vector<std::pair<std::string, Tokens>> out;
+    for (const json* l : lines) {
+      if (l->at("repeat").get<int64_t>() != 0) continue;
+      const int64_t turn = l->value("turn", int64_t{0});
+      out.emplace_back(l->at("prompt").get<std::string>() + (turn ? " turn " + std::to_string(turn + 1) : ""),
+                       l->at("tokens").get<Tokens>());
+    }
+    return out;
+  };
+  const auto cand = by_turn(cand_lines), base = by_turn(base_lines);
+  std::map<std::string, Tokens> base_of(base.begin(), base.end());
+  std::vector<std::string> ids;
+  std::vector<Tokens> b, c;
+  for (const auto& [id, toks] : cand) {
+    ids.push_back(id);
+    c.push_back(toks);
+    b.push_back(base_of.count(id) ? base_of.at(id) : Tokens{});
+  }
+  return greedy_equality_check(ids, b, c);
 }
 
 }  // namespace specdec::harness

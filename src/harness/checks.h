@@ -1,7 +1,7 @@
 #pragma once
 // Distribution checks of speculative decoding against the target model. These functions
 // take plain vectors (samples, exact probabilities, log-likelihoods) so they are testable
-// without a model; the runner gathers the inputs.
+// without a model; the runner gathers the inputs (cell_checks.cpp).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +15,11 @@ namespace specdec::harness {
 // the prompt and the first differing position.
 CheckOutcome greedy_equality_check(const std::vector<std::string>& prompt_ids, const std::vector<Tokens>& baseline,
                                    const std::vector<Tokens>& candidate);
+
+// The same from samples.jsonl lines (metrics.h: lines_of): every candidate turn of repeat 0
+// against the baseline's turn of the same prompt ("<prompt> turn N" from the second turn on).
+CheckOutcome greedy_equality(const std::vector<const nlohmann::json*>& cand_lines,
+                             const std::vector<const nlohmann::json*>& base_lines);
 
 // First generated token vs the target's exact processed distribution p: // [V]
 // bins are the top_k tokens of p plus "other"; Pearson chi-square and G-test, each at

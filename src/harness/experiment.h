@@ -10,18 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "model/model_options.h"
+
 namespace specdec::harness {
 
-struct ModelChoice {
+// models.target / models.draft: the model's options (model_options.h: the keys dtype, threads,
+// seed, device, engine and graphs, with its defaults; threads 2) and which model.
+// threads_oversubscribe is no key: the runner sets it from `specdec run --threads-oversubscribe`.
+struct ModelChoice : model::ModelOptions {
   std::string name;               // catalog name, .gguf path, HF dir, or "tiny-llama"
-  std::string dtype = "auto";     // "auto" | "float32" | "bfloat16" | "native" (GGUF blocks) |
-                                  // "native_q8" | "q4_1" (requantised at load, lossy; for
-                                  // drafts); auto: native for GGUF files, else float32
-  int threads = 2;                // LibTorch intra-op threads (0 = all cores)
-  uint64_t seed = 0;              // tiny random models only
-  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N" (model/device.h)
-  std::string engine = "auto";    // "auto" | "packed" | "aten" (model/causal_lm.h ModelSpec)
-  std::string graphs = "auto";    // "auto" | "on" | "off" (ModelSpec::graphs)
 };
 
 struct PromptItem {

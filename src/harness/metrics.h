@@ -97,4 +97,16 @@ nlohmann::json to_json(const strategies::PhaseTimes& t);
 strategies::PhaseTimes phase_ms_from(const nlohmann::json& ms);
 LoadSample load_from_json(const nlohmann::json& j);
 
+struct PlannedCell;  // harness/plan.h
+
+// The samples.jsonl lines of one cell's side ("candidate", "baseline", ...), in file order.
+std::vector<const nlohmann::json*> lines_of(const std::vector<nlohmann::json>& samples, const std::string& cell,
+                                            const std::string& role);
+// A cell's figures from the samples.jsonl lines of its measured generations (candidate and
+// autoregressive baseline; `base_lines` empty when the cell is its own baseline). Both
+// interleave modes and resumed runs compute every figure here and nowhere else (the runner,
+// runner.h); checks and load are the caller's to add.
+CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const nlohmann::json*>& cand_lines,
+                         const std::vector<const nlohmann::json*>& base_lines, bool has_draft);
+
 }  // namespace specdec::harness

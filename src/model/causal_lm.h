@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/kv_cache.h"
+#include "model/model_options.h"
 
 namespace specdec::tokenizer { class Tokenizer; }
 
@@ -138,27 +139,15 @@ class CausalLM {
   virtual at::Tensor output_head(const at::Tensor& hidden) const;
 };
 
-// How to load a model. `path` is a .gguf file, a Hugging Face directory (config.json +
-// *.safetensors + tokenizer.json), or "tiny-llama"/"tiny-gpt2" for a seeded random model.
-struct ModelSpec {
+// How to load a model: the options (model_options.h; threads default 2) and where the weights
+// are. `path` is a .gguf file, a Hugging Face directory (config.json + *.safetensors +
+// tokenizer.json), or "tiny-llama"/"tiny-gpt2" for a seeded random model.
+struct ModelSpec : ModelOptions {
   std::string name;
   std::string path;
-  std::string dtype = "auto";     // "auto" | "float32" | "bfloat16" | "native" | "native_q8" |
-                                  // "q4_1" (weights of linear layers; native: a GGUF file's own
-                                  // blocks, native_q8 the same with int8 activations, panels.h;
-                                  // q4_1: requantised to Q4_1 at load, lossy, for drafts;
-                                  // auto: native for a Llama-family GGUF file on the packed
-                                  // CPU engine, else float32 — load() records which)
-  int threads = 0;                // 0: all cores
-  bool threads_oversubscribe = false;  // allow more threads than the hardware runs at once
-  uint64_t seed = 0;              // tiny random models only
-  std::string device = "cpu";     // "cpu" | "cuda" | "cuda:N": where weights and KV cache live
-  std::string engine = "auto";    // "auto" | "packed" | "aten". packed: the CPU kernels of
-                                  // llama.h / gpt2.h; aten: llama_aten.h (ATen ops on `device`,
-                                  // Llama family only); auto: packed on cpu, aten elsewhere
-  std::string graphs = "auto";    // "auto" | "on" | "off": the ATen engine's static steps,
-                                  // captured as CUDA graphs on a GPU (llama_aten.h); on the
-                                  // CPU uncaptured, the GPU path's twin. auto: on for cuda
+
+  ModelOptions& options() { return *this; }
+  const ModelOptions& options() const { return *this; }
 };
 
 struct LoadedModel {

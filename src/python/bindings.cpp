@@ -466,9 +466,10 @@ PYBIND11_MODULE(_specdec, m) {
       .def("eos_ids", [](const Model& mdl) { return tokenizer_of(mdl).eos_ids(); })
       .def_property_readonly("name", [](const Model& mdl) { return mdl.name; });
 
-  m.def("load", &load_model, py::arg("name"), py::arg("dtype") = "auto", py::arg("device") = "cpu",
-        py::arg("threads") = 2, py::arg("engine") = "auto", py::arg("graphs") = "auto",
-        py::arg("threads_oversubscribe") = false, py::arg("seed") = 0);
+  const model::ModelOptions defaults;  // the CLI's and the YAML's defaults (model/model_options.h)
+  m.def("load", &load_model, py::arg("name"), py::arg("dtype") = defaults.dtype, py::arg("device") = defaults.device,
+        py::arg("threads") = defaults.threads, py::arg("engine") = defaults.engine, py::arg("graphs") = defaults.graphs,
+        py::arg("threads_oversubscribe") = defaults.threads_oversubscribe, py::arg("seed") = defaults.seed);
   m.def("generate", &generate, py::arg("target"), py::arg("prompt"), py::arg("strategy"), py::arg("draft"),
         py::arg("params"), py::arg("max_new_tokens"), py::arg("seed"), py::arg("stop"), py::arg("timeout"),
         py::arg("chat"), py::arg("on_token"), py::arg("trace"));

@@ -63,6 +63,7 @@ model::LoadedModel load(const char* file, const std::string& name) {
   model::ModelSpec spec;
   spec.name = name;
   spec.path = model_path(file);
+  spec.threads = 0;
   return model::load(spec);  // all cores, packed CPU engine (ragged batches)
 }
 

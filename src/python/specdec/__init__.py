@@ -30,7 +30,8 @@ def load(name, dtype="auto", device="cpu", threads=2, engine="auto", graphs="aut
     """Loads a model by catalog name (configs/models.yaml), .gguf path, HF directory or tiny-llama.
 
     The same choices as `specdec generate --model/--dtype/--device/--threads/--engine/--graphs`;
-    seed picks a tiny random model. threads sets the engine's threads for the whole process.
+    seed picks a tiny random model. threads sets the engine's threads for the whole process; its
+    default, 2, is the CLI's and the experiment YAML's (model::ModelOptions); 0 means all cores.
     """
     return _specdec.load(str(name), dtype, device, int(threads), engine, graphs, bool(threads_oversubscribe),
                          int(seed))
