@@ -8,8 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "strategies/drafters.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 #define SPECDEC_DRAFTER_LIST(X) \

@@ -1,7 +1,6 @@
 // speculative: draft -> verify -> accept -> roll back (Leviathan et al. 2023; Chen et al. 2023).
 // p = target, q = draft, both after the same logits-processor chain, so the output follows
 // the processed target distribution (greedy: exactly the greedy target tokens).
-#include "strategies/speculative.h"
 
 #include <algorithm>
 #include <numeric>
@@ -11,8 +10,12 @@
 #include "core/rng.h"
 #include "kernels/backend.h"
 #include "model/device.h"
+#include "speculative/controller.h"
+#include "speculative/loop.h"
+#include "speculative/proposer.h"
+#include "speculative/scorer.h"
+#include "speculative/verifier.h"
 #include "strategies/common.h"
-#include "strategies/drafters.h"
 #include "strategies/registry.h"
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
@@ -62,7 +65,7 @@ class Speculative : public Strategy {
   static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
 
   Result generate(const Request& req, const TokenCallback& on_token) override;
-  // Chains and trees, through speculative_decode_batch (speculative_batch.cpp).
+  // Chains and trees, through speculative_decode_batch (speculative/loop.cpp).
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
     SD_CHECK(cfg_.synthetic.empty(), "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
@@ -78,129 +81,6 @@ class Speculative : public Strategy {
 };
 
 }  // namespace
-
-// The target's view of a tree round: the last committed token is fed first (the root), so
-// node i is fed token i + 1 and its parent moves up by one.
-model::ForwardOptions tree_forward_options(const DraftProposal& d, const at::Device& target) {
-  model::ForwardOptions opt;
-  if (d.drawn_parents.defined()) {  // unread: the same entries, on the target's device
-    const at::Tensor par = d.drawn_parents_on(target);
-    opt.device_parents = at::cat({at::full({1}, -1, par.options()), par + 1});
-    return opt;
-  }
-  opt.parents.push_back(-1);
-  for (int32_t parent : d.parents) opt.parents.push_back(parent + 1);
-  return opt;
-}
-
-at::Tensor target_probabilities(const at::Tensor& logits, const sampling::ProcessorConfig& proc, const Tokens& seq,
-                                const DraftProposal& d) {
-  if (!d.drawn.defined() || proc.repetition_penalty == 1.0)  // only the penalty reads the draft
-    return sampling::probabilities(logits, proc, seq, d.tokens, d.parents);
-  sampling::DeviceDraft draft;
-  draft.tokens = d.drawn_on(logits.device());
-  if (d.drawn_parents.defined())
-    draft.parents = d.drawn_parents_on(logits.device());
-  else if (!d.parents.empty())  // a static tree: its shape on the host
-    draft.parents =
-        model::to_device_async(at::tensor(std::vector<int64_t>(d.parents.begin(), d.parents.end())), logits.device());
-  return sampling::probabilities(logits, proc, seq, draft);
-}
-
-namespace {
-// What a round's target forward feeds: the last committed token, then the draft ([k + 1]
-// int64). A draft still on the draft model's device (a chain or a static tree) is fed from
-// there (DraftProposal::drawn_on).
-at::Tensor fed_tokens(TokenId last, const DraftProposal& d, const at::Device& target) {
-  if (!d.drawn.defined()) {
-    Tokens fed = {last};
-    fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
-    return at::tensor(std::vector<int64_t>(fed.begin(), fed.end()), at::kLong);
-  }
-  const at::Tensor drawn = d.drawn_on(target);
-  return at::cat({at::full({1}, static_cast<int64_t>(last), drawn.options()), drawn});
-}
-}  // namespace
-
-at::Tensor top_token_ids(const at::Tensor& logits, int64_t k) {
-  // k = 1 is the argmax: take the project's one (ties -> lowest id), which at::topk does not
-  // promise.
-  return model::to_host_async(k == 1 ? sampling::argmax_rows(logits).unsqueeze(1)
-                                     : std::get<1>(at::topk(logits, std::min<int64_t>(k, logits.size(1)), 1)));
-}
-
-std::vector<Tokens> token_rows(const at::Tensor& ids_in) {
-  const at::Tensor ids = ids_in.contiguous();  // [n, k]
-  std::vector<Tokens> out(ids.size(0));
-  const int64_t* p = ids.data_ptr<int64_t>();
-  for (int64_t r = 0; r < ids.size(0); ++r) out[r].assign(p + r * ids.size(1), p + (r + 1) * ids.size(1));
-  return out;
-}
-
-// Longest root-to-leaf path of a proposal (a chain: its length).
-int64_t max_depth(const DraftProposal& d) {
-  int64_t deepest = 0;
-  for (int64_t i = 0; i < d.size(); ++i) deepest = std::max(deepest, d.depth(i));
-  return deepest;
-}
-
-std::vector<double> parse_synthetic(const std::string& text) {
-  std::vector<double> ranks;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    double a = -1;
-    try {
-      a = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SD_CHECK(!item.empty() && used == item.size() && a >= 0.0 && a <= 1.0, "speculative: synthetic_acceptance = '",
-             text, "': entry '", item, "' must be a probability in [0, 1] (off, a, or a1,a2,... by child rank)");
-    ranks.push_back(a);
-  }
-  SD_CHECK(!ranks.empty() && ranks.size() == size_t(std::count(text.begin(), text.end(), ',')) + 1,
-           "speculative: synthetic_acceptance = '", text, "' has an empty entry");
-  return ranks;
-}
-
-Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, const std::vector<double>& ranks,
-                          Rng& rng) {
-  SD_CHECK(!ranks.empty(), "synthetic_verdict: no acceptance probability");
-  Verdict v;
-  int32_t node = -1;  // the last accepted node (-1: the root, the last committed token)
-  for (bool accepted = true; accepted;) {
-    accepted = false;
-    size_t rank = 0;  // the children tried so far at this node
-    for (int32_t c = node + 1; c < d.size(); ++c) {  // a node's children come after it
-      if ((d.parents.empty() ? c - 1 : d.parents[c]) != node) continue;
-      if (rng.uniform() < ranks[std::min(rank++, ranks.size() - 1)]) {
-        v.path.push_back(c);
-        v.emitted.push_back(d.tokens[c]);
-        node = c;
-        accepted = true;
-        break;
-      }
-    }
-  }
-  v.emitted.push_back(best.at(node + 1).at(0));
-  return v;
-}
-
-// Counts one verification round into the statistics (per position = per depth for trees).
-void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
-  ++st.n_target_forwards;
-  ++st.n_rounds;
-  st.n_tree_rounds += d.is_chain() ? 0 : 1;
-  st.n_draft_forwards += d.n_forwards;
-  st.n_drafted += d.size();
-  st.n_accepted += v.n_accepted();
-  if (v.mode) ++st.verify_mode_rounds[kernels::mode_name(*v.mode)];
-  const int64_t depth = std::min<int64_t>(max_depth(d), static_cast<int64_t>(st.drafted_per_position.size()));
-  for (int64_t i = 0; i < depth; ++i) ++st.drafted_per_position[i];
-  for (int64_t i = 0; i < v.n_accepted() && i < depth; ++i) ++st.accepted_per_position[i];
-}
 
 namespace {
 

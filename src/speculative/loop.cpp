@@ -1,4 +1,4 @@
-// Batched speculative decoding (speculative.h: speculative_decode_batch). Per sequence it does
+// Batched speculative decoding (loop.h: speculative_decode_batch). Per sequence it does
 // what Speculative::generate does in the same order -- the same drafter built with its own RNG
 // (seeded with drafter_seed(Request::seed)), the same draft length rule, the same verifier
 // uniforms (an RNG seeded with Request::seed), the same verify_round -- so each sequence's
@@ -10,13 +10,18 @@
 // hidden states too, and each sequence's drafter sees its own rows. Their first draft needs the
 // prompt's features, so a newcomer's prompt gets a forward of its own before it drafts (the
 // newcomers of one refill share it), where other drafters' prompts ride with the next round.
+#include "speculative/loop.h"
+
 #include <algorithm>
 
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "model/device.h"
+#include "speculative/controller.h"
+#include "speculative/proposer.h"
+#include "speculative/scorer.h"
+#include "speculative/verifier.h"
 #include "strategies/batch.h"
-#include "strategies/speculative.h"
 
 namespace specdec::strategies {
 namespace {
