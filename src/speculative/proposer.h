@@ -172,7 +172,9 @@ class BatchDrafter {
   virtual Drafter& at(int64_t slot) = 0;
   // One proposal per slot: at(b).propose(*seqs[b], max_depth[b]) for every b with
   // max_depth[b] > 0, an empty one for the others (seqs[b] may then be null). The time spent is
-  // added to `ms` (the proposals' own `ms` stay empty when shared). Default: slot by slot.
+  // added to `ms` (the proposals' own `ms` stay empty when shared). Default: slot by slot, for
+  // every b with seqs[b] set, max_depth 0 included (it proposes nothing then, but may see the
+  // sequence, as in a batch-1 run).
   virtual std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs,
                                              const std::vector<int64_t>& max_depth, PhaseTimes& ms);
 };

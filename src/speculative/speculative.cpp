@@ -1,38 +1,24 @@
-// speculative: draft -> verify -> accept -> roll back (Leviathan et al. 2023; Chen et al. 2023).
-// p = target, q = draft, both after the same logits-processor chain, so the output follows
-// the processed target distribution (greedy: exactly the greedy target tokens).
-
+// The speculative strategy: its parameters, checked once, and the round loop's configuration.
+// generate() is the round loop (loop.h) with one slot, generate_batch() with a slot per
+// sequence: draft -> score -> verify -> accept -> roll back (Leviathan et al. 2023; Chen et al.
+// 2023). p = target, q = draft, both after the same logits-processor chain, so the output
+// follows the processed target distribution (greedy: exactly the greedy target tokens).
 #include <algorithm>
-#include <numeric>
-#include <sstream>
 
 #include "core/error.h"
-#include "core/rng.h"
-#include "kernels/backend.h"
-#include "model/device.h"
-#include "speculative/controller.h"
 #include "speculative/loop.h"
 #include "speculative/proposer.h"
-#include "speculative/scorer.h"
 #include "speculative/verifier.h"
 #include "strategies/common.h"
 #include "strategies/registry.h"
-#include "strategies/trace.h"
-#include "tokenizer/tokenizer.h"
 
 namespace specdec::strategies {
 namespace {
 
-struct SpecConfig {
-  int64_t gamma = 4, gamma_max = 8;
-  std::string adaptive = "off";
-  std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
-  VerifySetup verify;  // processors, verify=block, the drafter's name
-};
-
 class Speculative : public Strategy {
  public:
-  explicit Speculative(const Params& p) : params_(p) {
+  explicit Speculative(const Params& p) {
+    cfg_.params = p;
     cfg_.gamma = p.get_int("gamma");
     cfg_.gamma_max = p.get_int("gamma_max");
     cfg_.adaptive = p.get_string("adaptive_gamma");
@@ -64,127 +50,32 @@ class Speculative : public Strategy {
 
   static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
 
-  Result generate(const Request& req, const TokenCallback& on_token) override;
-  // Chains and trees, through speculative_decode_batch (speculative/loop.cpp).
+  // One request: the round loop with one slot (speculative/loop.cpp).
+  Result generate(const Request& req, const TokenCallback& on_token) override {
+    check_request(req);  // its own errors, not the batch's wording
+    const std::vector<Request> one{req};
+    const BatchTokenCallback each =
+        on_token ? BatchTokenCallback([&](size_t, const Tokens& t, const std::string& text) { on_token(t, text); })
+                 : BatchTokenCallback();
+    return speculative_decode(setup(req.draft != nullptr), one, BatchOptions{1, 0}, each)[0];
+  }
+  // Chains and trees, through the same loop with a slot per sequence.
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
     SD_CHECK(cfg_.synthetic.empty(), "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
-    VerifySetup verify = cfg_.verify;
-    verify.drafter = resolve_drafter_name(params_, !requests.empty() && requests[0].draft != nullptr);
-    const SpecBatchSetup setup{verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
-    return speculative_decode_batch(setup, requests, options, on_token);
+    return speculative_decode(setup(!requests.empty() && requests[0].draft != nullptr), requests, options, on_token);
   }
 
  private:
-  SpecConfig cfg_;
-  Params params_;  // resolved; the drafter reads its own parameters from them
+  // The configuration with the drafter's name resolved (auto: by whether a draft model is given).
+  SpecSetup setup(bool have_draft_model) const {
+    SpecSetup s = cfg_;
+    s.verify.drafter = resolve_drafter_name(cfg_.params, have_draft_model);
+    return s;
+  }
+
+  SpecSetup cfg_;  // params: resolved; the drafter reads its own parameters from them
 };
-
-}  // namespace
-
-namespace {
-
-Result Speculative::generate(const Request& req, const TokenCallback& on_token) {
-  Stopwatch clock;
-  Stats st;
-  PhaseClock phase(st.phase_ms);  // every interval of this call is charged to one phase
-  check_request(req);
-  st.n_prompt = static_cast<int64_t>(req.prompt.size());
-  StopTracker tracker(req.stop, req.tokenizer.get(), &on_token);
-  if (tracker.done()) {
-    phase.charge(&PhaseTimes::setup);
-    return make_result(tracker, st, clock);
-  }
-  Rng rng(req.seed);  // the verifier's uniforms, and nothing else
-  Rng drafter_rng(drafter_seed(req.seed));  // the drafter's own stream, independent of rng
-  Rng synthetic_rng(req.seed ^ 0x5f3759dfull);  // its own stream: rng's draws stay as without it
-  st.synthetic_acceptance = cfg_.synthetic;
-  const std::shared_ptr<kernels::Backend> backend = req.backend ? req.backend : model::backend_of(req.target->device());
-  const int64_t capacity = cache_capacity(req, std::max(cfg_.gamma_max, k_max_draft_nodes) + 1);
-  VerifySetup verify = cfg_.verify;
-  verify.drafter = resolve_drafter_name(params_, req.draft != nullptr);
-  std::unique_ptr<Drafter> drafter =
-      make_drafter(verify.drafter, DrafterContext{req, params_, verify.proc, drafter_rng, capacity, cfg_.gamma_max});
-  GammaController ctl(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
-  st.accepted_per_position.assign(cfg_.gamma_max, 0);
-  st.drafted_per_position.assign(cfg_.gamma_max, 0);
-  // Invariant: both caches hold seq[0 .. n-1); the last committed token is fed next round.
-  model::KVCache cache = req.target->make_cache(1, capacity);
-  Tokens seq = req.prompt;
-  phase.charge(&PhaseTimes::setup);
-  const Tokens head(seq.begin(), seq.end() - 1);
-  model::ForwardOptions with_features;  // trained drafters read the target's features
-  with_features.final_hidden = drafter->wants_target_features();
-  if (!head.empty()) {
-    const model::ForwardResult r = forward_rows(*req.target, cache, head.data(), st.n_prompt - 1, 0, with_features);
-    if (r.hidden.defined()) drafter->observe_features(head, {}, r.hidden);
-  }
-  drafter->prefill(head);
-  ++st.n_target_forwards;
-  phase.charge(&PhaseTimes::prefill);
-
-  while (!tracker.timed_out()) {
-    const int64_t n = static_cast<int64_t>(seq.size());
-    // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
-    const int64_t gamma = std::min(ctl.next(), req.stop.max_new_tokens - tracker.n_tokens() - 1);
-    phase.charge(&PhaseTimes::other);
-    // 1. draft (the drafter splits its own time: forwards, sampling q, copies)
-    DraftProposal d = drafter->propose(seq, gamma);
-    const double ms_draft = phase.charge_parts(d.ms, &PhaseTimes::draft);
-    // 2. score: the target sees [last, draft...] in one forward -> a next-token row for the
-    //    last committed token and for every draft node (a tree: each node sees its own path)
-    model::ForwardOptions opt = d.is_chain() ? model::ForwardOptions{} : tree_forward_options(d, req.target->device());
-    opt.final_hidden = with_features.final_hidden;
-    phase.charge(&PhaseTimes::other);
-    const model::ForwardResult scored =
-        forward_rows(*req.target, cache, fed_tokens(seq.back(), d, req.target->device()), n - 1, opt);
-    const at::Tensor& logits = scored.logits;  // [k+1, V], k = d.size()
-    const double ms_verify = phase.charge(&PhaseTimes::verify);
-    // 3. verify, each row processed after the committed text + its own root-to-node path
-    const at::Tensor p = target_probabilities(logits, verify.proc, seq, d);  // [k+1, V]
-    const int64_t top = drafter->target_topk();  // the target's top tokens ride with the verdict
-    const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
-    const at::Tensor best = !cfg_.synthetic.empty() ? top_token_ids(p, 1) : at::Tensor();  // likewise
-    Verdict v = verify_round(*backend, verify, {&d}, {p}, {&rng})[0];
-    d.read_drawn(/*synced=*/true);  // the verdict's read brought them
-    if (!cfg_.synthetic.empty()) v = synthetic_verdict(d, token_rows(best), cfg_.synthetic, synthetic_rng);
-    phase.charge(&PhaseTimes::sample);
-    Tokens fed = {seq.back()};
-    fed.insert(fed.end(), d.tokens.begin(), d.tokens.end());
-    const std::vector<int32_t> parents =  // on the host now: the verdict brought an unread tree in
-        d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(d, at::kCPU).parents;
-    if (top > 0) drafter->observe(fed, parents, token_rows(top_ids));
-    if (scored.hidden.defined()) drafter->observe_features(fed, parents, scored.hidden);
-    phase.charge(&PhaseTimes::draft);
-    // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
-    for (TokenId t : v.emitted) {
-      seq.push_back(t);
-      if (tracker.push(t)) break;
-    }
-    if (st.ms_first_token == 0) st.ms_first_token = clock.ms();
-    tracker.flush();
-    phase.charge(&PhaseTimes::accept);
-    // 5. roll back both caches to the committed prefix (all but the newest token); a tree's
-    //    accepted nodes first move next to the root (node i was fed at slot n + i)
-    if (!d.is_chain() && !v.path.empty()) {
-      std::vector<int64_t> keep;
-      for (int32_t node : v.path) keep.push_back(n + node);
-      cache.compact(0, n, keep);
-    }
-    cache.truncate(0, std::min(cache.length(0), static_cast<int64_t>(seq.size()) - 1));
-    drafter->commit(static_cast<int64_t>(seq.size()) - 1, v.path);
-    phase.charge(&PhaseTimes::rollback);
-    count_round(st, d, v);
-    if (req.trace) req.trace->round(d, p, v.path, Tokens(seq.begin() + n, seq.end()), st.phase_ms);
-    ctl.update(max_depth(d), v.n_accepted(), ms_draft, ms_verify);
-    if (tracker.done()) break;
-  }
-  phase.charge(&PhaseTimes::other);
-  tracker.flush();
-  drafter->report(st.drafter_stats);
-  phase.charge(&PhaseTimes::accept);
-  return make_result(tracker, st, clock);
-}
 
 // `drafter` choices for the help text: auto and the registered drafters.
 std::string drafter_help() {

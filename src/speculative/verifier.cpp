@@ -1,7 +1,7 @@
 // One round's verification for one sequence or a batch (verifier.h: verify_round): the kernel
 // mode of each proposal, the kernel inputs packed on the target's device (p, q, tokens, 53-bit
-// uniforms) and one kernel call per (shape, mode) group. Speculative::generate calls it with one
-// sequence, speculative_decode_batch with all active ones, so both verify alike.
+// uniforms) and one kernel call per (shape, mode) group. The round loop (loop.cpp) calls it with
+// every active sequence: one in a batch-1 run.
 #include <algorithm>
 #include <functional>
 #include <sstream>
