@@ -25,7 +25,7 @@
 
 #include "model/causal_lm.h"
 #include "model/loader.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/paths.h"

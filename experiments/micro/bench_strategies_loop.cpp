@@ -38,7 +38,7 @@
 #include "experiments/micro/random_shapes.h"
 #include "model/layer_subset.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
+#include "speculative/verifier.h"
 
 namespace {
 

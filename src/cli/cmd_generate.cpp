@@ -16,7 +16,7 @@
 #include "harness/trace.h"
 #include "model/causal_lm.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 // Every read of device data by the host in the decoding loop is counted here: on a GPU each is
 // a round trip that stalls the stream (DESIGN, "Performance"). model::on_host (tensors) and the
-// verification's verdict (strategies/verify_round.cpp) count one read each, on every device, so
+// verification's verdict (speculative/verifier.cpp) count one read each, on every device, so
 // that the CPU twin in CI counts what a GPU would pay. Per thread: a generation runs on one.
 #include <cstdint>
 

@@ -24,9 +24,8 @@
 #include "harness/slurm.h"
 #include "harness/trace.h"
 #include "model/causal_lm.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 

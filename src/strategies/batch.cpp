@@ -4,8 +4,20 @@
 
 #include "core/error.h"
 #include "model/device.h"
+#include "strategies/trace.h"
 
 namespace specdec::strategies {
+namespace {
+
+// One autoregressive step into the request's trace, with the sequence's phase times so far.
+void trace_step(TraceRecorder& trace, const at::Tensor& row, const Tokens& context, const BatchSequence& s,
+                const PhaseTimes& batch_phases) {
+  PhaseTimes so_far = batch_phases;
+  so_far -= s.joined;
+  trace.step(row, context, so_far);
+}
+
+}  // namespace
 
 int64_t check_batch(const std::vector<Request>& requests, const BatchOptions& options, int64_t slack) {
   SD_CHECK(options.batch_size >= 1, "batch: batch_size must be >= 1, got ", options.batch_size);
@@ -63,7 +75,7 @@ std::vector<int64_t> BatchSlots::refill() {
       s->clock = Stopwatch(clock_.last());
       s->joined = clock_.totals();
       slots_[b] = std::move(s);
-      if (slots_[b]->tracker->done()) finish(b);  // max_new_tokens = 0: nothing to compute
+      if (slots_[b]->tracker->done()) finish(b, &PhaseTimes::setup);  // max_new_tokens = 0: nothing to compute
       else filled.push_back(b);
     }
   }
@@ -74,10 +86,10 @@ bool BatchSlots::empty() const {
   return next_ == requests_.size() && std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; });
 }
 
-void BatchSlots::finish(int64_t slot) {
+void BatchSlots::finish(int64_t slot, double PhaseTimes::*phase) {
   BatchSequence& s = *slots_[slot];
   s.tracker->flush();
-  clock_.charge(&PhaseTimes::other);  // the bookkeeping since the caller's last charge
+  clock_.charge(phase);  // the bookkeeping since the caller's last charge
   s.st.phase_ms = clock_.totals();
   s.st.phase_ms -= s.joined;
   results_[s.request] = make_result(*s.tracker, s.st, s.clock);
@@ -134,6 +146,8 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
   return logits;
 }
 
+// Plain autoregressive decoding, written once for every batch size: autoregressive_decode is
+// this loop with one slot.
 std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                                 const BatchTokenCallback& on_token, const MakePick& make_pick) {
   PhaseTimes phases;  // the batch's; each sequence's share is what accrues while it is in the batch
@@ -148,24 +162,26 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
   std::vector<Tokens> context(B), fed(B);  // prompt + generated; what the next forward feeds
   phase.charge(&PhaseTimes::setup);
   while (true) {
-    for (int64_t b : slots.refill()) {  // a newcomer's prompt is prefilled in the next forward
+    const std::vector<int64_t> newcomers = slots.refill();
+    for (int64_t b : newcomers) {  // a newcomer's prompt is prefilled in the next forward
       const Request& req = requests[slots[b]->request];
       pick[b] = make_pick(req);
       context[b] = fed[b] = req.prompt;
     }
     if (slots.empty()) break;
-    const bool prefill = std::any_of(fed.begin(), fed.end(), [](const Tokens& f) { return f.size() > 1; });
+    const bool prefill = !newcomers.empty();
     phase.charge(&PhaseTimes::setup);
     std::vector<int64_t> start(B);
     for (int64_t b = 0; b < B; ++b) start[b] = static_cast<int64_t>(context[b].size() - fed[b].size());
     const at::Tensor logits = forward_batch(target, cache, fed, start);  // [B, T, V]
-    // A step that prefills a newcomer counts as prefill, a pure decode step as verify (as in
-    // autoregressive_decode: the phase a speculative round spends in the target).
+    // A step that prefills a newcomer counts as prefill, a pure decode step as verify: the phase
+    // a speculative round spends in the target, so baseline and candidate breakdowns line up.
     phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
     for (int64_t b = 0; b < B; ++b) {
       BatchSequence* s = slots[b];
       if (!s) continue;
-      const TokenId token = pick[b](logits[b][static_cast<int64_t>(fed[b].size()) - 1], context[b]);  // [V] row
+      const at::Tensor row = logits[b][static_cast<int64_t>(fed[b].size()) - 1];  // [V]
+      const TokenId token = pick[b](row, context[b]);
       phase.charge(&PhaseTimes::sample);
       context[b].push_back(token);
       fed[b] = {token};
@@ -174,14 +190,24 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
       const bool stop = s->tracker->push(token);
       s->tracker->flush();
       phase.charge(&PhaseTimes::accept);
+      if (const Request& req = requests[s->request]; req.trace) trace_step(*req.trace, row, context[b], *s, phases);
       if (stop || s->tracker->timed_out()) {
-        slots.finish(b);
+        slots.finish(b, &PhaseTimes::accept);  // the last flush, as the stop handling's
         fed[b].clear();
         pick[b] = nullptr;
       }
     }
   }
   return slots.take_results();
+}
+
+Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick) {
+  check_request(req);  // its own errors, not the batch's wording
+  const std::vector<Request> one{req};
+  const BatchTokenCallback each =
+      on_token ? BatchTokenCallback([&](size_t, const Tokens& t, const std::string& text) { on_token(t, text); })
+               : BatchTokenCallback();
+  return autoregressive_decode_batch(one, BatchOptions{1, 0}, each, [&](const Request&) { return pick; })[0];
 }
 
 }  // namespace specdec::strategies

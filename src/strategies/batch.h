@@ -46,8 +46,9 @@ class BatchSlots {
   int64_t size() const { return static_cast<int64_t>(slots_.size()); }
   bool empty() const;  // no sequence active and none waiting
   // The sequence in `slot` is done: its Result (tracker's tokens, its stats, ms_total since it
-  // joined, its share of the batch's phase times) is stored and the slot emptied.
-  void finish(int64_t slot);
+  // joined, its share of the batch's phase times) is stored and the slot emptied. The
+  // bookkeeping since the caller's last charge goes to `phase`.
+  void finish(int64_t slot, double PhaseTimes::*phase = &PhaseTimes::other);
   std::vector<Result> take_results() { return std::move(results_); }
 
  private:
@@ -79,7 +80,8 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
 using MakePick = std::function<PickToken(const Request& req)>;
 
 // autoregressive_decode for a batch: one target forward per step for all active sequences (a
-// newcomer's prompt rides along with the others' decode rows).
+// newcomer's prompt rides along with the others' decode rows). autoregressive_decode is this
+// loop with one request, so the loop is written once.
 std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                                 const BatchTokenCallback& on_token, const MakePick& make_pick);
 

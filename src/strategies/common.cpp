@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "model/device.h"
-#include "strategies/trace.h"
 
 namespace specdec::strategies {
 
@@ -177,49 +176,6 @@ Result make_result(const StopTracker& tracker, Stats stats, const Stopwatch& clo
   stats.ms_total = clock.ms();
   r.stats = std::move(stats);
   return r;
-}
-
-}  // namespace specdec::strategies
-
-namespace specdec::strategies {
-
-Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick) {
-  Stopwatch clock;
-  Stats st;
-  PhaseClock phase(st.phase_ms);  // every interval of this call is charged to one phase
-  check_request(req);
-  st.n_prompt = static_cast<int64_t>(req.prompt.size());
-  StopTracker tracker(req.stop, req.tokenizer.get(), &on_token);
-  if (tracker.done()) {
-    phase.charge(&PhaseTimes::setup);
-    return make_result(tracker, st, clock);
-  }
-  model::KVCache cache = req.target->make_cache(1, cache_capacity(req, 0));
-  Tokens context = req.prompt;
-  phase.charge(&PhaseTimes::setup);
-  const at::Tensor logits = forward_tokens(*req.target, cache, context.data(), st.n_prompt, 0);  // [T, V]
-  ++st.n_target_forwards;
-  at::Tensor row = logits.select(0, logits.size(0) - 1);  // [V]
-  phase.charge(&PhaseTimes::prefill);
-  while (true) {
-    const TokenId token = pick(row, context);
-    phase.charge(&PhaseTimes::sample);
-    context.push_back(token);
-    if (st.ms_first_token == 0) st.ms_first_token = clock.ms();
-    const bool stop = tracker.push(token);
-    tracker.flush();
-    phase.charge(&PhaseTimes::accept);
-    if (req.trace) req.trace->step(row, context, st.phase_ms);
-    if (stop || tracker.timed_out()) break;
-    // The target's decode forwards count as "verify": the phase a speculative round spends
-    // in the target, so baseline and candidate breakdowns line up.
-    row = forward_tokens(*req.target, cache, &token, 1, static_cast<int64_t>(context.size()) - 1).select(0, 0);
-    ++st.n_target_forwards;
-    phase.charge(&PhaseTimes::verify);
-  }
-  tracker.flush();
-  phase.charge(&PhaseTimes::accept);
-  return make_result(tracker, st, clock);
 }
 
 }  // namespace specdec::strategies

@@ -60,7 +60,8 @@ namespace specdec::strategies {
 using PickToken = std::function<TokenId(const at::Tensor& row, const Tokens& context)>;
 
 // Plain autoregressive decoding (prefill, then one target forward per token) shared by the
-// greedy and sampling strategies; the speculative baseline.
+// greedy and sampling strategies; the speculative baseline. It is autoregressive_decode_batch
+// (batch.h, batch.cpp) with one request.
 Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick);
 
 }  // namespace specdec::strategies

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/verify_math.h"
 #include "model/device.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 

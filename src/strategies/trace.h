@@ -17,13 +17,14 @@
 
 #include "core/types.h"
 #include "sampling/processors.h"
-#include "strategies/drafters.h"
 #include "strategies/phases.h"
 #include "strategies/strategy.h"
 
 namespace specdec::tokenizer { class Tokenizer; }
 
 namespace specdec::strategies {
+
+struct DraftProposal;  // speculative/proposer.h
 
 class TraceRecorder {
  public:

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "tests/support/cli_equality_matrix_cases.h"
 #include "tests/support/fresh_heads.h"
 #include "tests/support/paths.h"

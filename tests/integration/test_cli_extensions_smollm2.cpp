@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <vector>
 
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "tests/support/command.h"
 #include "tests/support/fresh_heads.h"
 #include "tests/support/smollm2.h"

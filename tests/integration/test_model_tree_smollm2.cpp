@@ -150,7 +150,7 @@ TEST_F(SmolLM2Tree, LayerSubsetsAndHiddenStates) {
 // Batched speculative decoding feeds one tree per sequence in one ragged forward
 // (ForwardOptions::parents of B x T entries, n_fed): every fed row equals that sequence's tree
 // fed alone, bit for bit -- beside a chain, and beside a newcomer whose prompt is fed as a chain
-// ahead of its tree (as speculative_batch.cpp feeds it).
+// ahead of its tree (as speculative/loop.cpp feeds it).
 TEST_F(SmolLM2Tree, ATreePerSequenceInARaggedBatchEqualsEachTreeAlone) {
   const int64_t P = static_cast<int64_t>(kPrompt.size()), V = model_->config().n_vocab;
   std::mt19937 gen(23);

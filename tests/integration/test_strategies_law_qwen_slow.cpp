@@ -22,7 +22,7 @@
 #include "model/device.h"
 #include "model/prefix_reuse.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
 #include "tests/support/spec_distribution.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/paths.h"

@@ -8,7 +8,7 @@
 
 #include "model/causal_lm.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/paths.h"
 

@@ -12,7 +12,7 @@
 #include "model/causal_lm.h"
 #include "model/layer_subset.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/smollm2.h"
 #include "tests/support/paths.h"

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "tests/support/command.h"
 #include "tests/support/paths.h"
 

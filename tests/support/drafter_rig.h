@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/tiny.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 
 namespace specdec::test_support {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "model/draft_heads.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::test_support {
 

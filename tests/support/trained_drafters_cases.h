@@ -34,7 +34,7 @@
 #include "model/draft_heads.h"
 #include "model/prefix_reuse.h"
 #include "model/tiny.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
 #include "tests/support/spec_distribution.h"

@@ -28,7 +28,7 @@
 
 #include "model/causal_lm.h"
 #include "model/draft_heads.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "tests/support/cli_equality_matrix_cases.h"
 #include "tests/support/command.h"
 #include "tests/support/tiny_gguf.h"

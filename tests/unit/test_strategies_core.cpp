@@ -5,10 +5,10 @@
 
 #include "core/error.h"
 #include "model/tiny.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
-#include "strategies/speculative.h"
+#include "speculative/controller.h"
 #include "strategies/stop.h"
 
 using namespace specdec;

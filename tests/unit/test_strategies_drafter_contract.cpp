@@ -1,4 +1,4 @@
-// The drafter contract (strategies/drafters.h, above Drafter; docs/adding.md, "What q must be"):
+// The drafter contract (speculative/proposer.h, above Drafter; docs/adding.md, "What q must be"):
 // speculative sampling is lossless only when each q row is the law its token was drawn from and
 // the drafter's randomness is independent of the verifier's uniforms. Neither can be checked
 // from one round, so these tests show what breaking them does, and that the loop keeps the
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "model/tiny.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tests/reference/exact_law.h"
 
@@ -353,7 +353,7 @@ TEST(DrafterContractReplay, ReplayingItsOwnGeneratorDoesNotBiasTheOutput) { expe
 TEST(DrafterContractReplay, NorInABatch) { expect_unbiased(8); }
 
 TEST(DrafterContractReplay, DrafterSeedIsTheDocumentedDerivation) {
-  // drafters.h: m(m(s) ^ 0x64726166746572), m SplitMix64's finaliser; the values computed apart,
+  // proposer.h: m(m(s) ^ 0x64726166746572), m SplitMix64's finaliser; the values computed apart,
   // with Python's integers (tests/python/test_drafters.py checks the Python context's seed the
   // same way).
   EXPECT_EQ(drafter_seed(0), 0xaaa6ee9cdf0fb41fULL);

@@ -1,4 +1,4 @@
-// Drafters, reached through the registry (src/strategies/drafters/registry.cpp) as the
+// Drafters, reached through the registry (src/speculative/drafters/registry.cpp) as the
 // speculative strategy reaches them: names, parameters, needs and errors; suffix
 // (against a brute-force reference, incremental == rebuild, longer matches than ngram_max,
 // tree mode); model; and greedy speculative decoding equals greedy with every drafter.
@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "model/tiny.h"
 #include "strategies/common.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
 #include "tests/support/fresh_heads.h"

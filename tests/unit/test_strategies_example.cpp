@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "model/tiny.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 
 using namespace specdec;

@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "sampling/processors.h"
 #include "strategies/batch.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
 #include "tests/support/fresh_heads.h"

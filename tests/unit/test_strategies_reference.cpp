@@ -14,7 +14,8 @@
 #include "core/rng.h"
 #include "model/device.h"
 #include "sampling/processors.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
+#include "speculative/verifier.h"
 #include "tests/reference/reference_processors.h"
 #include "tests/reference/reference_verifier.h"
 

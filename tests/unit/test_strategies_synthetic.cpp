@@ -11,7 +11,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "strategies/registry.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
+#include "speculative/verifier.h"
 #include "tests/support/drafter_rig.h"
 
 using namespace specdec;

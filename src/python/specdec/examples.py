@@ -1,6 +1,6 @@
 """Drafters written in Python, as examples to start from (docs/python.md, "Drafters in Python").
 
-NgramDrafter is a port of the C++ `ngram` drafter (src/strategies/drafters/ngram.cpp, prompt
+NgramDrafter is a port of the C++ `ngram` drafter (src/speculative/drafters/ngram.cpp, prompt
 lookup): tests/python/test_drafters.py checks that it equals the C++ drafter round for round,
 and scripts/python_boundary.py times it against it.
 """
@@ -10,7 +10,7 @@ from . import Drafter
 
 
 class NgramDrafter(Drafter):
-    """Python port of src/strategies/drafters/ngram.cpp (prompt lookup)."""
+    """Python port of src/speculative/drafters/ngram.cpp (prompt lookup)."""
 
     def __init__(self, ctx):
         self.lo = int(ctx["params"]["ngram_min"])

@@ -1,11 +1,11 @@
 // Worked example for docs/adding.md ("Adding a drafter"), registered in
-// src/strategies/drafters/registry.cpp and run by tests/unit/test_strategies_example.cpp.
+// src/speculative/drafters/registry.cpp and run by tests/unit/test_strategies_example.cpp.
 // "repeat_last": once the last committed token has repeated repeat_min_run times in a row,
 // guess that the run goes on (indentation, "====" rules, runs of newlines or spaces) and
 // propose it max_depth more times. A guess costs only verify rows, never correctness: the
 // target keeps what it agrees with.
 #include "core/error.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::strategies {
 namespace {

@@ -16,7 +16,7 @@
 #include "model/layer_subset.h"
 #include "sampling/processors.h"
 #include "strategies/common.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::strategies {
 namespace {

@@ -1,11 +1,13 @@
-// DraftProposal helpers. The drafters themselves live in drafters/ (one file each) and are
+// DraftProposal helpers and the draft/target tokenizer check. The drafters themselves live in drafters/ (one file each) and are
 // listed in drafters/registry.cpp.
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
 #include "model/device.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specdec::strategies {
 
@@ -108,6 +110,32 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
   }
   SD_CHECK(!out.empty(), drafter, ": ", key, " = '", text, "' is empty");
   return out;
+}
+
+// Longest root-to-leaf path of a proposal (a chain: its length).
+int64_t max_depth(const DraftProposal& d) {
+  int64_t deepest = 0;
+  for (int64_t i = 0; i < d.size(); ++i) deepest = std::max(deepest, d.depth(i));
+  return deepest;
+}
+
+void check_tokenizers_compatible(const tokenizer::Tokenizer& tgt, const tokenizer::Tokenizer& dft) {
+  const int64_t n_vocab = tgt.vocab_size();
+  SD_CHECK(dft.vocab_size() == n_vocab, "draft tokenizer has ", dft.vocab_size(),
+           " tokens, the target's has ", n_vocab, ": incompatible draft model");
+  SD_CHECK(dft.bos_id() == tgt.bos_id(), "draft tokenizer BOS id ", dft.bos_id(), " differs from the target's ",
+           tgt.bos_id());
+  SD_CHECK(dft.eos_ids() == tgt.eos_ids(), "draft tokenizer EOS ids differ from the target's");
+  // A spread sample plus the last ids (where added/special tokens live).
+  const int64_t stride = std::max<int64_t>(1, n_vocab / 509);
+  auto check_id = [&](int64_t id) {
+    const TokenId t = static_cast<TokenId>(id);
+    SD_CHECK(tgt.token_string(t) == dft.token_string(t) && tgt.is_special(t) == dft.is_special(t),
+             "draft tokenizer differs from the target's at token ", id, ": '", dft.token_string(t), "' vs '",
+             tgt.token_string(t), "'");
+  };
+  for (int64_t id = 0; id < n_vocab; id += stride) check_id(id);
+  for (int64_t id = std::max<int64_t>(0, n_vocab - 64); id < n_vocab; ++id) check_id(id);
 }
 
 }  // namespace specdec::strategies

@@ -1,32 +1,13 @@
-// Draft-length control and draft/target tokenizer compatibility (see speculative.h).
+// The controller (controller.h): draft-length control.
+#include "speculative/controller.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "strategies/speculative.h"
-#include "tokenizer/tokenizer.h"
 
 namespace specdec::strategies {
-
-void check_tokenizers_compatible(const tokenizer::Tokenizer& tgt, const tokenizer::Tokenizer& dft) {
-  const int64_t n_vocab = tgt.vocab_size();
-  SD_CHECK(dft.vocab_size() == n_vocab, "draft tokenizer has ", dft.vocab_size(),
-           " tokens, the target's has ", n_vocab, ": incompatible draft model");
-  SD_CHECK(dft.bos_id() == tgt.bos_id(), "draft tokenizer BOS id ", dft.bos_id(), " differs from the target's ",
-           tgt.bos_id());
-  SD_CHECK(dft.eos_ids() == tgt.eos_ids(), "draft tokenizer EOS ids differ from the target's");
-  // A spread sample plus the last ids (where added/special tokens live).
-  const int64_t stride = std::max<int64_t>(1, n_vocab / 509);
-  auto check_id = [&](int64_t id) {
-    const TokenId t = static_cast<TokenId>(id);
-    SD_CHECK(tgt.token_string(t) == dft.token_string(t) && tgt.is_special(t) == dft.is_special(t),
-             "draft tokenizer differs from the target's at token ", id, ": '", dft.token_string(t), "' vs '",
-             tgt.token_string(t), "'");
-  };
-  for (int64_t id = 0; id < n_vocab; id += stride) check_id(id);
-  for (int64_t id = std::max<int64_t>(0, n_vocab - 64); id < n_vocab; ++id) check_id(id);
-}
 
 // adaptive_gamma=cost is NOT reproducible from the seed when temperature > 0. It picks gamma
 // from measured wall-clock draft/verify times, and gamma decides which positions are drafted

@@ -50,7 +50,7 @@
 #include "core/timer.h"
 #include "model/device.h"
 #include "strategies/common.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::strategies {
 namespace {

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::strategies {
 namespace {

@@ -1,15 +1,16 @@
-// One round's verification for one sequence or a batch (speculative.h: verify_round): the kernel
+// One round's verification for one sequence or a batch (verifier.h: verify_round): the kernel
 // mode of each proposal, the kernel inputs packed on the target's device (p, q, tokens, 53-bit
-// uniforms) and one kernel call per (shape, mode) group. Speculative::generate calls it with one
-// sequence, speculative_decode_batch with all active ones, so both verify alike.
+// uniforms) and one kernel call per (shape, mode) group. The round loop (loop.cpp) calls it with
+// every active sequence: one in a batch-1 run.
 #include <algorithm>
 #include <functional>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/host_reads.h"
 #include "kernels/backend.h"
 #include "model/device.h"
-#include "strategies/speculative.h"
+#include "speculative/verifier.h"
 
 namespace specdec::strategies {
 namespace {
@@ -229,6 +230,64 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& 
     if (!trees[m].empty()) verify_trees(backend, mode, drafts, p, u, trees[m], out);
   }
   return out;
+}
+
+std::vector<double> parse_synthetic(const std::string& text) {
+  std::vector<double> ranks;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    double a = -1;
+    try {
+      a = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SD_CHECK(!item.empty() && used == item.size() && a >= 0.0 && a <= 1.0, "speculative: synthetic_acceptance = '",
+             text, "': entry '", item, "' must be a probability in [0, 1] (off, a, or a1,a2,... by child rank)");
+    ranks.push_back(a);
+  }
+  SD_CHECK(!ranks.empty() && ranks.size() == size_t(std::count(text.begin(), text.end(), ',')) + 1,
+           "speculative: synthetic_acceptance = '", text, "' has an empty entry");
+  return ranks;
+}
+
+Verdict synthetic_verdict(const DraftProposal& d, const std::vector<Tokens>& best, const std::vector<double>& ranks,
+                          Rng& rng) {
+  SD_CHECK(!ranks.empty(), "synthetic_verdict: no acceptance probability");
+  Verdict v;
+  int32_t node = -1;  // the last accepted node (-1: the root, the last committed token)
+  for (bool accepted = true; accepted;) {
+    accepted = false;
+    size_t rank = 0;  // the children tried so far at this node
+    for (int32_t c = node + 1; c < d.size(); ++c) {  // a node's children come after it
+      if ((d.parents.empty() ? c - 1 : d.parents[c]) != node) continue;
+      if (rng.uniform() < ranks[std::min(rank++, ranks.size() - 1)]) {
+        v.path.push_back(c);
+        v.emitted.push_back(d.tokens[c]);
+        node = c;
+        accepted = true;
+        break;
+      }
+    }
+  }
+  v.emitted.push_back(best.at(node + 1).at(0));
+  return v;
+}
+
+// Counts one verification round into the statistics (per position = per depth for trees).
+void count_round(Stats& st, const DraftProposal& d, const Verdict& v) {
+  ++st.n_target_forwards;
+  ++st.n_rounds;
+  st.n_tree_rounds += d.is_chain() ? 0 : 1;
+  st.n_draft_forwards += d.n_forwards;
+  st.n_drafted += d.size();
+  st.n_accepted += v.n_accepted();
+  if (v.mode) ++st.verify_mode_rounds[kernels::mode_name(*v.mode)];
+  const int64_t depth = std::min<int64_t>(max_depth(d), static_cast<int64_t>(st.drafted_per_position.size()));
+  for (int64_t i = 0; i < depth; ++i) ++st.drafted_per_position[i];
+  for (int64_t i = 0; i < v.n_accepted() && i < depth; ++i) ++st.accepted_per_position[i];
 }
 
 }  // namespace specdec::strategies

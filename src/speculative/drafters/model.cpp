@@ -3,7 +3,7 @@
 // (argmax when greedy), so the verifier can run lossless rejection sampling against p.
 // make_drafter() checks that the draft model exists and shares the target's token ids.
 //
-// In a batch (speculative_batch.cpp) the sequences' drafts share one KV cache, a slot each, and
+// In a batch (speculative/loop.cpp) the sequences' drafts share one KV cache, a slot each, and
 // every draft forward serves all slots at once (ragged: each feeds only its own tokens). Each
 // row of the packed engine is computed alone, so every slot drafts exactly what it drafts alone.
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include "model/device.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::strategies {
 namespace {

@@ -23,8 +23,8 @@
 
 #include "core/error.h"
 #include "model/device.h"
-#include "strategies/drafters.h"
-#include "strategies/drafters/trained_head.h"
+#include "speculative/proposer.h"
+#include "speculative/drafters/trained_head.h"
 
 namespace specdec::strategies {
 namespace {

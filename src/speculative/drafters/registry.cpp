@@ -8,8 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "strategies/drafters.h"
-#include "strategies/speculative.h"
+#include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 #define SPECDEC_DRAFTER_LIST(X) \
@@ -104,7 +103,7 @@ std::vector<DraftProposal> BatchDrafter::propose(const std::vector<const Tokens*
                                                  const std::vector<int64_t>& max_depth, PhaseTimes& ms) {
   std::vector<DraftProposal> out(seqs.size());
   for (size_t b = 0; b < seqs.size(); ++b) {
-    if (max_depth[b] <= 0) continue;
+    if (seqs[b] == nullptr) continue;  // max_depth 0 included, as a batch-1 run calls it
     out[b] = at(static_cast<int64_t>(b)).propose(*seqs[b], max_depth[b]);
     ms += out[b].ms;
   }

@@ -20,7 +20,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "strategies/drafters.h"
+#include "speculative/proposer.h"
 
 namespace specdec::strategies {
 namespace {

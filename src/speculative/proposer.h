@@ -3,7 +3,7 @@
 // (prompt + generated) and returns a plain DraftProposal: a chain or a token tree. It never
 // sees the target or the verifier (DESIGN principle 2).
 //
-// Drafters are registered like strategies: each file in src/strategies/drafters/ defines
+// Drafters are registered like strategies: each file in src/speculative/drafters/ defines
 // `DrafterInfo <name>_drafter_info()`, and one line in drafters/registry.cpp lists it.
 // Their parameters join the speculative strategy's schema (speculative_info()), so
 // `--param tree_branching=4,2` reaches the drafter that reads it.
@@ -22,6 +22,8 @@
 #include "sampling/processors.h"
 #include "strategies/phases.h"
 #include "strategies/strategy.h"
+
+namespace specdec::tokenizer { class Tokenizer; }
 
 namespace specdec::strategies {
 
@@ -126,7 +128,7 @@ class Drafter {
   // return true here and are shown the target's final normed hidden state (the output head's
   // input) of every fed row, hidden [n_fed, d]: after the prompt's prefill (fed = the prefilled
   // tokens, parents empty) and after every verification (fed and parents as in observe()),
-  // before commit(). In a batch (speculative_batch.cpp) each slot's drafter sees its own rows.
+  // before commit(). In a batch (speculative/loop.cpp) each slot's drafter sees its own rows.
   virtual bool wants_target_features() const { return false; }
   virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
     (void)fed;
@@ -156,7 +158,7 @@ struct DrafterContext {
   int64_t max_depth;                     // gamma_max: the longest draft path
 };
 
-// The drafters of a batch (speculative_batch.cpp): one slot per sequence. Slot b's proposals
+// The drafters of a batch (speculative/loop.cpp): one slot per sequence. Slot b's proposals
 // equal those of the Drafter a batch-1 run builds for the same request; a drafter with a model
 // shares that model's forwards between the slots (DrafterInfo::batch_factory), the others run
 // one Drafter per slot. make_batch_drafter() builds either.
@@ -170,7 +172,9 @@ class BatchDrafter {
   virtual Drafter& at(int64_t slot) = 0;
   // One proposal per slot: at(b).propose(*seqs[b], max_depth[b]) for every b with
   // max_depth[b] > 0, an empty one for the others (seqs[b] may then be null). The time spent is
-  // added to `ms` (the proposals' own `ms` stay empty when shared). Default: slot by slot.
+  // added to `ms` (the proposals' own `ms` stay empty when shared). Default: slot by slot, for
+  // every b with seqs[b] set, max_depth 0 included (it proposes nothing then, but may see the
+  // sequence, as in a batch-1 run).
   virtual std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs,
                                              const std::vector<int64_t>& max_depth, PhaseTimes& ms);
 };
@@ -218,7 +222,7 @@ std::vector<ParamSpec> drafter_params();
 std::string resolve_drafter_name(const Params& params, bool have_draft_model);
 // find_drafter + checks (draft model present and compatible) + factory.
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx);
-// The drafters of a batch of `batch` slots (speculative_batch.cpp): the drafter's batch_factory
+// The drafters of a batch of `batch` slots (speculative/loop.cpp): the drafter's batch_factory
 // when it serves (`first`: the batch's first request), else one factory drafter per slot. Each
 // join() is checked as make_drafter checks.
 std::unique_ptr<BatchDrafter> make_batch_drafter(const std::string& name, const Request& first, const Params& params,
@@ -310,5 +314,12 @@ std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of,
                                                        const std::shared_ptr<model::CausalLM>& base,
                                                        const sampling::ProcessorConfig& proc, int64_t batch,
                                                        int64_t capacity);
+
+// Longest root-to-leaf path of a proposal (a chain: its length).
+int64_t max_depth(const DraftProposal& d);
+
+// Throws specdec::Error when a draft tokenizer cannot stand in for the target's: different
+// vocabulary size, BOS/EOS/special ids, or any of a spread sample of token strings.
+void check_tokenizers_compatible(const tokenizer::Tokenizer& tgt, const tokenizer::Tokenizer& dft);
 
 }  // namespace specdec::strategies

@@ -1,5 +1,5 @@
 // Shared parts of the trained drafters (see trained_head.h).
-#include "strategies/drafters/trained_head.h"
+#include "speculative/drafters/trained_head.h"
 
 #include <filesystem>
 #include <limits>

@@ -1,0 +1,364 @@
+// The round loop of speculative decoding (loop.h), written once for every batch size: batch 1
+// (Speculative::generate) is one slot. Per sequence each round does, in this order, what the
+// papers' loop does (Leviathan et al. 2023; Chen et al. 2023): draft (the sequence's drafter,
+// with its own RNG seeded with drafter_seed(Request::seed), up to the controller's draft
+// length), score (the target's forward over [last committed, draft...]), verify (verify_round
+// with the uniforms of an RNG seeded with Request::seed), accept token by token, roll back. So
+// each sequence's tokens equal its batch-1 run. A batch shares the target forward (one tree per
+// sequence where drafters propose trees), the draft model's forwards (BatchDrafter) and the
+// verification kernel calls. The phase timing lives in the helpers, not in the loop.
+//
+// Trained drafters (EAGLE, Medusa) read the target's features: the round's forward returns its
+// hidden states too, and each sequence's drafter sees its own rows. Their first draft needs the
+// prompt's features, so a newcomer's prompt gets a forward of its own before it drafts (the
+// newcomers of one refill share it), as every prompt does in a batch of one slot, where other
+// drafters' prompts ride with the next round.
+#include "speculative/loop.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/backend.h"
+#include "model/device.h"
+#include "speculative/controller.h"
+#include "speculative/proposer.h"
+#include "speculative/scorer.h"
+#include "speculative/verifier.h"
+#include "strategies/batch.h"
+#include "strategies/trace.h"
+
+namespace specdec::strategies {
+namespace {
+
+// One sequence's speculative state beside its BatchSequence.
+struct SpecSequence {
+  std::unique_ptr<Rng> rng;            // the verifier's uniforms (seeded with Request::seed), and nothing else
+  std::unique_ptr<Rng> drafter_rng;    // the drafter's (drafter_seed), owned here: the drafter keeps a reference
+  std::unique_ptr<Rng> synthetic_rng;  // synthetic_acceptance's own: rng's draws stay as without it
+  Drafter* drafter = nullptr;          // its slot's, in the batch's BatchDrafter
+  std::unique_ptr<GammaController> ctl;
+  const Request* req = nullptr;
+  Tokens seq;       // committed tokens; the cache holds all but the last
+  Tokens prefill;   // a newcomer's prompt minus its last token, fed with its first round
+  int64_t n = 0;    // seq's length when the round was drafted
+  DraftProposal d;  // this round's draft
+  at::Tensor logits, hidden;  // the target's rows after [last committed, draft...]: [k + 1, V], features [k + 1, d]
+  at::Tensor p, top_ids, best;  // processed rows; the target's top tokens (drafter); argmax of p (synthetic)
+  Verdict v;
+};
+
+class SpecLoop {
+ public:
+  SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, const BatchOptions& options,
+           const BatchTokenCallback& on_token);
+  std::vector<Result> run();
+
+ private:
+  void join(int64_t b);                           // a newcomer in slot b: RNGs, drafter, controller
+  void prefill(const std::vector<int64_t>& newcomers);  // their prompts
+  void gather();                                  // the active slots; ends those out of time
+  double draft();                                 // 1. -> the round's draft ms
+  double score();                                 // 2. -> the round's verify ms
+  void verify();                                  // 3.
+  void learn(SpecSequence& s);                    // the drafter observes the round
+  void accept(int64_t b);                         // 4.
+  void roll_back(int64_t b);                      // 5.
+  void close(int64_t b, double ms_draft, double ms_verify);  // statistics, trace, gamma; finished?
+  void finish(int64_t b);
+
+  const SpecSetup& cfg_;
+  const std::vector<Request>& requests_;
+  PhaseTimes phases_;  // the batch's; each sequence's share is what accrues while it is in the batch
+  PhaseClock phase_{phases_};
+  int64_t capacity_;
+  model::CausalLM& target_;
+  std::shared_ptr<kernels::Backend> backend_;
+  int64_t B_;
+  model::KVCache cache_;
+  BatchSlots slots_;
+  std::vector<SpecSequence> spec_;
+  std::unique_ptr<BatchDrafter> drafters_;
+  bool features_ = false;  // the drafters read the target's features (one kind for the whole batch)
+  std::vector<int64_t> active_;
+};
+
+SpecLoop::SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, const BatchOptions& options,
+                   const BatchTokenCallback& on_token)
+    : cfg_(cfg),
+      requests_(requests),
+      capacity_(check_batch(requests, options, std::max(cfg.gamma_max, k_max_draft_nodes) + 1)),
+      target_(*requests.at(0).target),
+      backend_(requests[0].backend ? requests[0].backend : model::backend_of(target_.device())),
+      B_(std::min<int64_t>(options.batch_size, static_cast<int64_t>(requests.size()))),
+      cache_(target_.make_cache(B_, capacity_)),
+      slots_(requests, B_, on_token, phase_),
+      spec_(B_) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SD_CHECK(requests[i].backend == requests[0].backend, "speculative batch: request ", i,
+             " has another verification backend than request 0 (a batch shares one kernel call)");
+    SD_CHECK(requests[i].draft == requests[0].draft, "speculative batch: request ", i,
+             " has another draft model than request 0 (a batch shares one drafter)");
+  }
+  drafters_ = make_batch_drafter(cfg.verify.drafter, requests[0], cfg.params, cfg.verify.proc, B_, capacity_);
+}
+
+// The round loop.
+std::vector<Result> SpecLoop::run() {
+  while (true) {
+    const std::vector<int64_t> newcomers = slots_.refill();
+    for (int64_t b : newcomers) join(b);
+    if (slots_.empty()) break;
+    phase_.charge(&PhaseTimes::setup);
+    prefill(newcomers);
+    gather();
+    if (active_.empty()) continue;
+    // 1. draft for every sequence at once (the drafter splits its own time)
+    const double ms_draft = draft();
+    // 2. score: the target sees every sequence's [last, draft...] in one forward -> a next-token
+    //    row after the last committed token and after every draft node (a tree: each node sees
+    //    its own path)
+    const double ms_verify = score();
+    // 3. verify, each row processed after the committed text + its own root-to-node path
+    verify();
+    for (int64_t b : active_) {
+      learn(spec_[b]);
+      // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
+      accept(b);
+      // 5. roll back the slot's cache and its drafter to the committed prefix
+      roll_back(b);
+      close(b, ms_draft, ms_verify);
+    }
+    phase_.charge(&PhaseTimes::other);
+  }
+  return slots_.take_results();
+}
+
+void SpecLoop::join(int64_t b) {
+  const Request& req = requests_[slots_[b]->request];
+  SpecSequence& s = spec_[b] = SpecSequence();
+  s.req = &req;
+  s.rng = std::make_unique<Rng>(req.seed);
+  s.drafter_rng = std::make_unique<Rng>(drafter_seed(req.seed));
+  s.synthetic_rng = std::make_unique<Rng>(req.seed ^ 0x5f3759dfull);
+  drafters_->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max});
+  s.drafter = &drafters_->at(b);
+  features_ = s.drafter->wants_target_features();
+  s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
+  Stats& st = slots_[b]->st;
+  st.synthetic_acceptance = cfg_.synthetic;
+  st.accepted_per_position.assign(cfg_.gamma_max, 0);
+  st.drafted_per_position.assign(cfg_.gamma_max, 0);
+  s.seq = req.prompt;
+  s.prefill.assign(s.seq.begin(), s.seq.end() - 1);
+  ++st.n_target_forwards;  // the prompt's forward (its own, the newcomers', or shared with the first round)
+}
+
+// Newcomers' prompts (all but the last token) get a forward of their own before their first
+// draft where the batch has one slot (nothing to ride with) or the drafters read the target's
+// features (the first draft needs the prompt's); else they ride with the next round's forward.
+void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
+  if (newcomers.empty()) return;
+  if (B_ > 1 && !features_) {
+    for (int64_t b : newcomers) spec_[b].drafter->prefill(spec_[b].prefill);
+    return;
+  }
+  std::vector<Tokens> fed(B_);
+  for (int64_t b : newcomers) std::swap(fed[b], spec_[b].prefill);
+  at::Tensor hidden;  // [B, T, d]
+  if (std::any_of(fed.begin(), fed.end(), [](const Tokens& t) { return !t.empty(); }))
+    forward_batch(target_, cache_, fed, std::vector<int64_t>(B_, 0), {}, features_ ? &hidden : nullptr);
+  for (int64_t b : newcomers) {
+    const Tokens& head = fed[b];
+    if (hidden.defined() && !head.empty())
+      spec_[b].drafter->observe_features(head, {}, hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())));
+    spec_[b].drafter->prefill(head);
+  }
+  phase_.charge(&PhaseTimes::prefill);
+}
+
+// A sequence out of time ends before its next round.
+void SpecLoop::gather() {
+  active_.clear();
+  for (int64_t b = 0; b < B_; ++b) {
+    if (!slots_[b]) continue;
+    if (slots_[b]->tracker->timed_out()) finish(b);
+    else active_.push_back(b);
+  }
+}
+
+double SpecLoop::draft() {
+  std::vector<const Tokens*> seqs(B_, nullptr);
+  std::vector<int64_t> depth(B_, 0);
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    seqs[b] = &s.seq;
+    s.n = static_cast<int64_t>(s.seq.size());
+    // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
+    depth[b] = std::min(s.ctl->next(), s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1);
+  }
+  phase_.charge(&PhaseTimes::other);
+  PhaseTimes parts;
+  std::vector<DraftProposal> drafts = drafters_->propose(seqs, depth, parts);
+  for (int64_t b : active_) spec_[b].d = std::move(drafts[b]);
+  // The batch's draft time, as the verify time is the batch's (gamma control).
+  return phase_.charge_parts(parts, &PhaseTimes::draft);
+}
+
+// What the round's target forward feeds for a sequence in a batch: a newcomer's prompt (all but
+// its last token), the last committed token, the draft; from cache slot `start`. A tree round
+// also gets its parents over those tokens: the prompt's rows as a chain, then the tree from its
+// root. A draft still on the draft's device (DraftProposal::drawn: a chain or a static tree) is
+// fed from there: zeros here, its tokens in forward_batch's `unread`.
+void target_feed(const SpecSequence& s, Tokens& fed, int64_t& start, std::vector<int32_t>& tree) {
+  const int64_t P = static_cast<int64_t>(s.prefill.size());
+  fed = s.prefill;
+  fed.push_back(s.seq.back());
+  fed.insert(fed.end(), s.d.tokens.begin(), s.d.tokens.end());
+  if (s.d.drawn.defined()) fed.resize(fed.size() + s.d.size(), 0);
+  start = static_cast<int64_t>(s.seq.size()) - 1 - P;
+  if (s.d.is_chain()) return;
+  for (int64_t t = 0; t < P; ++t) tree.push_back(static_cast<int32_t>(t - 1));
+  // An unread tree's entries are placeholders here (a chain's): forward_batch's unread_parents.
+  if (s.d.drawn_parents.defined()) {
+    for (int64_t t = 0; t <= s.d.size(); ++t) tree.push_back(static_cast<int32_t>(P + t - 1));
+    return;
+  }
+  for (int32_t parent : tree_forward_options(s.d, at::kCPU).parents) tree.push_back(static_cast<int32_t>(parent + P));
+}
+
+double SpecLoop::score() {
+  if (B_ == 1) {  // one slot, its prompt prefilled: a plain forward over [last, draft...]
+    SpecSequence& s = spec_[0];
+    model::ForwardOptions opt = s.d.is_chain() ? model::ForwardOptions{} : tree_forward_options(s.d, target_.device());
+    opt.final_hidden = features_;
+    phase_.charge(&PhaseTimes::other);
+    const model::ForwardResult r =
+        forward_rows(target_, cache_, fed_tokens(s.seq.back(), s.d, target_.device()), s.n - 1, opt);
+    s.logits = r.logits;  // [k+1, V], k = d.size()
+    s.hidden = r.hidden;
+    return phase_.charge(&PhaseTimes::verify);
+  }
+  std::vector<Tokens> fed(B_);
+  std::vector<int64_t> start(B_, 0);
+  std::vector<std::vector<int32_t>> trees(B_);  // a tree round's parents over fed[b]
+  std::vector<at::Tensor> unread(B_), unread_parents(B_);  // drafts (and tree shapes) still on the draft's device
+  bool prefill = false;
+  for (int64_t b : active_) {
+    const SpecSequence& s = spec_[b];
+    target_feed(s, fed[b], start[b], trees[b]);
+    if (s.d.drawn.defined()) unread[b] = s.d.drawn_on(target_.device());
+    if (s.d.drawn_parents.defined())  // the tree's entries over [last committed, node 0, ...]
+      unread_parents[b] =
+          tree_forward_options(s.d, target_.device()).device_parents + static_cast<int64_t>(s.prefill.size());
+    prefill = prefill || !s.prefill.empty();
+  }
+  at::Tensor hidden;  // [B, T, d] when the drafters read features
+  const at::Tensor logits =  // [B, T, V]
+      forward_batch(target_, cache_, fed, start, trees, features_ ? &hidden : nullptr, unread, unread_parents);
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    const int64_t P = static_cast<int64_t>(s.prefill.size());
+    s.logits = logits[b].narrow(0, P, s.d.size() + 1);
+    s.hidden = hidden.defined() ? hidden[b].narrow(0, P, s.d.size() + 1) : at::Tensor();
+  }
+  // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
+  // (the others' verification rows ride along); a pure verification round as verify.
+  return phase_.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
+}
+
+// The chains in one kernel call, the trees in another (per verify mode).
+void SpecLoop::verify() {
+  std::vector<at::Tensor> p;
+  std::vector<const DraftProposal*> ds;
+  std::vector<Rng*> rngs;
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
+    const int64_t top = s.drafter->target_topk();  // the target's top tokens ride with the verdict
+    s.top_ids = top > 0 ? top_token_ids(s.logits, top) : at::Tensor();
+    s.best = !cfg_.synthetic.empty() ? top_token_ids(s.p, 1) : at::Tensor();  // likewise
+    p.push_back(s.p);
+    ds.push_back(&s.d);
+    rngs.push_back(s.rng.get());
+  }
+  std::vector<Verdict> verdicts = verify_round(*backend_, cfg_.verify, ds, p, rngs);
+  for (size_t i = 0; i < active_.size(); ++i) {
+    SpecSequence& s = spec_[active_[i]];
+    s.v = std::move(verdicts[i]);
+    s.d.read_drawn(/*synced=*/true);  // the verdict's read brought them
+    if (!cfg_.synthetic.empty()) s.v = synthetic_verdict(s.d, token_rows(s.best), cfg_.synthetic, *s.synthetic_rng);
+  }
+  phase_.charge(&PhaseTimes::sample);
+}
+
+void SpecLoop::learn(SpecSequence& s) {
+  const int64_t top = s.drafter->target_topk();
+  if (top > 0 || s.hidden.defined()) {
+    Tokens fed = {s.seq.back()};  // the last committed token, then the draft
+    fed.insert(fed.end(), s.d.tokens.begin(), s.d.tokens.end());
+    const std::vector<int32_t> parents =  // on the host now: the verdict brought an unread tree in
+        s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d, at::kCPU).parents;
+    if (top > 0) s.drafter->observe(fed, parents, token_rows(s.top_ids));
+    if (s.hidden.defined()) s.drafter->observe_features(fed, parents, s.hidden);
+  }
+  phase_.charge(&PhaseTimes::draft);
+}
+
+void SpecLoop::accept(int64_t b) {
+  SpecSequence& s = spec_[b];
+  BatchSequence& q = *slots_[b];
+  for (TokenId t : s.v.emitted) {
+    s.seq.push_back(t);
+    if (q.tracker->push(t)) break;
+  }
+  if (q.st.ms_first_token == 0) q.st.ms_first_token = q.clock.ms();
+  q.tracker->flush();
+  phase_.charge(&PhaseTimes::accept);
+}
+
+// All but the newest token stay; a tree's accepted nodes first move next to the root (node j
+// was fed at slot n + j).
+void SpecLoop::roll_back(int64_t b) {
+  SpecSequence& s = spec_[b];
+  if (!s.d.is_chain() && !s.v.path.empty()) {
+    std::vector<int64_t> keep;
+    for (int32_t node : s.v.path) keep.push_back(s.n + node);
+    cache_.compact(b, s.n, keep);
+  }
+  cache_.truncate(b, std::min(cache_.length(b), static_cast<int64_t>(s.seq.size()) - 1));
+  s.drafter->commit(static_cast<int64_t>(s.seq.size()) - 1, s.v.path);
+  s.prefill.clear();
+  phase_.charge(&PhaseTimes::rollback);
+}
+
+void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
+  SpecSequence& s = spec_[b];
+  BatchSequence& q = *slots_[b];
+  count_round(q.st, s.d, s.v);
+  if (s.req->trace) {
+    PhaseTimes so_far = phases_;  // the sequence's phase times so far
+    so_far -= q.joined;
+    s.req->trace->round(s.d, s.p, s.v.path, Tokens(s.seq.begin() + s.n, s.seq.end()), so_far);
+  }
+  s.ctl->update(max_depth(s.d), s.v.n_accepted(), ms_draft, ms_verify);
+  if (q.tracker->done() || q.tracker->timed_out()) finish(b);
+}
+
+void SpecLoop::finish(int64_t b) {
+  spec_[b].drafter->report(slots_[b]->st.drafter_stats);
+  slots_.finish(b);
+  spec_[b] = SpecSequence();
+}
+
+}  // namespace
+
+std::vector<Result> speculative_decode(const SpecSetup& setup, const std::vector<Request>& requests,
+                                       const BatchOptions& options, const BatchTokenCallback& on_token) {
+  if (requests.empty()) {
+    check_batch(requests, options, 0);
+    return {};
+  }
+  return SpecLoop(setup, requests, options, on_token).run();
+}
+
+}  // namespace specdec::strategies

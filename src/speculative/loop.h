@@ -1,0 +1,34 @@
+#pragma once
+// The round loop of speculative decoding, one for every batch size (batch 1 is one slot):
+// draft (proposer.h) -> score (scorer.h) -> verify (verifier.h) -> accept -> roll back, each
+// sequence's draft length chosen by its controller (controller.h).
+#include <string>
+#include <vector>
+
+#include "speculative/verifier.h"
+#include "strategies/batch.h"
+
+namespace specdec::strategies {
+
+// The speculative strategy's resolved configuration; the drafter comes from the registry
+// (make_batch_drafter: one per slot, or a batch form sharing a draft model's forwards).
+struct SpecSetup {
+  VerifySetup verify;  // processors, verify=block, the drafter's name (resolved)
+  int64_t gamma = 4, gamma_max = 8;
+  std::string adaptive = "off";
+  std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
+  Params params;  // resolved: the drafter's name and its own parameters
+};
+
+// Speculative decoding of one or more requests (strategies/batch.h for slots, refill and
+// exactness): each round drafts for every sequence (own RNG, draft length and gamma control; a
+// drafter with a model shares its forwards between the sequences: BatchDrafter), scores every
+// active sequence's [last committed, draft...] in one target forward (ragged in a batch, where a
+// newcomer's prompt rides along), verifies them in one kernel call per verify mode (chains:
+// VerifyArgs.batch, ragged n_draft; trees, one per sequence) and rolls each sequence back on its
+// own. A request's tokens are those of its run alone (batch_size 1), which is what
+// Speculative::generate runs.
+std::vector<Result> speculative_decode(const SpecSetup& setup, const std::vector<Request>& requests,
+                                       const BatchOptions& options, const BatchTokenCallback& on_token);
+
+}  // namespace specdec::strategies

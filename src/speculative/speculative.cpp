@@ -1,0 +1,129 @@
+// The speculative strategy: its parameters, checked once, and the round loop's configuration.
+// generate() is the round loop (loop.h) with one slot, generate_batch() with a slot per
+// sequence: draft -> score -> verify -> accept -> roll back (Leviathan et al. 2023; Chen et al.
+// 2023). p = target, q = draft, both after the same logits-processor chain, so the output
+// follows the processed target distribution (greedy: exactly the greedy target tokens).
+#include <algorithm>
+
+#include "core/error.h"
+#include "speculative/loop.h"
+#include "speculative/proposer.h"
+#include "speculative/verifier.h"
+#include "strategies/common.h"
+#include "strategies/registry.h"
+
+namespace specdec::strategies {
+namespace {
+
+class Speculative : public Strategy {
+ public:
+  explicit Speculative(const Params& p) {
+    cfg_.params = p;
+    cfg_.gamma = p.get_int("gamma");
+    cfg_.gamma_max = p.get_int("gamma_max");
+    cfg_.adaptive = p.get_string("adaptive_gamma");
+    const std::string verify_mode = p.get_string("verify");
+    SD_CHECK(verify_mode == "tokenwise" || verify_mode == "block",
+             "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
+    cfg_.verify.block_verify = verify_mode == "block";
+    cfg_.verify.proc = processor_config(p);
+    // The drafter name and every drafter's parameters, before any model is loaded.
+    check_drafter_params(p);
+    SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),
+             "speculative: need 0 <= gamma <= gamma_max and gamma_max >= 1, got gamma=", cfg_.gamma,
+             " gamma_max=", cfg_.gamma_max);
+    // Each round sizes buffers and the KV cache by gamma_max: bound it before anything is allocated.
+    SD_CHECK(cfg_.gamma_max <= k_max_gamma, "speculative: gamma_max=", cfg_.gamma_max, " (gamma=", cfg_.gamma,
+             ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
+    SD_CHECK(cfg_.adaptive == "off" || cfg_.adaptive == "hf" || cfg_.adaptive == "cost",
+             "speculative: adaptive_gamma must be off, hf or cost, got '", cfg_.adaptive, "'");
+    if (const std::string syn = p.get_string("synthetic_acceptance"); syn != "off")
+      cfg_.synthetic = parse_synthetic(syn);
+    // verify=block with a drafter that never proposes chains with q, known before any model is
+    // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
+    // whether a draft model is given.
+    const std::string drafter = p.get_string("drafter");
+    if (cfg_.verify.block_verify && !cfg_.verify.proc.greedy() && drafter != "auto" &&
+        !find_drafter(drafter).chains_with_q)
+      refuse_block_verify(drafter, "proposes none at temperature " + p.get_string("temperature"));
+  }
+
+  static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
+
+  // One request: the round loop with one slot (speculative/loop.cpp).
+  Result generate(const Request& req, const TokenCallback& on_token) override {
+    check_request(req);  // its own errors, not the batch's wording
+    const std::vector<Request> one{req};
+    const BatchTokenCallback each =
+        on_token ? BatchTokenCallback([&](size_t, const Tokens& t, const std::string& text) { on_token(t, text); })
+                 : BatchTokenCallback();
+    return speculative_decode(setup(req.draft != nullptr), one, BatchOptions{1, 0}, each)[0];
+  }
+  // Chains and trees, through the same loop with a slot per sequence.
+  std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
+                                     const BatchTokenCallback& on_token) override {
+    SD_CHECK(cfg_.synthetic.empty(), "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
+    return speculative_decode(setup(!requests.empty() && requests[0].draft != nullptr), requests, options, on_token);
+  }
+
+ private:
+  // The configuration with the drafter's name resolved (auto: by whether a draft model is given).
+  SpecSetup setup(bool have_draft_model) const {
+    SpecSetup s = cfg_;
+    s.verify.drafter = resolve_drafter_name(cfg_.params, have_draft_model);
+    return s;
+  }
+
+  SpecSetup cfg_;  // params: resolved; the drafter reads its own parameters from them
+};
+
+// `drafter` choices for the help text: auto and the registered drafters.
+std::string drafter_help() {
+  std::string names = "auto";
+  for (const auto& d : all_drafters()) names += " | " + d.name;
+  return names + " (auto: model when a draft model is given, else ngram)";
+}
+
+StrategyNeeds speculative_needs(const Params& resolved, bool have_draft_model) {
+  StrategyNeeds needs;
+  needs.drafter = resolve_drafter_name(resolved, have_draft_model);
+  needs.draft_model = find_drafter(needs.drafter).needs_draft_model;
+  needs.draft_length = resolved.get_int("gamma");
+  return needs;
+}
+
+}  // namespace
+
+// The strategy's own parameters, then every drafter's (drafter_params()), so `--set
+// ngram_max=5` is validated and defaulted like any other speculative parameter.
+StrategyInfo speculative_info() {
+  StrategyInfo info;
+  info.name = "speculative";
+  info.description = "speculative decoding: a drafter (draft model, n-gram or suffix lookup, ...) proposes "
+                     "up to gamma tokens, the target verifies";
+  info.params = {
+      {"gamma", "int", "4", "draft tokens per round (start value when adaptive)"},
+      {"gamma_max", "int", "8", "upper bound for adaptive gamma"},
+      {"drafter", "string", "auto", drafter_help()},
+      {"adaptive_gamma", "string", "off",
+       "off | hf (+2 on full accept, -1 otherwise) | cost (from measured draft/verify times: NOT "
+       "reproducible, with temperature > 0 the tokens for a seed depend on timings)"},
+      {"verify", "string", "tokenwise",
+       "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
+      {"synthetic_acceptance", "string", "off",
+       "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
+       "accepted at random instead of verified (chains position by position with a1; trees child by child, "
+       "the i-th child tried at a node with ai, the last value for all later ones); the tokens are NOT the "
+       "target's, and every output carries synthetic_acceptance"},
+  };
+  for (const auto& p : drafter_params()) {
+    for (const auto& own : info.params)
+      SD_CHECK(own.name != p.name, "drafter parameter '", p.name, "' clashes with a speculative parameter");
+    info.params.push_back(p);
+  }
+  info.factory = [](const Params& p) { return std::make_unique<Speculative>(p); };
+  info.needs = speculative_needs;
+  return info;
+}
+
+}  // namespace specdec::strategies
