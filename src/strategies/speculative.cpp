@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "kernels/backend.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 #include "strategies/common.h"
 #include "strategies/drafters.h"
 #include "strategies/registry.h"
@@ -38,6 +39,7 @@ class Speculative : public Strategy {
              "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
     cfg_.verify.block_verify = verify_mode == "block";
     cfg_.verify.proc = processor_config(p);
+    constraint_ = sampling::Constraint::from_params(p.values());
     // The drafter name and every drafter's parameters, before any model is loaded.
     check_drafter_params(p);
     SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),
@@ -66,6 +68,9 @@ class Speculative : public Strategy {
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
     SD_CHECK(cfg_.synthetic.empty(), "speculative: synthetic_acceptance runs one sequence at a time (batch_size 1)");
+    // Structured output: each request alone for now (one matcher per sequence), the same
+    // tokens as batched runs would give.
+    if (constraint_) return Strategy::generate_batch(requests, options, on_token);
     VerifySetup verify = cfg_.verify;
     verify.drafter = resolve_drafter_name(params_, !requests.empty() && requests[0].draft != nullptr);
     const SpecBatchSetup setup{verify, cfg_.gamma, cfg_.gamma_max, cfg_.adaptive, params_};
@@ -75,6 +80,7 @@ class Speculative : public Strategy {
  private:
   SpecConfig cfg_;
   Params params_;  // resolved; the drafter reads its own parameters from them
+  std::shared_ptr<const sampling::Constraint> constraint_;  // structured output; null: none
 };
 
 }  // namespace
@@ -225,6 +231,10 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
   verify.drafter = resolve_drafter_name(params_, req.draft != nullptr);
   std::unique_ptr<Drafter> drafter =
       make_drafter(verify.drafter, DrafterContext{req, params_, verify.proc, drafter_rng, capacity, cfg_.gamma_max});
+  // Structured output: this sequence's matcher (the drafter's rows stay unmasked: a draft token
+  // the grammar refuses has target probability 0 and is rejected).
+  const std::shared_ptr<sampling::ConstraintState> grammar =
+      constraint_ ? constraint_->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids) : nullptr;
   GammaController ctl(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
   st.accepted_per_position.assign(cfg_.gamma_max, 0);
   st.drafted_per_position.assign(cfg_.gamma_max, 0);
@@ -260,7 +270,12 @@ Result Speculative::generate(const Request& req, const TokenCallback& on_token) 
         forward_rows(*req.target, cache, fed_tokens(seq.back(), d, req.target->device()), n - 1, opt);
     const at::Tensor& logits = scored.logits;  // [k+1, V], k = d.size()
     const double ms_verify = phase.charge(&PhaseTimes::verify);
-    // 3. verify, each row processed after the committed text + its own root-to-node path
+    // 3. verify, each row processed after the committed text + its own root-to-node path; with
+    //    structured output each row is first masked after that same path (the draft read here)
+    if (grammar) {
+      d.read_drawn(/*synced=*/false);
+      grammar->mask(logits, seq, d.tokens, d.parents);
+    }
     const at::Tensor p = target_probabilities(logits, verify.proc, seq, d);  // [k+1, V]
     const int64_t top = drafter->target_topk();  // the target's top tokens ride with the verdict
     const at::Tensor top_ids = top > 0 ? top_token_ids(logits, top) : at::Tensor();
