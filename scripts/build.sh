@@ -28,6 +28,9 @@ configure() {
   cmake -S . -B "$dir" "${GEN[@]}" "$@"
 }
 JOBS=${SPECDEC_JOBS:-$(nproc)}
+# xgrammar's C++ core (structured output): fetched from PyPI's sdist and built once per machine
+# into ~/.cache/specdec (docs/building.md, "xgrammar"); a one-line no-op when built.
+SPECDEC_JOBS=$JOBS bash scripts/fetch_xgrammar.sh
 if [ "${1:-}" = "--sanitize" ]; then
   shift
   # -O1 -g1: line numbers in the reports at a fraction of -O2 -g's compile time.

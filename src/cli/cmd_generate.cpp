@@ -161,6 +161,7 @@ int run_generate(const GenerateOptions& o) {
 
 int cmd_generate(const Args& args) {
   GenerateOptions o;
+  std::vector<std::string> extra;  // the structured-output flags, as --set key=value
   po::options_description opts(
       "specdec generate --model M [--strategy NAME] [--draft M2] [--set key=value ...] --prompt TEXT");
   opts.add_options()("help,h", "show this help")
@@ -187,6 +188,14 @@ int cmd_generate(const Args& args) {
       ("graphs", po::value(&o.models.graphs)->default_value(o.models.graphs), "engine aten: fixed-shape steps captured as CUDA graphs "
        "(auto: on for cuda | on: also on cpu, uncaptured, the GPU path's twin | off)")
       ("stop", po::value(&o.stops)->composing(), "stop string, cut from the output (repeatable)")
+      ("json-schema", po::value<std::string>()->notifier([&extra](const std::string& v) { extra.push_back("json_schema=" + v); }),
+       "structured output: a JSON Schema, inline or a file (= --set json_schema=...)")
+      ("regex", po::value<std::string>()->notifier([&extra](const std::string& v) { extra.push_back("regex=" + v); }),
+       "structured output: the whole output matches this regular expression (= --set regex=...)")
+      ("grammar", po::value<std::string>()->notifier([&extra](const std::string& v) { extra.push_back("grammar=" + v); }),
+       "structured output: an EBNF/GBNF grammar (root ::= ...), inline or a file (= --set grammar=...)")
+      ("response-format", po::value<std::string>()->notifier([&extra](const std::string& v) { extra.push_back("response_format=" + v); }),
+       "structured output: json (any JSON value) | text (= --set response_format=...)")
       ("timeout", po::value(&o.timeout_s)->default_value(0), "wall-clock limit in seconds (0 = none)")
       ("json", po::bool_switch(&o.json), "print {\"tokens\": [...], \"text\": ..., \"stats\": {...}} as one JSON line")
       ("stats", po::bool_switch(&o.stats),
@@ -201,6 +210,7 @@ int cmd_generate(const Args& args) {
   } catch (const po::error& e) {
     fail(e.what(), " (see specdec generate --help)");
   }
+  o.sets.insert(o.sets.end(), extra.begin(), extra.end());  // --json-schema etc. after --set's
   if (vm.count("help")) {
     std::cout << opts << "\nexample: specdec generate --model smollm2-135m --strategy speculative "
                          "--set drafter=ngram --set temperature=0 --chat --prompt \"...\"\n";

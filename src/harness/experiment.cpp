@@ -85,6 +85,30 @@ int64_t parse_index(const std::string& text) {
   return v;
 }
 
+// A YAML value as JSON (a json_schema written as YAML): quoted scalars stay strings, plain ones
+// become null, booleans or numbers where they read as such.
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& kv : n) o[kv.first.Scalar()] = yaml_to_json(kv.second);
+    return o;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& v : n) a.push_back(yaml_to_json(v));
+    return a;
+  }
+  if (!n.IsScalar() || n.Tag() != "?") return n.IsScalar() ? nlohmann::json(n.Scalar()) : nlohmann::json();
+  const std::string& v = n.Scalar();
+  if (v == "null" || v == "~") return nullptr;
+  if (v == "true" || v == "false") return v == "true";
+  int64_t i = 0;
+  if (YAML::convert<int64_t>::decode(n, i)) return i;
+  double d = 0;
+  if (YAML::convert<double>::decode(n, d)) return d;
+  return v;
+}
+
 struct Ctx {
   std::string file;
 
@@ -438,7 +462,10 @@ void parse_strategies(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) 
         if (!p.IsMap()) c.bad(path + ".params", "expected a mapping, got " + Ctx::show(p));
         for (const auto& kv : p) {
           const std::string key = c.key(kv.first, path + ".params");
-          s.params[key] = c.str(kv.second, path + ".params." + key);
+          // json_schema may be written as YAML (a mapping): it goes on as JSON text.
+          s.params[key] = key == "json_schema" && (kv.second.IsMap() || kv.second.IsSequence())
+                              ? yaml_to_json(kv.second).dump()
+                              : c.str(kv.second, path + ".params." + key);
         }
       }
     }

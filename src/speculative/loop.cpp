@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 #include "speculative/controller.h"
 #include "speculative/proposer.h"
 #include "speculative/scorer.h"
@@ -37,6 +38,7 @@ struct SpecSequence {
   std::unique_ptr<Rng> synthetic_rng;  // synthetic_acceptance's own: rng's draws stay as without it
   Drafter* drafter = nullptr;          // its slot's, in the batch's BatchDrafter
   std::unique_ptr<GammaController> ctl;
+  std::shared_ptr<sampling::ConstraintState> grammar;  // structured output: this sequence's matcher
   const Request* req = nullptr;
   Tokens seq;       // committed tokens; the cache holds all but the last
   Tokens prefill;   // a newcomer's prompt minus its last token, fed with its first round
@@ -144,6 +146,7 @@ void SpecLoop::join(int64_t b) {
   s.drafter = &drafters_->at(b);
   features_ = s.drafter->wants_target_features();
   s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
+  if (cfg_.constraint) s.grammar = cfg_.constraint->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids);
   Stats& st = slots_[b]->st;
   st.synthetic_acceptance = cfg_.synthetic;
   st.accepted_per_position.assign(cfg_.gamma_max, 0);
@@ -273,6 +276,12 @@ void SpecLoop::verify() {
   std::vector<Rng*> rngs;
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
+    // Structured output: each row masked first, after its own path (the draft read for it; the
+    // drafter's rows stay unmasked: a token the grammar refuses has target probability 0).
+    if (s.grammar) {
+      s.d.read_drawn(/*synced=*/false);
+      s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
+    }
     s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
     const int64_t top = s.drafter->target_topk();  // the target's top tokens ride with the verdict
     s.top_ids = top > 0 ? top_token_ids(s.logits, top) : at::Tensor();

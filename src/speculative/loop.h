@@ -2,11 +2,14 @@
 // The round loop of speculative decoding, one for every batch size (batch 1 is one slot):
 // draft (proposer.h) -> score (scorer.h) -> verify (verifier.h) -> accept -> roll back, each
 // sequence's draft length chosen by its controller (controller.h).
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "speculative/verifier.h"
 #include "strategies/batch.h"
+
+namespace specdec::sampling { class Constraint; }
 
 namespace specdec::strategies {
 
@@ -18,6 +21,7 @@ struct SpecSetup {
   std::string adaptive = "off";
   std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
   Params params;  // resolved: the drafter's name and its own parameters
+  std::shared_ptr<const sampling::Constraint> constraint;  // structured output (sampling/grammar.h); null: none
 };
 
 // Speculative decoding of one or more requests (strategies/batch.h for slots, refill and

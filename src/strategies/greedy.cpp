@@ -1,4 +1,5 @@
 // greedy: argmax of the (repetition-penalised) target logits at every step.
+#include "sampling/grammar.h"
 #include "sampling/processors.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
@@ -9,22 +10,26 @@ namespace {
 
 class Greedy : public Strategy {
  public:
-  explicit Greedy(const Params& p) : cfg_(processor_config(p)) {}
+  explicit Greedy(const Params& p) : cfg_(processor_config(p)), constraint_(sampling::Constraint::from_params(p.values())) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
-    return autoregressive_decode(req, on_token, pick());
+    return autoregressive_decode(req, on_token, pick(req));
   }
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    return autoregressive_decode_batch(requests, options, on_token, [&](const Request&) { return pick(); });
+    return autoregressive_decode_batch(requests, options, on_token, [&](const Request& req) { return pick(req); });
   }
 
  private:
-  PickToken pick() const {
-    return [this](const at::Tensor& row, const Tokens& context) {
+  // The request's picker; with structured output its own matcher masks each row first.
+  PickToken pick(const Request& req) const {
+    auto grammar = constraint_ ? constraint_->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids) : nullptr;
+    return [this, grammar](const at::Tensor& row, const Tokens& context) {
+      if (grammar) grammar->mask(row.unsqueeze(0), context);
       return sampling::greedy_token(row, cfg_, context);  // [V] -> arg-max id
     };
   }
   sampling::ProcessorConfig cfg_;
+  std::shared_ptr<const sampling::Constraint> constraint_;  // structured output; null: none
 };
 
 }  // namespace

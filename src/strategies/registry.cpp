@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "sampling/grammar.h"
 
 #define SPECDEC_STRATEGY_LIST(X) \
   X(greedy)                      \
@@ -52,6 +53,11 @@ const std::vector<ParamSpec>& processor_params() {
       {"top_p", "float", "1.0", "nucleus: keep the smallest set with mass >= top_p; 1 = off"},
       {"min_p", "float", "0.0", "drop tokens below min_p * max probability; 0 = off"},
       {"repetition_penalty", "float", "1.0", "HF: divide positive / multiply negative logits of seen tokens"},
+      // Structured output (sampling/grammar.h): at most one; greedy, sampling and speculative.
+      {"json_schema", "string", "", "structured output: a JSON Schema, inline JSON or a file path ('' = none)"},
+      {"regex", "string", "", "structured output: a regular expression the whole output matches ('' = none)"},
+      {"grammar", "string", "", "structured output: an EBNF/GBNF grammar (root ::= ...), inline or a file ('' = none)"},
+      {"response_format", "string", "text", "structured output: json (any JSON value) | text (none)"},
   };
   return specs;
 }
@@ -106,6 +112,11 @@ Params resolve(const std::string& name, const Params& given) {
     if (!out.has(s.name)) out.set(s.name, s.default_value);
   for (const auto& s : specs) check_type(name, s, out);
   processor_config(out);  // range checks
+  // Structured output: parsed here, so that a malformed schema or grammar is named before any
+  // model loads; only the strategies that apply it take it.
+  if (const auto constraint = sampling::Constraint::from_params(out.values()))
+    SD_CHECK(name == "greedy" || name == "sampling" || name == "speculative", "strategy '", name,
+             "': structured output (", constraint->key(), ") is supported by greedy, sampling and speculative only");
   return out;
 }
 

@@ -1,6 +1,7 @@
 // sampling: ancestral sampling from the processed target distribution, seeded by
 // Request::seed so a run is reproducible.
 #include "core/rng.h"
+#include "sampling/grammar.h"
 #include "sampling/processors.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
@@ -11,7 +12,8 @@ namespace {
 
 class Sampling : public Strategy {
  public:
-  explicit Sampling(const Params& p) : cfg_(processor_config(p)) {}
+  explicit Sampling(const Params& p)
+      : cfg_(processor_config(p)), constraint_(sampling::Constraint::from_params(p.values())) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
     return autoregressive_decode(req, on_token, pick(req));
   }
@@ -24,13 +26,17 @@ class Sampling : public Strategy {
   // The request's sampler: its own RNG stream from Request::seed, whatever else runs beside it.
   PickToken pick(const Request& req) const {
     auto rng = std::make_shared<Rng>(req.seed);
-    return [this, rng](const at::Tensor& row, const Tokens& context) {
+    // Structured output: the request's own matcher masks each row before the processors.
+    auto grammar = constraint_ ? constraint_->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids) : nullptr;
+    return [this, rng, grammar](const at::Tensor& row, const Tokens& context) {
+      if (grammar) grammar->mask(row.unsqueeze(0), context);
       if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);
       at::Tensor probs = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
       return sampling::sample_from(probs, rng->uniform());
     };
   }
   sampling::ProcessorConfig cfg_;
+  std::shared_ptr<const sampling::Constraint> constraint_;  // structured output; null: none
 };
 
 }  // namespace

@@ -39,6 +39,8 @@ def load(name, dtype="auto", device="cpu", threads=2, engine="auto", graphs="aut
 
 def _param_text(key, value):
     # Parameters travel as the text the CLI's --set key=value would carry.
+    if key == "json_schema" and isinstance(value, (dict, list)):  # structured output: a schema as JSON text
+        return json.dumps(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):

@@ -1,0 +1,318 @@
+// Structured output on xgrammar's C++ core (sampling/grammar.h).
+#include "sampling/grammar.h"
+
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specdec::sampling {
+namespace {
+
+// xgrammar's message, first line(s) only (its checks add a file:line prefix we keep: it names
+// where the parser gave up, with the line and column of the grammar where it has them).
+std::string message_of(const std::exception& e) {
+  std::string m = e.what();
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string read_file(const std::string& key, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SD_CHECK(in.good(), key, ": cannot read the file '", path, "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// Inline text, or the content of the file `value` names. `inline_if`: how inline text looks.
+std::string inline_or_file(const std::string& key, const std::string& value, bool looks_inline,
+                           const std::string& what) {
+  if (looks_inline) return value;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(value, ec)) return read_file(key, value);
+  fail(key, ": '", value.size() > 80 ? value.substr(0, 80) + "..." : value, "' is neither ", what,
+       " nor the path of a readable file");
+}
+
+}  // namespace
+
+// ---- Constraint ---------------------------------------------------------------------------
+
+struct Compiled {
+  xgrammar::CompiledGrammar grammar{xgrammar::NullObj{}};
+  std::vector<int32_t> stop_ids;
+  int64_t n_vocab;
+};
+
+struct Constraint::Impl {
+  std::string key;
+  std::string source;  // the grammar's text as given (a file's content), which names it in the cache
+  xgrammar::Grammar grammar{xgrammar::NullObj{}};
+};
+
+namespace {
+// Compiled grammars, process-wide: one per (constraint, tokenizer, logits width, end ids), so
+// that the strategies a run creates for the same constraint compile it once. The oldest goes
+// beyond k_cache_size.
+struct CacheEntry {
+  std::string constraint;  // key + '\0' + source
+  const tokenizer::Tokenizer* tok;
+  std::string fingerprint;
+  int64_t n_vocab;
+  std::vector<int32_t> stop_ids;
+  std::shared_ptr<const Compiled> compiled;
+};
+constexpr size_t k_cache_size = 32;
+std::mutex g_cache_mu;
+std::vector<CacheEntry> g_cache;
+}  // namespace
+
+const std::vector<std::string>& Constraint::keys() {
+  static const std::vector<std::string> k = {"json_schema", "regex", "grammar", "response_format"};
+  return k;
+}
+
+std::shared_ptr<const Constraint> Constraint::from_params(const std::map<std::string, std::string>& params) {
+  std::string found;
+  std::shared_ptr<const Constraint> out;
+  for (const std::string& key : keys()) {
+    const auto it = params.find(key);
+    if (it == params.end() || trim(it->second).empty()) continue;
+    if (key == "response_format" && trim(it->second) == "text") continue;
+    SD_CHECK(found.empty(), "structured output: both '", found, "' and '", key,
+             "' are set; give at most one of json_schema, regex, grammar, response_format");
+    found = key;
+    out = parse(key, it->second);
+  }
+  return out;
+}
+
+std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, const std::string& value_in) {
+  auto impl = std::make_shared<Impl>();
+  impl->key = key;
+  const std::string value = trim(value_in);
+  try {
+    if (key == "json_schema") {
+      const bool is_inline = !value.empty() && (value[0] == '{' || value[0] == '[' || value == "true");
+      const std::string schema = inline_or_file(key, value, is_inline, "inline JSON (starting with '{')");
+      // Compact JSON (no free whitespace between tokens: a small model otherwise fills the
+      // output with blank lines), properties in schema order, no extra properties.
+      impl->source = schema;
+      impl->grammar = xgrammar::Grammar::FromJSONSchema(schema, /*any_whitespace=*/false);
+    } else if (key == "regex") {
+      SD_CHECK(!value_in.empty(), key, ": empty regular expression");
+      impl->source = value_in;
+      impl->grammar = xgrammar::Grammar::FromRegex(value_in);
+    } else if (key == "grammar") {
+      const std::string ebnf = inline_or_file(key, value, value.find("::=") != std::string::npos,
+                                              "an inline EBNF grammar (with a 'root ::= ...' rule)");
+      impl->source = ebnf;
+      impl->grammar = xgrammar::Grammar::FromEBNF(ebnf, "root");
+    } else if (key == "response_format") {
+      SD_CHECK(value == "json" || value == "json_object", key, ": '", value,
+               "' is not a response format; expected json (any JSON value) or text (none)");
+      impl->source = "json";
+      impl->grammar = xgrammar::Grammar::BuiltinJSONGrammar();
+    } else {
+      fail("structured output: unknown key '", key, "' (json_schema, regex, grammar, response_format)");
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const char* what = key == "json_schema" ? "malformed JSON schema (not JSON, or not a schema xgrammar takes)"
+                       : key == "regex"     ? "malformed regular expression"
+                                            : "malformed grammar";
+    fail(key, ": ", what, ": ", message_of(e));
+  }
+  return std::shared_ptr<const Constraint>(new Constraint(std::move(impl)));
+}
+
+const std::string& Constraint::key() const { return impl_->key; }
+
+// ---- ConstraintState ----------------------------------------------------------------------
+
+struct ConstraintState::Impl {
+  std::shared_ptr<Constraint::Impl> constraint;
+  const tokenizer::Tokenizer* tok = nullptr;
+  std::vector<int32_t> stop_ids;
+  size_t prompt_len = 0;
+  Tokens accepted;
+  std::shared_ptr<const Compiled> compiled;           // set by the first mask()
+  std::unique_ptr<xgrammar::GrammarMatcher> matcher;  // likewise
+  std::vector<int32_t> bitmask;                       // [words], scratch
+  bool ended = false;                                 // an end id was committed
+
+  bool is_stop(TokenId t) const { return std::binary_search(stop_ids.begin(), stop_ids.end(), static_cast<int32_t>(t)); }
+
+  void compile(int64_t n_vocab);
+  void sync(const Tokens& context);
+  // The admitted tokens of the matcher's current state into row `out` ([V] bytes, 1 = admitted).
+  void fill(uint8_t* out, int64_t V);
+};
+
+void ConstraintState::Impl::compile(int64_t n_vocab) {
+  Constraint::Impl& c = *constraint;
+  // A fingerprint of the vocabulary besides its address (an address can be reused).
+  std::string fp = std::to_string(tok->vocab_size());
+  for (int64_t i = 0; i < tok->vocab_size(); i += std::max<int64_t>(1, tok->vocab_size() / 16))
+    fp += "|" + tok->token_bytes(static_cast<TokenId>(i));
+  const std::string name = c.key + '\0' + c.source;
+  std::lock_guard<std::mutex> lock(g_cache_mu);  // one compile at a time (it uses 2 threads itself)
+  for (const auto& e : g_cache)
+    if (e.constraint == name && e.tok == tok && e.fingerprint == fp && e.n_vocab == n_vocab &&
+        e.stop_ids == stop_ids) {
+      compiled = e.compiled;
+      return;
+    }
+  const int64_t n_tok = tok->vocab_size();
+  SD_CHECK(n_vocab >= n_tok, "structured output (", c.key, "): the logits have ", n_vocab,
+           " entries, fewer than the tokenizer's ", n_tok, " tokens");
+  std::vector<std::string> vocab(n_tok);
+  for (int64_t i = 0; i < n_tok; ++i) {
+    const auto id = static_cast<TokenId>(i);
+    const bool stop = std::find(stop_ids.begin(), stop_ids.end(), static_cast<int32_t>(i)) != stop_ids.end();
+    // Special ids (chat markers, ...) are "" for xgrammar: never admitted. The end ids keep a
+    // name: xgrammar admits them where the grammar is complete.
+    vocab[i] = stop ? tok->token_string(id) : tok->is_special(id) ? std::string() : tok->token_bytes(id);
+  }
+  auto out = std::make_shared<Compiled>();
+  try {
+    xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, static_cast<int>(n_vocab),
+                                 std::vector<int32_t>(stop_ids.begin(), stop_ids.end()));
+    xgrammar::GrammarCompiler compiler(info, /*max_threads=*/2, /*cache_enabled=*/false);
+    out->grammar = compiler.CompileGrammar(c.grammar);
+  } catch (const std::exception& e) {
+    fail("structured output (", c.key, "): cannot compile the grammar for this tokenizer (", n_tok,
+         " tokens): ", message_of(e));
+  }
+  out->stop_ids = stop_ids;
+  out->n_vocab = n_vocab;
+  if (g_cache.size() >= k_cache_size) g_cache.erase(g_cache.begin());
+  g_cache.push_back({name, tok, fp, n_vocab, stop_ids, out});
+  compiled = out;
+}
+
+void ConstraintState::Impl::sync(const Tokens& context) {
+  const size_t done = prompt_len + accepted.size();
+  SD_CHECK(context.size() >= done, "structured output (", constraint->key, "): the context has ", context.size(),
+           " tokens, fewer than the ", done, " the matcher has seen");
+  for (size_t i = done; i < context.size(); ++i) {
+    const TokenId t = context[i];
+    // An end id is never given to the matcher (xgrammar 0.2.8's Rollback leaves it terminated
+    // after one): admitted where the grammar is complete, and nothing may follow it.
+    const bool ok = !ended && t >= 0 && t < tok->vocab_size() &&
+                    (is_stop(t) ? matcher->IsCompleted()
+                                : !tok->is_special(t) && matcher->AcceptToken(static_cast<int32_t>(t)));
+    SD_CHECK(ok, "structured output (", constraint->key, "): committed token ", t, " ('",
+             t >= 0 && t < tok->vocab_size() ? tok->token_bytes(t) : "?", "') after ", accepted.size(),
+             " generated tokens is not admitted by the grammar");
+    ended = ended || is_stop(t);
+    accepted.push_back(t);
+  }
+}
+
+void ConstraintState::Impl::fill(uint8_t* out, int64_t V) {
+  const int64_t words = xgrammar::GetBitmaskSize(static_cast<int>(V));
+  bitmask.assign(words, 0);
+  DLTensor t{};
+  int64_t shape[1] = {words};
+  t.data = bitmask.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  matcher->FillNextTokenBitmask(&t);
+  for (int64_t v = 0; v < V; ++v) out[v] = static_cast<uint8_t>((static_cast<uint32_t>(bitmask[v >> 5]) >> (v & 31)) & 1u);
+}
+
+std::shared_ptr<ConstraintState> Constraint::start(const tokenizer::Tokenizer* tok_ptr, const Tokens& prompt,
+                                                   const std::vector<TokenId>& eos_ids) const {
+  SD_CHECK(tok_ptr != nullptr, "structured output (", impl_->key,
+           "): the model has no tokenizer, which the grammar is compiled for");
+  const tokenizer::Tokenizer& tok = *tok_ptr;
+  auto s = std::make_unique<ConstraintState::Impl>();
+  s->constraint = impl_;
+  s->tok = &tok;
+  for (TokenId id : eos_ids.empty() ? tok.eos_ids() : eos_ids)
+    if (id >= 0 && id < tok.vocab_size()) s->stop_ids.push_back(static_cast<int32_t>(id));
+  std::sort(s->stop_ids.begin(), s->stop_ids.end());
+  s->stop_ids.erase(std::unique(s->stop_ids.begin(), s->stop_ids.end()), s->stop_ids.end());
+  SD_CHECK(!s->stop_ids.empty(), "structured output (", impl_->key,
+           "): no end-of-sequence id to end the grammar with (the request and the tokenizer name none)");
+  s->prompt_len = prompt.size();
+  return std::make_shared<ConstraintState>(std::move(s));
+}
+
+ConstraintState::ConstraintState(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ConstraintState::~ConstraintState() = default;
+
+bool ConstraintState::terminated() const { return impl_->ended; }
+int64_t ConstraintState::n_accepted() const { return static_cast<int64_t>(impl_->accepted.size()); }
+
+void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,
+                           const std::vector<int32_t>& parents) {
+  Impl& s = *impl_;
+  SD_CHECK(logits.dim() == 2, "structured output: logits must be [N, V], got ", logits.sizes());
+  const int64_t N = logits.size(0), V = logits.size(1);
+  if (!s.compiled) {
+    s.compile(V);
+    s.matcher = std::make_unique<xgrammar::GrammarMatcher>(s.compiled->grammar, s.stop_ids);
+  }
+  SD_CHECK(V == s.compiled->n_vocab, "structured output: logits of width ", V, " after ", s.compiled->n_vocab);
+  SD_CHECK(static_cast<int64_t>(draft.size()) + 1 >= N, "structured output: ", N, " rows need ", N - 1,
+           " draft tokens, got ", draft.size());
+  SD_CHECK(parents.empty() || parents.size() == draft.size(), "structured output: ", parents.size(), " parents for ",
+           draft.size(), " draft tokens");
+  s.sync(context);
+  at::Tensor allowed = at::ones({N, V}, at::kByte);  // 1: kept (a row off the grammar stays whole)
+  uint8_t* a = allowed.data_ptr<uint8_t>();
+  xgrammar::GrammarMatcher& m = *s.matcher;
+  if (!s.ended) s.fill(a, V);
+  // Rows 1..N-1: walk each node's path from the nodes accepted so far (a chain never rolls back;
+  // a tree rolls back to the common prefix of the previous path).
+  std::vector<int32_t> stack;  // draft nodes the matcher has accepted, root first
+  std::vector<int32_t> path;
+  for (int64_t i = 1; i < N; ++i) {
+    path.clear();
+    for (int64_t n = i - 1; n >= 0; n = parents.empty() ? n - 1 : parents[n]) path.push_back(static_cast<int32_t>(n));
+    std::reverse(path.begin(), path.end());
+    size_t common = 0;
+    while (common < stack.size() && common < path.size() && stack[common] == path[common]) ++common;
+    if (stack.size() > common) {
+      m.Rollback(static_cast<int>(stack.size() - common));
+      stack.resize(common);
+    }
+    // A path through an end id ends there: the row after it is never used (generation stops).
+    bool on_grammar = !s.ended;
+    for (size_t k = common; k < path.size() && on_grammar; ++k) {
+      const TokenId t = draft[path[k]];
+      // Special ids (a drafter may propose them) never match: asked, xgrammar would log a warning.
+      on_grammar = !s.is_stop(t) && t >= 0 && t < s.tok->vocab_size() && !s.tok->is_special(t) &&
+                   m.AcceptToken(static_cast<int32_t>(t));
+      if (on_grammar) stack.push_back(path[k]);
+    }
+    if (on_grammar) s.fill(a + i * V, V);
+  }
+  if (!stack.empty()) m.Rollback(static_cast<int>(stack.size()));
+  const at::Tensor off = allowed.eq(0).to(logits.device());
+  logits.masked_fill_(off, -std::numeric_limits<float>::infinity());
+}
+
+}  // namespace specdec::sampling

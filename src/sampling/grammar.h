@@ -1,0 +1,91 @@
+#pragma once
+// Structured output (issue 57): a grammar constraint on the target's rows, on xgrammar's C++
+// core (scripts/fetch_xgrammar.sh builds it; it is linked into this library only).
+//
+// The constraint is a logits processor with state. Its mask comes FIRST in the chain: tokens
+// the grammar does not admit get -inf before the repetition penalty (-inf stays -inf there),
+// temperature, top-k, top-p and min-p, so they have probability 0 and a non-empty admissible
+// set always keeps a token. The constrained target's law is what sampling gives after that
+// chain; speculative decoding reproduces it because every target row gets the mask of ITS OWN
+// path: row 0 after the committed text, row j + 1 after it and the root-to-node path of draft
+// node j (chains and trees), walked with AcceptToken, masked, rolled back.
+//
+// Keys (strategy parameters of greedy, sampling and speculative; at most one set):
+//   json_schema      a JSON Schema: inline JSON, or the path of a file holding it
+//   regex            a regular expression the whole output must match
+//   grammar          an EBNF/GBNF grammar (xgrammar's dialect, root rule `root`): inline or a file
+//   response_format  `json` (any JSON value) or `text` (no constraint)
+// A bad value is a specdec::Error naming the key and carrying xgrammar's message.
+// Generation ends when the grammar is complete: the mask then admits only the end-of-sequence
+// ids (the request's eos_ids), so the result finishes with `eos`; a structure cut by
+// max_new_tokens finishes with `length`.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace specdec::tokenizer { class Tokenizer; }
+
+namespace specdec::sampling {
+
+class ConstraintState;
+
+// The user's constraint, parsed (errors come here, before any model is loaded) and compiled
+// for a vocabulary on first use (once per tokenizer; thread-safe).
+class Constraint {
+ public:
+  // The keys in the order they are documented: json_schema, regex, grammar, response_format.
+  static const std::vector<std::string>& keys();
+  // From a strategy's parameters (name -> value); null when none of keys() is set to a value
+  // that constrains ("" everywhere, or response_format=text). Two set: a named error.
+  static std::shared_ptr<const Constraint> from_params(const std::map<std::string, std::string>& params);
+  // One key and its value (inline text, or a file path for json_schema and grammar).
+  static std::shared_ptr<const Constraint> parse(const std::string& key, const std::string& value);
+
+  const std::string& key() const;
+  // A matcher for one sequence starting after `prompt`, for this tokenizer (vocabulary as its
+  // token_bytes; special ids never admitted) with `eos_ids` as the ids that end the grammar
+  // (empty: the tokenizer's eos_ids()).
+  // tok null (a model without a tokenizer): a named error. The grammar is compiled by the
+  // first mask(), when the logits' width is known (it may exceed the tokenizer's: padding ids
+  // are never admitted).
+  std::shared_ptr<ConstraintState> start(const tokenizer::Tokenizer* tok, const Tokens& prompt,
+                                         const std::vector<TokenId>& eos_ids) const;
+
+  struct Impl;
+
+ private:
+  explicit Constraint(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+// One sequence's matcher. It follows the committed text itself: each call accepts the tokens
+// that `context` holds beyond what it has accepted (context = the prompt it started after +
+// the tokens committed since; it never shrinks).
+class ConstraintState {
+ public:
+  ~ConstraintState();
+  // logits [N, V] float (any device), in place: -inf where the grammar does not admit the token.
+  // Row 0 after `context`, row i > 0 after context + the root-to-node path of draft node i - 1
+  // (parents[j]: node j's parent, -1 = the context; empty: a chain). A row whose path leaves
+  // the grammar (a draft token it does not admit, or a token after the end) is left as it is:
+  // the verifier never reaches it, since its parent row gives that token probability 0.
+  void mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft = {},
+            const std::vector<int32_t>& parents = {});
+  // The grammar has accepted an end-of-sequence id.
+  bool terminated() const;
+  // Tokens accepted so far after the prompt.
+  int64_t n_accepted() const;
+
+  struct Impl;
+  explicit ConstraintState(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specdec::sampling
