@@ -6,7 +6,8 @@
 # Within a wall budget (BUDGET_S, default 500 s; every step's timeout is cut to fit, and a summary
 # is always printed and written, also after a failure or a timeout) it:
 #   1. prints the machine: GPU, driver, nvcc, torch, cmake, gcc;
-#   2. unpacks .gpu_pack/debs with dpkg-deb -x into a private prefix (DEPS_PREFIX; never /);
+#   2. unpacks .gpu_pack/debs with dpkg-deb -x into a private prefix (DEPS_PREFIX; never /),
+#      and builds xgrammar from .gpu_pack/xgrammar's sdist (scripts/fetch_xgrammar.sh, cached);
 #   3. configures build-gpu/ with CMake + Ninja against the torch wheel's LibTorch (sm_90);
 #   4. copies the shrunk model to models/ if models/ lacks it, builds (ninja -k 0, all cores)
 #      tests_kernels (test_kernels_cuda), then specdec, tests_device (test_model_aten,
@@ -269,6 +270,12 @@ EOF
            "$DEPS"/usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake "$DL"/libpcre2-8.so; do
     [ -e "$f" ] || { echo "missing after extraction: $f"; ok=0; }
   done
+  # xgrammar (structured output) from the pack's sdist, built into the usual cache: offline
+  XG_CACHE=$(dirname "$(bash "$ROOT/scripts/fetch_xgrammar.sh" --print-prefix)")
+  mkdir -p "$XG_CACHE/xgrammar-sdist"
+  cp -u "$PACK"/xgrammar/xgrammar-*.tar.gz "$XG_CACHE/xgrammar-sdist/" 2>/dev/null ||
+    echo "no xgrammar sdist in $PACK/xgrammar: run scripts/gpu_pack.sh here"
+  SPECDEC_JOBS=${JOBS:-$(nproc)} bash "$ROOT/scripts/fetch_xgrammar.sh" || { echo "xgrammar did not build"; ok=0; }
   echo "$n debs, $(du -sh "$DEPS" | cut -f1)"
   [ $ok = 1 ] && record "deps (dpkg-deb -x)" PASS "($n debs)" || record "deps (dpkg-deb -x)" FAIL
   stop_after deps

@@ -10,6 +10,8 @@
 #                            all metadata, all 272 tensor names/shapes/types, 30 layer slots, of
 #                            which the first 2 real layers (at slots 0 and 10) compute and the others
 #                            are exact no-ops sharing data.
+#   .gpu_pack/xgrammar/      xgrammar's sdist (~2.7 MB; structured output), which gpu_check.sh
+#                            builds there with scripts/fetch_xgrammar.sh (no network needed).
 #   .gpu_pack/MANIFEST.txt   what is in it, sizes and sha256s.
 # Idempotent: what is there already is kept (FORCE=1 rebuilds everything). Downloads are cached
 # in ~/.cache/specdec/gpu_pack. Prints the pack's size at the end, and checks that the tree and
@@ -187,6 +189,13 @@ if [ $made = 1 ] || [ "${VERIFY:-0}" = 1 ] || [ ! -f "$PACK/.verified" ]; then
     say "warning: $SPECDEC_BIN not built: the shrunk model was not tried (build/ with scripts/build.sh)"
   fi
 fi
+
+# ---- 2b. xgrammar's sdist (the GPU machine has no network: gpu_check.sh builds it there) -------
+XG_SDIST=$(dirname "$(bash scripts/fetch_xgrammar.sh --print-prefix)")/xgrammar-sdist
+[ -n "$(ls "$XG_SDIST"/xgrammar-*.tar.gz 2>/dev/null)" ] || bash scripts/fetch_xgrammar.sh
+mkdir -p "$PACK/xgrammar"
+cp -u "$XG_SDIST"/xgrammar-*.tar.gz "$PACK/xgrammar/"
+say "xgrammar sdist: $(ls "$PACK/xgrammar")"
 
 # ---- 3. manifest and size -----------------------------------------------------------------
 {

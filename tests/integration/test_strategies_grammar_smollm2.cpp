@@ -128,6 +128,30 @@ TEST_F(SmolLM2Grammar, SpeculativeEqualsConstrainedGreedy) {
   EXPECT_GT(accepted, 0);
 }
 
+// Batches: one matcher per sequence. Three requests of one constraint, two slots (so one joins
+// when another ends), the model drafter: each sequence's tokens equal its constrained greedy run.
+// (A planted bug, every slot sharing slot 0's matcher, made the batch throw: shown with a
+// temporary change to loop.cpp, 2026-12-02.)
+TEST_F(SmolLM2Grammar, BatchesKeepAMatcherPerSequence) {
+  const Case& c = cases()[0];
+  const std::vector<std::string> prompts = {c.prompt, "Give me a JSON object for a cat with its name and age.",
+                                            "Describe an old man as JSON."};
+  std::vector<Request> reqs;
+  for (const std::string& p : prompts) {
+    reqs.push_back(request(p, c.max_new));
+    reqs.back().draft = draft();
+  }
+  const std::vector<Result> batch =
+      create("speculative", params(c, {{"drafter", "model"}}))->generate_batch(reqs, BatchOptions{2, 0}, {});
+  ASSERT_EQ(batch.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Result alone = create("greedy", params(c))->generate(reqs[i], {});
+    EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i << "\n-- greedy: " << alone.text
+                                             << "\n-- batch: " << batch[i].text;
+    EXPECT_EQ(batch[i].finish, alone.finish) << "request " << i;
+  }
+}
+
 TEST_F(SmolLM2Grammar, BadConstraintsAreNamedErrors) {
   try {
     create("greedy", Params(std::map<std::string, std::string>{{"json_schema", "{\"type\": \"object\", "}}));
