@@ -15,6 +15,7 @@
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/smollm2_request.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -31,15 +32,7 @@ class SmolLM2Batch : public ::testing::Test {
   }
 
   static Request request(const std::string& user_text, int64_t max_new, uint64_t seed = 0) {
-    const auto& m = smollm2();
-    Request r;
-    r.target = m.model;
-    r.tokenizer = m.tokenizer;
-    r.prompt = m.tokenizer->encode(m.tokenizer->apply_chat_template({{"user", user_text}}, true), true);
-    r.stop.eos_ids = m.tokenizer->eos_ids();
-    r.stop.max_new_tokens = max_new;
-    r.seed = seed;
-    return r;
+    return specdec::testing_support::smollm2_chat_request(user_text, max_new, seed);
   }
 
   // Seven prompts of different lengths and budgets: one answers with EOS early, one ends at a

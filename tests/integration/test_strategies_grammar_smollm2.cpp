@@ -19,6 +19,7 @@
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/smollm2_request.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -39,14 +40,7 @@ class SmolLM2Grammar : public ::testing::Test {
         << "run `scripts/fetch_models.sh smollm2-135m`";
   }
   static Request request(const std::string& user_text, int64_t max_new) {
-    const auto& m = smollm2();
-    Request r;
-    r.target = m.model;
-    r.tokenizer = m.tokenizer;
-    r.prompt = m.tokenizer->encode(m.tokenizer->apply_chat_template({{"user", user_text}}, true), true);
-    r.stop.eos_ids = m.tokenizer->eos_ids();
-    r.stop.max_new_tokens = max_new;
-    return r;
+    return specdec::testing_support::smollm2_chat_request(user_text, max_new);
   }
   // SmolLM2 without 5 of its 30 layers: a draft that disagrees with the target often enough.
   static std::shared_ptr<model::CausalLM> draft() {

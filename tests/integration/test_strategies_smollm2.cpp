@@ -15,6 +15,7 @@
 #include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/smollm2.h"
+#include "tests/support/smollm2_request.h"
 #include "tests/support/paths.h"
 
 using specdec::testing_support::source_dir;
@@ -34,14 +35,7 @@ class SmolLM2 : public ::testing::Test {
         << kModel << " is missing: run `scripts/fetch_models.sh smollm2-135m`";
   }
   Request request(const std::string& user_text, int64_t max_new) const {
-    const auto& m = smollm2();
-    Request r;
-    r.target = m.model;
-    r.tokenizer = m.tokenizer;
-    r.prompt = m.tokenizer->encode(m.tokenizer->apply_chat_template({{"user", user_text}}, true), true);
-    r.stop.eos_ids = m.tokenizer->eos_ids();
-    r.stop.max_new_tokens = max_new;
-    return r;
+    return specdec::testing_support::smollm2_chat_request(user_text, max_new);
   }
 };
 
