@@ -206,16 +206,19 @@ struct DrafterInfo {
 // The registered drafters, in registry order: the built-in ones, then those added at run time.
 // The reference (and any find_drafter reference) stays valid after later (un)registrations.
 const std::vector<DrafterInfo>& all_drafters();
-// Adds a drafter at run time (the Python bindings' drafters written in Python), after the
-// built-in ones. Its name must be new, not "auto", and 1-64 of [A-Za-z0-9_]; it declares no
-// parameters (the speculative schema is fixed at start-up), so info.params must be empty.
-// Throws specdec::Error naming the drafter and the problem.
+// Adds a drafter from outside the library (examples/register.cpp, the Python bindings' drafters
+// written in Python), after the built-in ones. Its name must be new, not "auto", and 1-64 of
+// [A-Za-z0-9_]. Its parameters join the speculative schema, which is made once, when the strategy
+// registry is first read (drafter_params()): a drafter with parameters registers before that, at
+// the start of main(); one registered later declares none. Throws specdec::Error naming the
+// drafter and the problem.
 void register_drafter(DrafterInfo info);
 // Removes a drafter added by register_drafter; a built-in or unknown name is an error.
 void unregister_drafter(const std::string& name);
 // Throws specdec::Error listing the valid names.
 const DrafterInfo& find_drafter(const std::string& name);
-// Every drafter's parameters, once each (names are unique across drafters; checked).
+// Every drafter's parameters, once each (names are unique across drafters; checked). From the
+// first call on, register_drafter takes no drafter with parameters.
 std::vector<ParamSpec> drafter_params();
 // The drafter a speculative run with these resolved params uses ("auto": model when a draft
 // model is given, else ngram).

@@ -19,7 +19,6 @@ STRATEGY_CASES = [
     ("greedy", {}),
     ("sampling", {"temperature": 0.8, "top_k": 20}),
     ("beam", {"num_beams": 2, "temperature": 0}),
-    ("annealed", {}),
     ("speculative", {"drafter": "ngram", "temperature": 0.8}),
 ]
 

@@ -1,5 +1,5 @@
-// Worked example for docs/adding.md ("Adding a drafter"), registered in
-// src/speculative/drafters/registry.cpp and run by tests/unit/test_strategies_example.cpp.
+// Worked example for docs/adding.md ("Adding a drafter"), registered in examples/register.cpp
+// and run by tests/unit/test_strategies_example.cpp.
 // "repeat_last": once the last committed token has repeated repeat_min_run times in a row,
 // guess that the run goes on (indentation, "====" rules, runs of newlines or spaces) and
 // propose it max_depth more times. A guess costs only verify rows, never correctness: the
