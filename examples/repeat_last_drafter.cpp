@@ -22,10 +22,9 @@ class RepeatLastDrafter : public Drafter {
     if (run >= min_run_) out.tokens.assign(max_depth, seq.back());
     return out;
   }
-
-  // No distribution q: the verifier accepts draft tokens while they equal the target's own
-  // choices (tokens_only mode), which keeps the output distribution exactly the target's.
-  bool has_distribution() const override { return false; }
+  // No distribution q (out.q stays undefined; has_distribution() keeps its default, false):
+  // the verifier accepts draft tokens while they equal the target's own choices (tokens_only
+  // mode), which keeps the output distribution exactly the target's.
 
  private:
   int64_t min_run_;

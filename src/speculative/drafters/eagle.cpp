@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "model/device.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
 
 namespace specdec::strategies {

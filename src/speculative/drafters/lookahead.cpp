@@ -74,7 +74,6 @@ class LookaheadDrafter : public Drafter {
   LookaheadDrafter(const LookaheadConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(seed ^ 0x6c6f6f6b61686561ULL) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
-  bool has_distribution() const override { return false; }
   int64_t target_topk() const override { return 1; }
   void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) override;
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;

@@ -55,7 +55,6 @@ class RecyclingDrafter : public Drafter {
       : k_(k), shape_(std::move(shape)), seed_from_prompt_(seed_from_prompt) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
-  bool has_distribution() const override { return false; }
   int64_t target_topk() const override { return k_; }
   void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) override;
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;

@@ -51,6 +51,7 @@
 #include "model/device.h"
 #include "strategies/common.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/tree.h"
 
 namespace specdec::strategies {
 namespace {
