@@ -1,7 +1,7 @@
 // The registered extensions, run as a user runs them: the CLI on SmolLM2-135M-Instruct by its
 // catalog name. The CLI is build/specdec_with_examples, the one a user builds with their own
 // strategies registered (examples/main.cpp); this executable registers the same examples
-// (tests/support/examples.cpp), so its registry lists what the binary runs.
+// (tests/support/examples_main.cpp), so its registry lists what the binary runs.
 //  - the example strategy `annealed` (examples/annealed_sampling.cpp): seeded
 //    runs repeat, and it is listed by `specdec strategies`;
 //  - every registered drafter that needs no draft model (the example `repeat_last`, `suffix`,

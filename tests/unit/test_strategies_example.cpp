@@ -4,7 +4,7 @@
 //  - annealed: a strategy (examples/annealed_sampling.cpp);
 //  - repeat_last: a drafter (examples/repeat_last_drafter.cpp).
 // They are built outside the product library (examples/CMakeLists.txt) and registered in this
-// executable as a user registers theirs (tests/support/examples.cpp, examples/register.cpp).
+// executable as a user registers theirs (tests/support/examples_main.cpp, examples/register.cpp).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
