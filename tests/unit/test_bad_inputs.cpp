@@ -13,10 +13,10 @@
 // (each command, each stage that refuses: option parsing, a model's file, generation, an
 // experiment, the results root; and success) also runs through the real binary (kThroughBinary),
 // so that its exit code and message are checked too. This executable registers the worked
-// examples of examples/ (tests/support/examples_main.cpp), so the binary is the CLI that carries them
-// too, build/specdec_with_examples (examples/main.cpp: build/specdec's main() after the examples'
-// registration). Starting the CLI took ~2 s a case under ASan (scripts/build.sh --sanitize),
-// where all 165 cases now run.
+// examples of examples/ (tests/support/examples_main.cpp), so the binary is the CLI that carries
+// them too, build/specdec_with_examples (examples/main.cpp: build/specdec's main() after the
+// examples' registration). Starting the CLI took ~2 s a case under ASan (scripts/build.sh
+// --sanitize), where all 165 cases now run.
 // No weights needed: the models are tiny-llama and the crafted GGUF.
 #include <gtest/gtest.h>
 
