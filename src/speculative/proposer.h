@@ -76,6 +76,28 @@ struct DraftProposal {
   int64_t depth(int64_t i) const;
 };
 
+// What a drafter that learns from the target asks to be shown of its rows (Drafter::target_wants).
+struct TargetWants {
+  // > 0: the target's k likeliest next tokens (raw logits) of each fed row (Token Recycling's
+  // adjacency table, Lookahead's Jacobi window).
+  int64_t topk = 0;
+  // The target's final normed hidden state (the output head's input) of each fed row: trained
+  // drafters (EAGLE, Medusa: model/draft_heads.h), which also see the prompt's prefill's rows.
+  bool features = false;
+};
+
+// The target's rows a drafter is shown (Drafter::observe). After a verification: fed[0] is the
+// last committed token, fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows
+// the committed prefix; empty = a chain). After the prompt's prefill (features only): fed = the
+// prefilled tokens, parents empty. In a batch (speculative/loop.cpp) each slot's drafter sees its
+// own rows.
+struct TargetRows {
+  Tokens fed;
+  std::vector<int32_t> parents;
+  std::vector<Tokens> topk;  // [n_fed] rows of TargetWants::topk ids when asked; else empty
+  at::Tensor hidden;         // [n_fed, d] when TargetWants::features; else undefined
+};
+
 // The contract of q. Speculative sampling is lossless only if each q row is the exact law the
 // drafter drew its token from; the verifier cannot check this from one round, and a q that
 // claims another law biases the output at temperature > 0 (greedy verification at T = 0 reads
@@ -97,8 +119,8 @@ struct DraftProposal {
 // accepts and bias the output (test_strategies_drafter_contract).
 //
 // A drafter implements propose() and overrides only what else it needs: commit() to see what was
-// accepted and roll back the rest (a drafter with a cache), prefill(), the target's top-k or
-// features to learn from, report(). A tree drafter builds on the tree helper
+// accepted and roll back the rest (a drafter with a cache), prefill(), target_wants() and
+// observe() to learn from the target's rows, report(). A tree drafter builds on the tree helper
 // (drafters/tree.h), a draft-model drafter on the model helper (drafters/model.h).
 class Drafter {
  public:
@@ -120,28 +142,11 @@ class Drafter {
   // Whether its proposals carry q. The verifier reads each proposal's own q (tokens-only when
   // undefined), so this only describes the drafter; default false (a lookup: no q).
   virtual bool has_distribution() const { return false; }
-  // Drafters that learn from the target (Token Recycling's adjacency table, Lookahead's Jacobi
-  // window) return k > 0 here and are shown, after every verification, the target's k
-  // likeliest next tokens (raw logits) for each fed row: fed[0] is the last committed token,
-  // fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows the committed
-  // prefix; empty = a chain). Called before commit().
-  virtual int64_t target_topk() const { return 0; }
-  virtual void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) {
-    (void)fed;
-    (void)parents;
-    (void)topk;
-  }
-  // Trained drafters (EAGLE, Medusa: model/draft_heads.h) read the target's own features: they
-  // return true here and are shown the target's final normed hidden state (the output head's
-  // input) of every fed row, hidden [n_fed, d]: after the prompt's prefill (fed = the prefilled
-  // tokens, parents empty) and after every verification (fed and parents as in observe()),
-  // before commit(). In a batch (speculative/loop.cpp) each slot's drafter sees its own rows.
-  virtual bool wants_target_features() const { return false; }
-  virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
-    (void)fed;
-    (void)parents;
-    (void)hidden;
-  }
+  // Drafters that learn from the target say here what they want of its rows (TargetWants) and
+  // are shown them in observe() (TargetRows), after every verification, before commit(). Default:
+  // nothing.
+  virtual TargetWants target_wants() const { return {}; }
+  virtual void observe(const TargetRows& rows) { (void)rows; }
   // Figures about this generation for Stats::drafter_stats (name -> value); none by default.
   virtual void report(std::map<std::string, double>& out) const { (void)out; }
 };
