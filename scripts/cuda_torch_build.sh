@@ -4,7 +4,7 @@
 # on a machine without a GPU. It only has to link, not run: the wheel's libtorch_cuda.so needs
 # cuDNN, NCCL, cuSPARSELt, ... from separate nvidia-* wheels that are not installed, so the link
 # ignores what those shared libraries leave undefined.
-#   bash scripts/cuda_torch_build.sh     # ~7 min on 2 cores from scratch (wheel cached), seconds when built
+#   bash scripts/cuda_torch_build.sh     # a few minutes on 2 cores from scratch (wheel cached; docs/ci.md), seconds when built
 # Knobs (environment): TORCH_CUDA_CACHE (default ~/.cache/specdec/torch-cuda), TORCH_CUDA_VERSION
 # (2.11.0), BUILD_DIR (build-cuda-torch), CUDA_ROOT (/usr/local/cuda), SPECDEC_JOBS (nproc),
 # TARGETS (overrides the list below), AUTO_TARGETS=0 (do not add the *cuda* / *graph* targets).
@@ -86,7 +86,10 @@ fi
 say "configuring $BUILD (log: $BUILD/configure.log)"
 export CMAKE_POLICY_VERSION_MINIMUM=3.5   # CMake 4 and old cmake_minimum_required()s
 mkdir -p "$BUILD"
-if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+# -O0: this build is compiled and linked, never run, and at -O0 it compiles in about half the
+# time (docs/ci.md). Its precompiled headers are made at -O0 as well, so they stay valid.
+if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" \
+    -DSPECDEC_TEST_OPT=-O0 \
     -DTorch_DIR="$TORCH/share/cmake/Torch" \
     -DSPECDEC_CUDA=ON -DSPECDEC_PCH=ON -DSPECDEC_PYTHON=OFF \
     -DCMAKE_CUDA_COMPILER="$CUDA_ROOT/bin/nvcc" -DCUDAToolkit_ROOT="$CUDA_ROOT" \

@@ -5,6 +5,9 @@
 // and p-values); env.json and the report name the node of every task. A task made to fail is
 // listed by id with its log, and --resume resubmits that task only.
 // Label "slurm;integration" (tests/CMakeLists.txt); about a minute.
+// ctest-heavy: *
+// (heavy since 2026-12-02: ~45 s, much of it starting the Slurm daemons; shards and their merge
+// stay in the fast tier through test_harness_spec_bench_smollm2.)
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -7,6 +7,9 @@
 //  - a click on a token fills the detail panel with a probability table (p and q columns for
 //    a draft, a residual table for a resampled token), and on a tree round draws its tree;
 //  - bad flags and values are named errors with exit code 1.
+// ctest-heavy: *
+// (heavy since 2026-12-02, ~17 s with Chromium; the recorder's checks on SmolLM2 stay in the fast
+// tier in test_harness_trace_smollm2.)
 #include <gtest/gtest.h>
 
 #include <cstdio>

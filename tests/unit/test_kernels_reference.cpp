@@ -19,7 +19,7 @@
 //     law of the uniform-driven run.
 //  2. Draw by draw (DrawByDraw.*). verify_cpu and verify_tree_cpu return exactly the reference's
 //     accepted count, tokens and path on the same (p, q, draft, uniforms), 1e6 random rows per
-//     mode (Full/, the heavy tier; the fast tier and the ASan stage draw the first 1e5 of them:
+//     mode (Full/, the heavy tier; the fast tier draws the first 1e5 of them, the ASan stage 2e4:
 //     Sample/), V <= 256 (where the kernels' lane-interleaved inverse CDF is index order).
 //  3. Planted bugs (Plants.*): each deliberate bug in the reference is caught by the check the
 //     table below names.
@@ -34,6 +34,7 @@
 
 #include "kernels/kernels.h"
 #include "tests/reference/exact_law.h"
+#include "tests/support/sanitizer.h"
 
 namespace sk = specdec::kernels;
 namespace ref = specdec::reference;
@@ -652,8 +653,9 @@ TEST(ExactLaw, ToyModelsHaveZeroCornersAndTies) {
 
 // ---- 2. draw by draw --------------------------------------------------------------------------------
 
-// The parameter is the number of cases per mode: Sample/ (1e5: the fast tier and the ASan stage)
-// draws the first tenth of Full/'s (1e6: the heavy tier), from the same seeds.
+// The parameter is the number of cases per mode: Sample/ (1e5: the fast tier; 2e4 in the ASan
+// stage, tests/support/sanitizer.h) draws the first of Full/'s cases (1e6: the heavy tier), from
+// the same seeds.
 // ctest-heavy: Full/DrawByDraw.*
 class DrawByDraw : public ::testing::TestWithParam<int64_t> {};
 TEST_P(DrawByDraw, ChainGreedy) { expect_identical(chain_draws(Mode::greedy, GetParam(), 101), "chain greedy", false); }
@@ -669,7 +671,7 @@ TEST_P(DrawByDraw, TreeSampling) { expect_identical(tree_draws(Mode::sampling, G
 TEST_P(DrawByDraw, TreeTokensOnly) {
   expect_identical(tree_draws(Mode::tokens_only, GetParam(), 107), "tree tokens_only", true);
 }
-INSTANTIATE_TEST_SUITE_P(Sample, DrawByDraw, ::testing::Values(int64_t{100000}));
+INSTANTIATE_TEST_SUITE_P(Sample, DrawByDraw, ::testing::Values(specdec::test_support::sanitizer_scaled(100000, 5)));
 INSTANTIATE_TEST_SUITE_P(Full, DrawByDraw, ::testing::Values(int64_t{1000000}));
 
 // ---- 3. planted bugs ----------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 // Every drafter and verification mode keeps speculative sampling lossless end to end: the
 // first three tokens generated through the registry (`create("speculative", ...)`) on tiny
 // random models (vocab 32) follow the target's exact processed joint law. Chi-square at
-// p = 0.001 over 12000 samples per case (tests/support/spec_distribution.h); the kernel tests
+// p = 0.001 over 12000 samples per case (3000 in the ASan build: tests/support/sanitizer.h;
+// tests/support/spec_distribution.h); the kernel tests
 // (test_kernels_tree_stats, test_kernels_block_stats) show the same statistic rejects planted
 // bugs in each mode.
 #include <gtest/gtest.h>
 
 #include "model/tiny.h"
 #include "strategies/registry.h"
+#include "tests/support/sanitizer.h"
 #include "tests/support/spec_distribution.h"
 
 using namespace specdec;
@@ -17,7 +19,7 @@ using ts::Triple;
 
 namespace {
 
-constexpr int64_t kSamples = 12000;
+constexpr int64_t kSamples = ts::sanitizer_scaled(12000, 4);
 constexpr double kPValue = 1e-3;
 
 sampling::ProcessorConfig proc() {
