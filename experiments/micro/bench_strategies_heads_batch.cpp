@@ -116,7 +116,7 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
         own.push_back(ss::make_drafter(head.drafter, ctx));
         d.push_back(own.back().get());
       }
-      d.back()->observe_features(Tokens(r.prompt.begin(), r.prompt.end() - 1), {}, r.prompt_hidden);
+      d.back()->observe(ss::TargetRows{Tokens(r.prompt.begin(), r.prompt.end() - 1), {}, {}, r.prompt_hidden});
     }
     std::vector<Tokens> seqs(B, r.prompt);
     std::vector<const Tokens*> seq_ptrs;
@@ -133,7 +133,7 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
       }
       state.PauseTiming();
       for (int64_t b = 0; b < B; ++b) {
-        d[b]->observe_features({seqs[b].back()}, {}, fed_hidden);
+        d[b]->observe(ss::TargetRows{{seqs[b].back()}, {}, {}, fed_hidden});
         seqs[b].push_back(drafts[b].tokens.empty() ? 0 : drafts[b].tokens[0]);
         d[b]->commit(static_cast<int64_t>(seqs[b].size()) - 1, {});
       }

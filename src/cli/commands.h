@@ -11,8 +11,11 @@ using Args = std::vector<std::string>;
 
 // `specdec ARGS...` (ARGS: the command line after the program's name): runs the command and
 // returns its exit code; what a command throws becomes "specdec <command>: error: <what>" on
-// stderr and exit 1 (a failed check: exit 2). main.cpp is this call; tests make it in-process.
+// stderr and exit 1 (a failed check: exit 2). run_main calls it; tests make it in-process.
 int dispatch(const Args& args);        // dispatch.cpp
+// A program's main(): the heap settings, then dispatch of argv[1..]. build/specdec's main.cpp is
+// this call, and so is a user's CLI that registers their own strategies first (examples/main.cpp).
+int run_main(int argc, char** argv);   // dispatch.cpp
 
 int cmd_tokenize(const Args& args);    // cmd_tokenize.cpp
 int cmd_generate(const Args& args);    // cmd_generate.cpp

@@ -144,7 +144,7 @@ void SpecLoop::join(int64_t b) {
   s.synthetic_rng = std::make_unique<Rng>(req.seed ^ 0x5f3759dfull);
   drafters_->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max});
   s.drafter = &drafters_->at(b);
-  features_ = s.drafter->wants_target_features();
+  features_ = s.drafter->target_wants().features;
   s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
   if (cfg_.constraint) s.grammar = cfg_.constraint->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids);
   Stats& st = slots_[b]->st;
@@ -173,7 +173,7 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   for (int64_t b : newcomers) {
     const Tokens& head = fed[b];
     if (hidden.defined() && !head.empty())
-      spec_[b].drafter->observe_features(head, {}, hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())));
+      spec_[b].drafter->observe(TargetRows{head, {}, {}, hidden[b].narrow(0, 0, static_cast<int64_t>(head.size()))});
     spec_[b].drafter->prefill(head);
   }
   phase_.charge(&PhaseTimes::prefill);
@@ -283,7 +283,7 @@ void SpecLoop::verify() {
       s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
     }
     s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
-    const int64_t top = s.drafter->target_topk();  // the target's top tokens ride with the verdict
+    const int64_t top = s.drafter->target_wants().topk;  // the target's top tokens ride with the verdict
     s.top_ids = top > 0 ? top_token_ids(s.logits, top) : at::Tensor();
     s.best = !cfg_.synthetic.empty() ? top_token_ids(s.p, 1) : at::Tensor();  // likewise
     p.push_back(s.p);
@@ -301,14 +301,16 @@ void SpecLoop::verify() {
 }
 
 void SpecLoop::learn(SpecSequence& s) {
-  const int64_t top = s.drafter->target_topk();
+  const int64_t top = s.drafter->target_wants().topk;
   if (top > 0 || s.hidden.defined()) {
-    Tokens fed = {s.seq.back()};  // the last committed token, then the draft
-    fed.insert(fed.end(), s.d.tokens.begin(), s.d.tokens.end());
-    const std::vector<int32_t> parents =  // on the host now: the verdict brought an unread tree in
-        s.d.is_chain() ? std::vector<int32_t>{} : tree_forward_options(s.d, at::kCPU).parents;
-    if (top > 0) s.drafter->observe(fed, parents, token_rows(s.top_ids));
-    if (s.hidden.defined()) s.drafter->observe_features(fed, parents, s.hidden);
+    TargetRows rows;
+    rows.fed = {s.seq.back()};  // the last committed token, then the draft
+    rows.fed.insert(rows.fed.end(), s.d.tokens.begin(), s.d.tokens.end());
+    if (!s.d.is_chain())  // on the host now: the verdict brought an unread tree in
+      rows.parents = tree_forward_options(s.d, at::kCPU).parents;
+    if (top > 0) rows.topk = token_rows(s.top_ids);
+    rows.hidden = s.hidden;
+    s.drafter->observe(rows);
   }
   phase_.charge(&PhaseTimes::draft);
 }

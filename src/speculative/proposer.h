@@ -10,7 +10,6 @@
 #include <ATen/ATen.h>
 
 #include <functional>
-#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -77,6 +76,28 @@ struct DraftProposal {
   int64_t depth(int64_t i) const;
 };
 
+// What a drafter that learns from the target asks to be shown of its rows (Drafter::target_wants).
+struct TargetWants {
+  // > 0: the target's k likeliest next tokens (raw logits) of each fed row (Token Recycling's
+  // adjacency table, Lookahead's Jacobi window).
+  int64_t topk = 0;
+  // The target's final normed hidden state (the output head's input) of each fed row: trained
+  // drafters (EAGLE, Medusa: model/draft_heads.h), which also see the prompt's prefill's rows.
+  bool features = false;
+};
+
+// The target's rows a drafter is shown (Drafter::observe). After a verification: fed[0] is the
+// last committed token, fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows
+// the committed prefix; empty = a chain). After the prompt's prefill (features only): fed = the
+// prefilled tokens, parents empty. In a batch (speculative/loop.cpp) each slot's drafter sees its
+// own rows.
+struct TargetRows {
+  Tokens fed;
+  std::vector<int32_t> parents;
+  std::vector<Tokens> topk;  // [n_fed] rows of TargetWants::topk ids when asked; else empty
+  at::Tensor hidden;         // [n_fed, d] when TargetWants::features; else undefined
+};
+
 // The contract of q. Speculative sampling is lossless only if each q row is the exact law the
 // drafter drew its token from; the verifier cannot check this from one round, and a q that
 // claims another law biases the output at temperature > 0 (greedy verification at T = 0 reads
@@ -96,6 +117,11 @@ struct DraftProposal {
 // seeded from drafter_seed()), never from a generator seeded with Request::seed, whose stream
 // is the verifier's uniforms; a drafter that replays them can choose tokens the verifier
 // accepts and bias the output (test_strategies_drafter_contract).
+//
+// A drafter implements propose() and overrides only what else it needs: commit() to see what was
+// accepted and roll back the rest (a drafter with a cache), prefill(), target_wants() and
+// observe() to learn from the target's rows, report(). A tree drafter builds on the tree helper
+// (drafters/tree.h), a draft-model drafter on the model helper (drafters/model.h).
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -105,36 +131,22 @@ class Drafter {
   virtual DraftProposal propose(const Tokens& sequence, int64_t max_depth) = 0;
   // After verification the first n_valid tokens of the sequence are committed; `accepted`
   // holds the node indices of the proposal that were accepted, root first (a chain: 0..a-1).
-  // Drop anything later (or move the accepted path's cache slots together).
+  // Drop anything later (or move the accepted path's cache slots together). Default: nothing
+  // to roll back (a drafter that reads only `sequence`).
   virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
     (void)n_valid;
     (void)accepted;
   }
   // Processes tokens[0..n) ahead of the first proposal (the draft model's prefill).
   virtual void prefill(const Tokens& tokens) { (void)tokens; }
-  virtual bool has_distribution() const = 0;
-  // Drafters that learn from the target (Token Recycling's adjacency table, Lookahead's Jacobi
-  // window) return k > 0 here and are shown, after every verification, the target's k
-  // likeliest next tokens (raw logits) for each fed row: fed[0] is the last committed token,
-  // fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows the committed
-  // prefix; empty = a chain). Called before commit().
-  virtual int64_t target_topk() const { return 0; }
-  virtual void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) {
-    (void)fed;
-    (void)parents;
-    (void)topk;
-  }
-  // Trained drafters (EAGLE, Medusa: model/draft_heads.h) read the target's own features: they
-  // return true here and are shown the target's final normed hidden state (the output head's
-  // input) of every fed row, hidden [n_fed, d]: after the prompt's prefill (fed = the prefilled
-  // tokens, parents empty) and after every verification (fed and parents as in observe()),
-  // before commit(). In a batch (speculative/loop.cpp) each slot's drafter sees its own rows.
-  virtual bool wants_target_features() const { return false; }
-  virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
-    (void)fed;
-    (void)parents;
-    (void)hidden;
-  }
+  // Whether its proposals carry q. The verifier reads each proposal's own q (tokens-only when
+  // undefined), so this only describes the drafter; default false (a lookup: no q).
+  virtual bool has_distribution() const { return false; }
+  // Drafters that learn from the target say here what they want of its rows (TargetWants) and
+  // are shown them in observe() (TargetRows), after every verification, before commit(). Default:
+  // nothing.
+  virtual TargetWants target_wants() const { return {}; }
+  virtual void observe(const TargetRows& rows) { (void)rows; }
   // Figures about this generation for Stats::drafter_stats (name -> value); none by default.
   virtual void report(std::map<std::string, double>& out) const { (void)out; }
 };
@@ -206,16 +218,19 @@ struct DrafterInfo {
 // The registered drafters, in registry order: the built-in ones, then those added at run time.
 // The reference (and any find_drafter reference) stays valid after later (un)registrations.
 const std::vector<DrafterInfo>& all_drafters();
-// Adds a drafter at run time (the Python bindings' drafters written in Python), after the
-// built-in ones. Its name must be new, not "auto", and 1-64 of [A-Za-z0-9_]; it declares no
-// parameters (the speculative schema is fixed at start-up), so info.params must be empty.
-// Throws specdec::Error naming the drafter and the problem.
+// Adds a drafter from outside the library (examples/register.cpp, the Python bindings' drafters
+// written in Python), after the built-in ones. Its name must be new, not "auto", and 1-64 of
+// [A-Za-z0-9_]. Its parameters join the speculative schema, which is made once, when the strategy
+// registry is first read (drafter_params()): a drafter with parameters registers before that, at
+// the start of main(); one registered later declares none. Throws specdec::Error naming the
+// drafter and the problem.
 void register_drafter(DrafterInfo info);
 // Removes a drafter added by register_drafter; a built-in or unknown name is an error.
 void unregister_drafter(const std::string& name);
 // Throws specdec::Error listing the valid names.
 const DrafterInfo& find_drafter(const std::string& name);
-// Every drafter's parameters, once each (names are unique across drafters; checked).
+// Every drafter's parameters, once each (names are unique across drafters; checked). From the
+// first call on, register_drafter takes no drafter with parameters.
 std::vector<ParamSpec> drafter_params();
 // The drafter a speculative run with these resolved params uses ("auto": model when a draft
 // model is given, else ngram).
@@ -244,76 +259,6 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
 // repetition penalty reads none of them.
 void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
                 std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows);
-
-// What grows the tree drafter's trees (drafters/tree.cpp): the tree drafter chooses the shape
-// (static branching, EAGLE-2 dynamic growth, Sequoia's budget) and draws the tokens; a source
-// gives the draft logits. The draft model is one source, a trained EAGLE head another (eagle.cpp).
-class TreeSource {
- public:
-  virtual ~TreeSource() = default;
-  virtual void prefill(const Tokens& tokens) { (void)tokens; }
-  // Catches up with the committed sequence; returns the draft logits [V] of its next token
-  // (undefined: nothing to draft from yet). Counts its forwards in out.n_forwards.
-  virtual at::Tensor root(const Tokens& seq, DraftProposal& out) = 0;
-  // Feeds one depth of this round's tree: `tokens` [n] int64 ids, each new node at depth
-  // `depth` (1: a child of the root), on the device of the logits the source returns or on the
-  // host (a static tree keeps them where it drew them, unread; a draw without mass is fed as 0
-  // and named when the verdict reads it); parent [n] int64 holds each one's parent's feed index
-  // (-1: the root), on the logits' device too. n_cached nodes were fed before this round's
-  // depth. Returns their draft logits [n, V]. Reads nothing (the draft model's and the trained
-  // heads' attention masks are built where they run), so a dynamic tree grows without a read
-  // per depth.
-  virtual at::Tensor feed_level(const at::Tensor& tokens, const at::Tensor& parent, int64_t depth, int64_t n_cached,
-                                DraftProposal& out) = 0;
-  // The same calls for a batch's trees growing in lockstep (make_tree_batch_drafter), made on
-  // one of the sources in `all`: every source there is of its type (null: a slot that does not
-  // draft now), and each gets its own result, as its own call would give it. A source whose
-  // model serves several sequences in one forward overrides them (EagleSource: one head forward
-  // and one output-head product for all); the defaults call each source in turn.
-  // roots: as root() for each non-null source (seqs[b] its sequence).
-  virtual std::vector<at::Tensor> roots(const std::vector<TreeSource*>& all, const std::vector<const Tokens*>& seqs,
-                                        const std::vector<DraftProposal*>& out);
-  // What one feed hands a source: feed_level()'s arguments.
-  struct Feed {
-    at::Tensor tokens;  // [n] int64; undefined: this source feeds nothing now
-    at::Tensor parent;  // [n] int64 each new node's parent's feed index
-    int64_t depth = 0, n_cached = 0;
-  };
-  // feed_all: feed_level() for each source with a Feed (undefined where none).
-  virtual std::vector<at::Tensor> feed_all(const std::vector<TreeSource*>& all, const std::vector<Feed>& feeds,
-                                           const std::vector<DraftProposal*>& out);
-  // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
-  // path's fed nodes (a prefix of the path).
-  virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted, const std::vector<int64_t>& fed) = 0;
-  // The deepest tree it can draft (Medusa: its number of heads).
-  virtual int64_t max_depth() const { return std::numeric_limits<int64_t>::max(); }
-  virtual bool wants_target_features() const { return false; }
-  virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
-    (void)fed;
-    (void)parents;
-    (void)hidden;
-  }
-};
-// The tree drafter over `source`, shaped by ctx.params' tree_branching / tree_budget / tree_topk.
-std::unique_ptr<Drafter> make_tree_drafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx);
-// Its batch form: slot b's tree drafter is over source_of(its context), and the slots' trees grow
-// in lockstep, one depth at a time, each depth's feeds made in one TreeSource::feed_all call
-// (the root's in one roots call). Each slot proposes what it proposes alone.
-using TreeSourceOf = std::function<std::unique_ptr<TreeSource>(const DrafterContext&)>;
-std::unique_ptr<BatchDrafter> make_tree_batch_drafter(TreeSourceOf source_of, int64_t batch);
-
-// The `model` drafter over any CausalLM (a separate draft model, or a view of the target such
-// as layer_skip's layer subset): one forward per draft token, q from the processed logits.
-std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& proc,
-                                            Rng& rng, int64_t capacity);
-// Its batch form: one KV cache of `base` with a slot per sequence; slot b drafts with
-// model_of(its context) (`base` itself or a view of it, such as a layer subset), and slots on
-// the same model share every forward. Null when `base` cannot take ragged batches.
-using DraftModelOf = std::function<std::shared_ptr<model::CausalLM>(const DrafterContext&)>;
-std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of,
-                                                       const std::shared_ptr<model::CausalLM>& base,
-                                                       const sampling::ProcessorConfig& proc, int64_t batch,
-                                                       int64_t capacity);
 
 // Longest root-to-leaf path of a proposal (a chain: its length).
 int64_t max_depth(const DraftProposal& d);

@@ -1,7 +1,9 @@
 // The strategy registry: a name table and one factory (DESIGN principle 3).
 // Each strategy file defines `StrategyInfo <name>_info()`; adding one is one line below.
+// Strategies outside the library (examples/) join with register_strategy before the first read.
 #include "strategies/registry.h"
 
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
@@ -11,8 +13,7 @@
   X(greedy)                      \
   X(sampling)                    \
   X(beam)                        \
-  X(speculative)                 \
-  X(annealed)
+  X(speculative)
 
 namespace specdec::strategies {
 
@@ -78,9 +79,38 @@ sampling::ProcessorConfig processor_config(const Params& resolved) {
   return c;
 }
 
+namespace {
+std::mutex g_added_mutex;
+bool g_table_made = false;  // all() has made the table: register_strategy is too late
+std::vector<StrategyInfo>& added() {  // register_strategy's, in order
+  static std::vector<StrategyInfo> infos;
+  return infos;
+}
+}  // namespace
+
+void register_strategy(StrategyInfo info) {
+  std::lock_guard<std::mutex> lock(g_added_mutex);
+  SD_CHECK(!g_table_made, "register_strategy: strategy '", info.name,
+           "' comes after the strategy registry was first read; register it at the start of main()");
+  SD_CHECK(!info.name.empty() && info.factory != nullptr, "register_strategy: strategy '", info.name,
+           "' needs a name and a factory");
+  added().push_back(std::move(info));
+}
+
 const std::vector<StrategyInfo>& all() {
 #define SPECDEC_INFO_ENTRY(name) name##_info(),
-  static const std::vector<StrategyInfo> infos = {SPECDEC_STRATEGY_LIST(SPECDEC_INFO_ENTRY)};
+  static const std::vector<StrategyInfo> infos = [] {
+    std::vector<StrategyInfo> out = {SPECDEC_STRATEGY_LIST(SPECDEC_INFO_ENTRY)};
+    std::lock_guard<std::mutex> lock(g_added_mutex);
+    g_table_made = true;
+    for (const auto& info : added()) {
+      for (const auto& other : out)
+        SD_CHECK(other.name != info.name, "register_strategy: a strategy named '", info.name,
+                 "' is already registered");
+      out.push_back(info);
+    }
+    return out;
+  }();
 #undef SPECDEC_INFO_ENTRY
   return infos;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The strategy registry: a name table and one factory (DESIGN principle 3).
-// Adding a strategy = one new file + one line in registry.cpp + its tests.
+// Adding a strategy = one new file + one line in registry.cpp + its tests; a strategy built
+// outside the library (examples/) is one file + one register_strategy line (docs/adding.md).
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,6 +35,10 @@ const std::vector<ParamSpec>& processor_params();
 sampling::ProcessorConfig processor_config(const Params& resolved);
 
 const std::vector<StrategyInfo>& all();
+// Adds a strategy from outside the library (examples/register.cpp) after the built-in ones. The
+// table is made at its first read (all(), find(), ...), so call this before: at the start of
+// main(); later it is an error, as is a name taken (then at the first read).
+void register_strategy(StrategyInfo info);
 // Throws specdec::Error listing the valid names.
 const StrategyInfo& find(const std::string& name);
 // Checks every key against the strategy's schema (+ processor params), fills defaults and

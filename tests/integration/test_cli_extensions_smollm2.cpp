@@ -1,6 +1,8 @@
-// The registered extensions, run as a user runs them: build/specdec on SmolLM2-135M-Instruct by
-// its catalog name.
-//  - the example strategy `annealed` (src/strategies/examples/annealed_sampling.cpp): seeded
+// The registered extensions, run as a user runs them: the CLI on SmolLM2-135M-Instruct by its
+// catalog name. The CLI is build/specdec_with_examples, the one a user builds with their own
+// strategies registered (examples/main.cpp); this executable registers the same examples
+// (tests/support/examples_main.cpp), so its registry lists what the binary runs.
+//  - the example strategy `annealed` (examples/annealed_sampling.cpp): seeded
 //    runs repeat, and it is listed by `specdec strategies`;
 //  - every registered drafter that needs no draft model (the example `repeat_last`, `suffix`,
 //    `ngram`, ...) and `model` with the model as its own draft: greedy speculative decoding
@@ -27,7 +29,7 @@ namespace {
 
 using specdec::testing_support::smollm2;
 
-const std::string kBin = binary_dir() + "/specdec";
+const std::string kBin = binary_dir() + "/specdec_with_examples";
 const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 // Text the model copies (a run of one digit token included): the drafters that look back at the
 // prompt, and repeat_last, have something to find.

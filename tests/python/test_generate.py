@@ -19,7 +19,6 @@ STRATEGY_CASES = [
     ("greedy", {}),
     ("sampling", {"temperature": 0.8, "top_k": 20}),
     ("beam", {"num_beams": 2, "temperature": 0}),
-    ("annealed", {}),
     ("speculative", {"drafter": "ngram", "temperature": 0.8}),
 ]
 
@@ -41,7 +40,7 @@ def test_generate_equals_cli(smol, strategy, params):
 
 
 def drafter_args(d, q4_draft):
-    params = {"drafter": d["name"], "temperature": 0, "repeat_min_run": 1}
+    params = {"drafter": d["name"], "temperature": 0}
     if d["name"] == "tree":
         params["tree_branching"] = [3, 2, 1]
     extra = ["--draft", "smollm2-135m", "--draft-dtype", "q4_1"] if d["needs_draft_model"] else []

@@ -8,12 +8,15 @@
 // JSONL / YAML, experiment YAMLs with bad names and values. Every case runs with the sandbox as
 // working directory and --results-root inside it, and afterwards nothing may have appeared
 // outside <sandbox>/work/results (nor in the repository's results/).
-// A case runs in this process, through cli::dispatch (what build/specdec's main() calls: the
-// same exit code and the same text on stdout and stderr); one case of each kind of failure a
-// user sees (each command, each stage that refuses: option parsing, a model's file, generation,
-// an experiment, the results root; and success) also runs through the real build/specdec
-// (kThroughBinary), so that the binary's exit code and message are checked too. Starting the
-// CLI took ~2 s a case under ASan (scripts/build.sh --sanitize), where all 165 cases now run.
+// A case runs in this process, through cli::dispatch (what the CLI's main() calls: the same exit
+// code and the same text on stdout and stderr); one case of each kind of failure a user sees
+// (each command, each stage that refuses: option parsing, a model's file, generation, an
+// experiment, the results root; and success) also runs through the real binary (kThroughBinary),
+// so that its exit code and message are checked too. This executable registers the worked
+// examples of examples/ (tests/support/examples_main.cpp), so the binary is the CLI that carries
+// them too, build/specdec_with_examples (examples/main.cpp: build/specdec's main() after the
+// examples' registration). Starting the CLI took ~2 s a case under ASan (scripts/build.sh
+// --sanitize), where all 165 cases now run.
 // No weights needed: the models are tiny-llama and the crafted GGUF.
 #include <gtest/gtest.h>
 
@@ -53,7 +56,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = binary_dir() + "/specdec";
+const std::string kBin = binary_dir() + "/specdec_with_examples";  // the CLI + examples/
 
 // ---- sandbox -----------------------------------------------------------------------------
 
@@ -543,7 +546,7 @@ std::vector<Case> cases() {
   };
 }
 
-// The cases that also run through build/specdec: one for each kind of failure a user sees.
+// The cases that also run through the binary (kBin): one for each kind of failure a user sees.
 const std::set<std::string> kThroughBinary = {
     "yaml_deep_flow_300k",          // validate: an experiment file (and a deep parse in the binary's stack)
     "name_dotdot_run",              // run: a results folder outside the results root
@@ -598,7 +601,7 @@ void expect_case(const Case& c, const std::function<Output(const std::vector<std
 TEST_P(BadInputs, ExitCodeAndMessage) {
   const Case& c = GetParam();
   expect_case(c, run_in_process, "in-process");
-  if (kThroughBinary.count(c.name)) expect_case(c, run_cli, "build/specdec");
+  if (kThroughBinary.count(c.name)) expect_case(c, run_cli, "build/specdec_with_examples");
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BadInputs, ::testing::ValuesIn(cases()),

@@ -1,4 +1,4 @@
-// Drafters that learn from the target's own rows (Drafter::target_topk / observe), reached
+// Drafters that learn from the target's own rows (Drafter::target_wants / observe), reached
 // through the registry: recycling (Token Recycling's adjacency table: rows from observe(),
 // overwritten, accepted path wins, prompt bigrams, the static tree's exact shape) and lookahead
 // (pool from the prompt, Jacobi window update and realignment, n-grams along the trajectory's
@@ -30,7 +30,7 @@ using test_support::Rig;
 // One verification round as speculative.cpp runs it: observe the rows, then commit.
 void round_trip(Drafter& d, const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& rows,
                 int64_t n_valid, const std::vector<int32_t>& accepted) {
-  d.observe(fed, parents, rows);
+  d.observe(TargetRows{fed, parents, rows, {}});
   d.commit(n_valid, accepted);
 }
 
@@ -39,7 +39,7 @@ TEST(RecyclingDrafter, TableRowsComeFromObservedTopKAndAreOverwritten) {
   Rig rig({{"recycle_shape", "3"}, {"recycle_prompt_bigrams", "false"}});
   auto d = rig.make("recycling");
   EXPECT_FALSE(d->has_distribution());
-  EXPECT_EQ(d->target_topk(), 8);
+  EXPECT_EQ(d->target_wants().topk, 8);
   const Tokens seq = {1, 2, 5};
   EXPECT_TRUE(d->propose(seq, 4).tokens.empty());  // nothing seen yet
   round_trip(*d, {5}, {}, {{7, 8, 9, 10}}, 3, {});
@@ -106,7 +106,7 @@ TEST(LookaheadDrafter, PromptNgramsFormTheVerificationBranchAndTheWindowAChain) 
   Rig rig(la(3, 2, 2));
   auto d = rig.make("lookahead");
   EXPECT_FALSE(d->has_distribution());
-  EXPECT_EQ(d->target_topk(), 1);
+  EXPECT_EQ(d->target_wants().topk, 1);
   const DraftProposal p = d->propose(prompt, 4);
   // Pool[1] = {(2, 4), (2, 3)}, newest first, merged into a trie; then the window chain.
   ASSERT_EQ(p.size(), 5);

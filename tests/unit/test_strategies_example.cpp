@@ -1,8 +1,10 @@
 // The worked examples of docs/adding.md, reached as a user reaches them:
 // through the registries (the CLI runs are in tests/integration/test_cli_extensions_smollm2.cpp
 // and, on a crafted GGUF, in tests/unit/test_bad_inputs.cpp).
-//  - annealed: a strategy (src/strategies/examples/annealed_sampling.cpp);
-//  - repeat_last: a drafter (src/strategies/examples/repeat_last_drafter.cpp).
+//  - annealed: a strategy (examples/annealed_sampling.cpp);
+//  - repeat_last: a drafter (examples/repeat_last_drafter.cpp).
+// They are built outside the product library (examples/CMakeLists.txt) and registered in this
+// executable as a user registers theirs (tests/support/examples_main.cpp, examples/register.cpp).
 #include <gtest/gtest.h>
 
 #include "core/error.h"

@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "model/device.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
 
 namespace specdec::strategies {
@@ -244,10 +245,8 @@ class EagleChainDrafter : public Drafter {
       : source_(std::move(source)), proc_(proc), rng_(rng) {}
 
   bool has_distribution() const override { return true; }
-  bool wants_target_features() const override { return true; }
-  void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) override {
-    source_->observe_features(fed, parents, hidden);
-  }
+  TargetWants target_wants() const override { return {0, true}; }
+  void observe(const TargetRows& rows) override { source_->observe_features(rows.fed, rows.parents, rows.hidden); }
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
     source_->commit(n_valid, accepted, {});
   }

@@ -17,6 +17,7 @@
 #include "sampling/processors.h"
 #include "strategies/common.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/model.h"
 
 namespace specdec::strategies {
 namespace {

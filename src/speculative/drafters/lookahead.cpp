@@ -74,9 +74,8 @@ class LookaheadDrafter : public Drafter {
   LookaheadDrafter(const LookaheadConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(seed ^ 0x6c6f6f6b61686561ULL) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
-  bool has_distribution() const override { return false; }
-  int64_t target_topk() const override { return 1; }
-  void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) override;
+  TargetWants target_wants() const override { return {1, false}; }
+  void observe(const TargetRows& rows) override;
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
   void report(std::map<std::string, double>& out) const override;
 
@@ -191,9 +190,9 @@ void LookaheadDrafter::collect_ngrams(const Span& outputs) {
 
 // y_0 (the root's row) and y_i (the row of guess i) are the next Jacobi iterate for positions
 // n..n+len; guesses beyond the fed part of the window stay.
-void LookaheadDrafter::observe(const Tokens& fed, const std::vector<int32_t>& parents,
-                               const std::vector<Tokens>& topk) {
-  (void)parents;
+void LookaheadDrafter::observe(const TargetRows& rows) {
+  const Tokens& fed = rows.fed;
+  const std::vector<Tokens>& topk = rows.topk;
   if (n_proposed_ < 0 || win_len_ == 0 || static_cast<int64_t>(topk.size()) < win_first_ + win_len_ + 1) return;
   SD_CHECK(fed.size() == topk.size(), "drafter lookahead: ", fed.size(), " fed tokens but ", topk.size(),
            " top-1 rows (internal error)");

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "model/device.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
 
 namespace specdec::strategies {
@@ -90,10 +91,8 @@ class MedusaDrafter : public Drafter {
       : rows_(std::move(rows)), proc_(proc), rng_(rng) {}
 
   bool has_distribution() const override { return true; }
-  bool wants_target_features() const override { return true; }
-  void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
-    rows_->observe(hidden);
-  }
+  TargetWants target_wants() const override { return {0, true}; }
+  void observe(const TargetRows& rows) override { rows_->observe(rows.hidden); }
   void commit(int64_t, const std::vector<int32_t>& accepted) override { rows_->commit(accepted); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {

@@ -13,6 +13,7 @@
 #include "strategies/batch.h"
 #include "strategies/common.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/model.h"
 
 namespace specdec::strategies {
 namespace {

@@ -32,8 +32,6 @@ class NgramDrafter : public Drafter {
     return out;
   }
 
-  bool has_distribution() const override { return false; }
-
  private:
   int64_t min_n_, max_n_;
 };

@@ -55,9 +55,8 @@ class RecyclingDrafter : public Drafter {
       : k_(k), shape_(std::move(shape)), seed_from_prompt_(seed_from_prompt) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
-  bool has_distribution() const override { return false; }
-  int64_t target_topk() const override { return k_; }
-  void observe(const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& topk) override;
+  TargetWants target_wants() const override { return {k_, false}; }
+  void observe(const TargetRows& rows) override;
   void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
   void report(std::map<std::string, double>& out) const override;
 
@@ -130,9 +129,9 @@ DraftProposal RecyclingDrafter::propose(const Tokens& seq, int64_t max_depth) {
 }
 
 // Rows are applied in commit(), once the accepted path is known.
-void RecyclingDrafter::observe(const Tokens& fed, const std::vector<int32_t>& parents,
-                               const std::vector<Tokens>& topk) {
-  (void)parents;
+void RecyclingDrafter::observe(const TargetRows& rows) {
+  const Tokens& fed = rows.fed;
+  const std::vector<Tokens>& topk = rows.topk;
   SD_CHECK(fed.size() == topk.size(), "drafter recycling: ", fed.size(), " fed tokens but ", topk.size(),
            " top-k rows (internal error)");
   fed_ = fed;

@@ -1,6 +1,7 @@
 // The drafter registry: a name table and one factory, like the strategy registry
 // (DESIGN principle 3). Each drafter file defines `DrafterInfo <name>_drafter_info()`;
-// adding a drafter is one file plus one line below.
+// adding a drafter is one file plus one line below (outside the library, examples/: one
+// register_drafter line before the first read).
 #include <atomic>
 #include <cctype>
 #include <mutex>
@@ -20,8 +21,7 @@
   X(recycling)                  \
   X(lookahead)                  \
   X(eagle)                      \
-  X(medusa)                     \
-  X(repeat_last)
+  X(medusa)
 
 namespace specdec::strategies {
 
@@ -116,6 +116,7 @@ std::vector<DraftProposal> BatchDrafter::propose(const std::vector<const Tokens*
 // changes the table. Registrations are rare (a few per session), so the retired copies are few.
 namespace {
 std::mutex g_table_mutex;  // serialises writers; readers take the current snapshot atomically
+bool g_params_read = false;  // drafter_params() was called: the speculative schema is made
 // Never freed (see above), and itself on the heap: no destructor at exit drops the last pointer
 // to a retired snapshot (LeakSanitizer would call that a leak).
 auto* const g_retired = new std::vector<const std::vector<DrafterInfo>*>();
@@ -148,12 +149,13 @@ void register_drafter(DrafterInfo info) {
   SD_CHECK(ok_name, "register_drafter: bad drafter name '", name, "' (expected 1-64 of [A-Za-z0-9_])");
   SD_CHECK(name != "auto", "register_drafter: 'auto' is the drafter parameter's automatic choice, not a name");
   SD_CHECK(info.factory != nullptr, "register_drafter: drafter '", name, "' has no factory");
-  // The speculative schema (and so every drafter's parameters) is fixed when the strategy
-  // registry is first read: a run-time drafter takes its settings another way.
-  SD_CHECK(info.params.empty(), "register_drafter: drafter '", name, "' declares parameters (",
-           info.params[0].name, "); drafters registered at run time take none");
   n_builtin_drafters();  // counted before the first registration
   std::lock_guard<std::mutex> lock(g_table_mutex);
+  // The speculative schema (and so every drafter's parameters) is made when the strategy
+  // registry is first read: a drafter registered after that takes its settings another way.
+  SD_CHECK(info.params.empty() || !g_params_read, "register_drafter: drafter '", name, "' declares parameters (",
+           info.params[0].name, ") after the speculative schema was made (the strategy registry's first read); "
+           "register it at the start of main(), or take none");
   std::vector<DrafterInfo> next = all_drafters();
   for (const auto& d : next)
     SD_CHECK(d.name != name, "register_drafter: a drafter named '", name, "' is already registered",
@@ -182,6 +184,10 @@ const DrafterInfo& find_drafter(const std::string& name) {
 }
 
 std::vector<ParamSpec> drafter_params() {
+  {
+    std::lock_guard<std::mutex> lock(g_table_mutex);
+    g_params_read = true;
+  }
   std::vector<ParamSpec> out;
   std::set<std::string> seen;
   for (const auto& info : all_drafters())

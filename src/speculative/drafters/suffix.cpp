@@ -190,8 +190,6 @@ class SuffixDrafter : public Drafter {
     return continuation_trie(index_.text(), index_.earlier_ends(min_match_, width_), max_depth);
   }
 
-  bool has_distribution() const override { return false; }
-
  private:
   // Committed tokens only grow during a generation, so the index appends the new ones; a
   // sequence that does not extend the indexed one (a reused drafter) is indexed afresh.

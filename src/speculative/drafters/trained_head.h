@@ -48,7 +48,7 @@ class LoadedHead {
 std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std::string& key, const std::string& dir,
                                            const std::string& kind, const Request& req);
 
-// The target's features of the committed positions, in order, as observe_features() shows
+// The target's features of the committed positions, in order, as observe() shows
 // them: the prefill's rows at once, a round's rows once commit() says which were accepted.
 class TargetFeatures {
  public:

@@ -51,6 +51,7 @@
 #include "model/device.h"
 #include "strategies/common.h"
 #include "speculative/proposer.h"
+#include "speculative/drafters/tree.h"
 
 namespace specdec::strategies {
 namespace {
@@ -188,9 +189,9 @@ class TreeDrafter : public Drafter {
   }
 
   void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
-  bool wants_target_features() const override { return source_->wants_target_features(); }
-  void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) override {
-    source_->observe_features(fed, parents, hidden);
+  TargetWants target_wants() const override { return {0, source_->wants_target_features()}; }
+  void observe(const TargetRows& rows) override {
+    if (rows.hidden.defined()) source_->observe_features(rows.fed, rows.parents, rows.hidden);
   }
   bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
   void report(std::map<std::string, double>& out) const override;

@@ -1,5 +1,5 @@
-// Worked example for docs/adding.md ("Adding a drafter"), registered in
-// src/speculative/drafters/registry.cpp and run by tests/unit/test_strategies_example.cpp.
+// Worked example for docs/adding.md ("Adding a drafter"), registered in examples/register.cpp
+// and run by tests/unit/test_strategies_example.cpp.
 // "repeat_last": once the last committed token has repeated repeat_min_run times in a row,
 // guess that the run goes on (indentation, "====" rules, runs of newlines or spaces) and
 // propose it max_depth more times. A guess costs only verify rows, never correctness: the
@@ -22,10 +22,9 @@ class RepeatLastDrafter : public Drafter {
     if (run >= min_run_) out.tokens.assign(max_depth, seq.back());
     return out;
   }
-
-  // No distribution q: the verifier accepts draft tokens while they equal the target's own
-  // choices (tokens_only mode), which keeps the output distribution exactly the target's.
-  bool has_distribution() const override { return false; }
+  // No distribution q (out.q stays undefined; has_distribution() keeps its default, false):
+  // the verifier accepts draft tokens while they equal the target's own choices (tokens_only
+  // mode), which keeps the output distribution exactly the target's.
 
  private:
   int64_t min_run_;

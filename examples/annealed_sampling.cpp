@@ -1,6 +1,6 @@
-// Worked example for docs/adding.md, registered in src/strategies/registry.cpp and run
-// through the registry by tests/unit/test_strategies_example.cpp (and through the CLI by
-// tests/integration/test_cli_extensions_smollm2.cpp).
+// Worked example for docs/adding.md, registered in examples/register.cpp and run through the
+// registry by tests/unit/test_strategies_example.cpp (and through the CLI that carries the
+// examples, build/specdec_with_examples, by tests/integration/test_cli_extensions_smollm2.cpp).
 // "annealed": sampling whose temperature falls linearly from t_start to t_end over
 // max_new_tokens, so a generation starts diverse and ends nearly greedy.
 #include "core/error.h"
