@@ -118,8 +118,12 @@ namespace {
 std::mutex g_table_mutex;  // serialises writers; readers take the current snapshot atomically
 bool g_params_read = false;  // drafter_params() was called: the speculative schema is made
 // Never freed (see above), and itself on the heap: no destructor at exit drops the last pointer
-// to a retired snapshot (LeakSanitizer would call that a leak).
-auto* const g_retired = new std::vector<const std::vector<DrafterInfo>*>();
+// to a retired snapshot (LeakSanitizer would call that a leak). Made on first use, so that a
+// drafter registered from another file's static initializer finds it.
+std::vector<const std::vector<DrafterInfo>*>& retired() {
+  static auto* const r = new std::vector<const std::vector<DrafterInfo>*>();
+  return *r;
+}
 
 std::atomic<const std::vector<DrafterInfo>*>& drafter_table() {
 #define SPECDEC_DRAFTER_ENTRY(name) name##_drafter_info(),
@@ -136,7 +140,7 @@ size_t n_builtin_drafters() {
 }
 
 void publish(std::vector<DrafterInfo> next) {  // with g_table_mutex held
-  g_retired->push_back(drafter_table().exchange(new std::vector<DrafterInfo>(std::move(next))));
+  retired().push_back(drafter_table().exchange(new std::vector<DrafterInfo>(std::move(next))));
 }
 }  // namespace
 
