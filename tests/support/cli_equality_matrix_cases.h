@@ -7,11 +7,11 @@
 //                                                           prompt (heavy, ~3 minutes)
 // Both files go to one test program (tests_harness), where a suite may be defined once: their
 // TEST lines stay in each file, under their own suite names, and call what is here.
-// One run: `specdec generate` at temperature 0 with a drafter, a processor set and a verify mode
-// prints exactly the tokens of greedy decoding with the same processors, and stats.verify_modes
-// is {greedy} whenever something was drafted. The draft model is the target's own file
-// requantised to Q4_1 (--draft-dtype q4_1, a lossy copy) and eagle and medusa get untrained
-// heads, so that drafts are also rejected and rollback runs.
+// One run: `specdec generate` (build/specdec_with_examples) at temperature 0 with a drafter, a
+// processor set and a verify mode prints exactly the tokens of greedy decoding with the same
+// processors, and stats.verify_modes is {greedy} whenever something was drafted. The draft model
+// is the target's own file requantised to Q4_1 (--draft-dtype q4_1, a lossy copy) and eagle and
+// medusa get untrained heads, so that drafts are also rejected and rollback runs.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -60,7 +60,9 @@ inline nlohmann::json cli_generate(const CliMatrixTarget& t, const std::string& 
   args.insert(args.end(), t.options.begin(), t.options.end());
   args.insert(args.end(), {"--set", "temperature=0"});
   args.insert(args.end(), extra.begin(), extra.end());
-  std::string cmd = quote(binary_dir() + "/specdec");
+  // The CLI with the worked examples registered (examples/main.cpp): the drafters this matrix
+  // walks are the test program's registry, which has them too (tests/support/examples_main.cpp).
+  std::string cmd = quote(binary_dir() + "/specdec_with_examples");
   for (const auto& a : args) cmd += " " + quote(a);
   const Output o = shell(cmd);
   EXPECT_EQ(o.code, 0) << cmd << "\n" << o.text;
