@@ -129,6 +129,11 @@ void expect_error(const std::string& key, const std::string& value, const std::s
     const std::string m = e.what();
     EXPECT_EQ(m.rfind(key + ": ", 0), 0u) << m;
     EXPECT_NE(m.find(needle), std::string::npos) << m;
+    // xgrammar's "[hh:mm:ss] /path/file.cc:N: " and "Check failed: ..." are stripped, its echo of the input too.
+    EXPECT_EQ(m.find(".cc:"), std::string::npos) << m;
+    EXPECT_EQ(m.find("] "), std::string::npos) << m;
+    EXPECT_EQ(m.find("Check failed"), std::string::npos) << m;
+    EXPECT_EQ(m.find("The JSON string is"), std::string::npos) << m;
   }
 }
 
@@ -141,6 +146,16 @@ TEST(SamplingGrammar, BadInputsAreNamedErrors) {
   expect_error("grammar", "root ::= undefined_rule", "malformed grammar");
   expect_error("grammar", "no/such/grammar.gbnf", "neither an inline EBNF grammar");
   expect_error("response_format", "yaml", "not a response format");
+  // xgrammar's line and column stay; a grammar file is named.
+  expect_error("regex", "(ab", "malformed regular expression: Regex parsing error at position 4");
+  expect_error("grammar", "root ::= (\"a\"", "malformed grammar: EBNF parser error at line 1, column 14");
+  expect_error("json_schema", "{\"type\":", "malformed JSON schema (not JSON, or not a schema xgrammar takes): Failed to parse JSON: syntax error at line 1");
+  const std::string bad = ::testing::TempDir() + "specdec_bad.gbnf";
+  std::ofstream(bad) << "root ::= \"a\"\nfoo ::= bar\n";
+  expect_error("grammar", bad, "file '" + bad + "': malformed grammar: EBNF parser error at line 2, column 9");
+  // A language with no string: named at parse time.
+  expect_error("regex", "[^\\s\\S]", "the regular expression matches nothing");
+  expect_error("grammar", "root ::= [^\\x00-\\U0010FFFF]", "the grammar matches nothing");
   try {
     Constraint::from_params({{"regex", "a"}, {"json_schema", "{}"}});
     FAIL() << "two keys: no error";
