@@ -13,7 +13,7 @@
 // user sees (each command, each stage that refuses: option parsing, a model's file, generation,
 // an experiment, the results root; and success) also runs through the real build/specdec
 // (kThroughBinary), so that the binary's exit code and message are checked too. Starting the
-// CLI took ~2 s a case under ASan (scripts/build.sh --sanitize), where all 165 cases now run.
+// CLI took ~2 s a case under ASan (scripts/build.sh --sanitize), where all 173 cases now run.
 // No weights needed: the models are tiny-llama and the crafted GGUF.
 #include <gtest/gtest.h>
 
