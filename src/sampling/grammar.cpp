@@ -16,10 +16,23 @@
 namespace specdec::sampling {
 namespace {
 
-// xgrammar's message, first line(s) only (its checks add a file:line prefix we keep: it names
-// where the parser gave up, with the line and column of the grammar where it has them).
+// xgrammar's message without what names xgrammar's own code: its "[hh:mm:ss] /path/file.cc:83: "
+// prefix and "Check failed: (...) is false: ", and without the input it echoes ("The JSON string
+// is: ..."). What stays names where the parser gave up, with the grammar's line and column
+// where xgrammar gives them.
 std::string message_of(const std::exception& e) {
   std::string m = e.what();
+  if (m.rfind('[', 0) == 0) {  // "[02:46:31] /root/.../regex_converter.cc:83: "
+    const size_t close = m.find("] ");
+    const size_t colon = close == std::string::npos ? close : m.find(": ", close + 2);
+    if (colon != std::string::npos && m.find(':', close + 2) < colon) m = m.substr(colon + 2);
+  }
+  if (m.rfind("Check failed: ", 0) == 0) {
+    const size_t end = m.find(" is false: ");
+    if (end != std::string::npos) m = m.substr(end + 11);
+  }
+  const size_t echo = m.find(" The JSON string is:");
+  if (echo != std::string::npos) m.resize(echo);
   while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
   return m;
 }
@@ -39,12 +52,15 @@ std::string read_file(const std::string& key, const std::string& path) {
   return os.str();
 }
 
-// Inline text, or the content of the file `value` names. `inline_if`: how inline text looks.
+// Inline text, or the content of the file `value` names (then `file` is its path).
 std::string inline_or_file(const std::string& key, const std::string& value, bool looks_inline,
-                           const std::string& what) {
+                           const std::string& what, std::string& file) {
   if (looks_inline) return value;
   std::error_code ec;
-  if (std::filesystem::is_regular_file(value, ec)) return read_file(key, value);
+  if (std::filesystem::is_regular_file(value, ec)) {
+    file = value;
+    return read_file(key, value);
+  }
   fail(key, ": '", value.size() > 80 ? value.substr(0, 80) + "..." : value, "' is neither ", what,
        " nor the path of a readable file");
 }
@@ -102,14 +118,38 @@ std::shared_ptr<const Constraint> Constraint::from_params(const std::map<std::st
   return out;
 }
 
+namespace {
+// Whether the grammar's language is empty as far as its start shows: compiled for a vocabulary of
+// the 256 bytes and an end id, it admits neither a first byte nor the end.
+bool admits_nothing(const xgrammar::Grammar& grammar) {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
+  bytes.emplace_back("</s>");
+  const xgrammar::TokenizerInfo info(bytes, xgrammar::VocabType::RAW, 257, std::vector<int32_t>{256});
+  xgrammar::GrammarCompiler compiler(info, /*max_threads=*/1, /*cache_enabled=*/false);
+  xgrammar::GrammarMatcher matcher(compiler.CompileGrammar(grammar), std::vector<int32_t>{256});
+  std::vector<int32_t> mask(xgrammar::GetBitmaskSize(257), 0);
+  int64_t shape[1] = {static_cast<int64_t>(mask.size())};
+  DLTensor t{};
+  t.data = mask.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  matcher.FillNextTokenBitmask(&t);
+  return std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; });
+}
+}  // namespace
+
 std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, const std::string& value_in) {
   auto impl = std::make_shared<Impl>();
   impl->key = key;
   const std::string value = trim(value_in);
+  std::string file;  // the file the value names, if it names one
   try {
     if (key == "json_schema") {
       const bool is_inline = !value.empty() && (value[0] == '{' || value[0] == '[' || value == "true");
-      const std::string schema = inline_or_file(key, value, is_inline, "inline JSON (starting with '{')");
+      const std::string schema = inline_or_file(key, value, is_inline, "inline JSON (starting with '{')", file);
       // Compact JSON (no free whitespace between tokens: a small model otherwise fills the
       // output with blank lines), properties in schema order, no extra properties.
       impl->source = schema;
@@ -120,7 +160,7 @@ std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, cons
       impl->grammar = xgrammar::Grammar::FromRegex(value_in);
     } else if (key == "grammar") {
       const std::string ebnf = inline_or_file(key, value, value.find("::=") != std::string::npos,
-                                              "an inline EBNF grammar (with a 'root ::= ...' rule)");
+                                              "an inline EBNF grammar (with a 'root ::= ...' rule)", file);
       impl->source = ebnf;
       impl->grammar = xgrammar::Grammar::FromEBNF(ebnf, "root");
     } else if (key == "response_format") {
@@ -137,8 +177,11 @@ std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, cons
     const char* what = key == "json_schema" ? "malformed JSON schema (not JSON, or not a schema xgrammar takes)"
                        : key == "regex"     ? "malformed regular expression"
                                             : "malformed grammar";
-    fail(key, ": ", what, ": ", message_of(e));
+    fail(key, ": ", file.empty() ? "" : "file '" + file + "': ", what, ": ", message_of(e));
   }
+  SD_CHECK(!admits_nothing(impl->grammar), key, ": ", file.empty() ? "" : "file '" + file + "': ",
+           "the ", key == "regex" ? "regular expression" : key == "json_schema" ? "schema" : "grammar",
+           " matches nothing (no output can start it or end it)");
   return std::shared_ptr<const Constraint>(new Constraint(std::move(impl)));
 }
 

@@ -15,7 +15,10 @@
 //   regex            a regular expression the whole output must match
 //   grammar          an EBNF/GBNF grammar (xgrammar's dialect, root rule `root`): inline or a file
 //   response_format  `json` (any JSON value) or `text` (no constraint)
-// A bad value is a specdec::Error naming the key and carrying xgrammar's message.
+// A bad value is a specdec::Error naming the key (and the file, for a schema or grammar file) and
+// carrying xgrammar's message (with the grammar's line and column where it gives them) without
+// xgrammar's own time and source-path prefix; a language with no string (nothing can start or
+// end it) is an error too. Not detected: a grammar whose strings never end (root ::= "a" root).
 // Generation ends when the grammar is complete: the mask then admits only the end-of-sequence
 // ids (the request's eos_ids), so the result finishes with `eos`; a structure cut by
 // max_new_tokens finishes with `length`.

@@ -10,8 +10,16 @@
 // reference, then complete the round's output autoregressively from the target (exactly) to a
 // fixed length L = max depth + 1. Enumerating every draft and every branch of the verifier
 // gives the exact law of that length-L text, which must equal the target's own law of L tokens.
+//
+// Structured output (issue 57): a Setup may carry a grammar. The true target's rows are masked
+// first with `admits` (the tokens the grammar admits after a text, written independently of the
+// code under test); the verifier's rows with the masks the implementation under test gives each
+// round (`round_masks`, called once per draft as the round loop calls it). A text ends at the
+// grammar's end id (eos): the law compared is that of the first L tokens or up to eos.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -28,6 +36,7 @@ using Law = std::map<Tokens, double>;  // text -> probability
 struct ToyLm {
   uint64_t seed = 0;
   int vocab = 0;
+  bool zeros = true;  // about 1 logit in 8 is -inf (false: none, so a grammar's mask never empties a row)
 };
 
 inline uint64_t mix64(uint64_t z) {  // SplitMix64's finaliser
@@ -44,29 +53,40 @@ inline Row toy_logits(const ToyLm& m, const Tokens& context) {
   bool any = false;
   for (int v = 0; v < m.vocab; ++v) {
     const int level = static_cast<int>(mix64(h + static_cast<uint64_t>(v) * 0xD1B54A32D192ED03ULL) % 8);
-    logits[v] = level == 0 ? kMinusInf : (level - 4) * 0.5;
-    any |= level != 0;
+    logits[v] = level == 0 && m.zeros ? kMinusInf : (level - 4) * 0.5;
+    any |= logits[v] != kMinusInf;
   }
   if (!any) logits[h % m.vocab] = 0.0;
   return logits;
 }
+
+using Mask = std::vector<bool>;  // admitted[v]
 
 // Everything that defines one round besides the mode and the draft shape.
 struct Setup {
   ToyLm target, draft;
   Processors processors;
   Tokens prompt;              // the committed text
-  Plant plant = Plant::none;  // handed to the verifier (and penalty_without_path to the rows)
+  Plant plant = Plant::none;  // handed to the verifier (and penalty_without_path, mask_after_filters to the rows)
+  // Structured output (empty: none). admits(prompt + path): the true mask of the row after it.
+  // round_masks(draft, parents): the implementation's masks of a round's rows (row 0 after the
+  // prompt, row c + 1 after node c's root-to-node path; parents empty: a chain); empty: admits
+  // along each path. eos: the end id, where a text ends (-1: none).
+  std::function<Mask(const Tokens& text)> admits;
+  std::function<std::vector<Mask>(const Tokens& draft, const std::vector<int>& parents)> round_masks;
+  int eos = -1;
 
-  // The processed target row after prompt + path, as the verifier gets it.
-  Row verifier_p(const Tokens& path) const {
+  // The processed target row after prompt + path, as the verifier gets it (masked with `mask`).
+  Row verifier_p(const Tokens& path, const Mask* mask = nullptr) const {
     const Tokens text = with_path(path);
     const Tokens& penalty_context = plant == Plant::penalty_without_path ? prompt : text;
-    return process(toy_logits(target, text), penalty_context, processors);
+    return process(toy_logits(target, text), penalty_context, processors, mask, plant == Plant::mask_after_filters);
   }
   // The true target row (what plain decoding samples from).
   Row true_p(const Tokens& path) const {
-    return process(toy_logits(target, with_path(path)), with_path(path), processors);
+    const Tokens text = with_path(path);
+    const Mask mask = admits ? admits(text) : Mask();
+    return process(toy_logits(target, text), text, processors, admits ? &mask : nullptr);
   }
   Row q(const Tokens& path) const { return process(toy_logits(draft, with_path(path)), with_path(path), processors); }
 
@@ -77,12 +97,44 @@ struct Setup {
   }
 };
 
-// Rows are pure functions of the path: memoised, since the enumeration replays each round.
+// Rows are pure functions of the path (and of the implementation's mask): memoised, since the
+// enumeration replays each round.
 class RowCache {
  public:
   explicit RowCache(const Setup& s) : s_(s) {}
+  const Setup& setup() const { return s_; }
+  // The verifier's row after one path (masked with admits, if any).
   const Row& verifier_p(const Tokens& path) {
-    return get(vp_, path, [&] { return s_.verifier_p(path); });
+    return get(vp_, path, [&] {
+      const Mask m = s_.admits ? s_.admits(s_.with_path(path)) : Mask();
+      return s_.verifier_p(path, m.empty() ? nullptr : &m);
+    });
+  }
+  // The verifier's rows of one round: row 0 after the prompt, row c + 1 after node c's path
+  // (parents empty: a chain), each masked as the Setup says.
+  std::vector<Row> verifier_rows(const Tokens& draft, const std::vector<int>& parents) {
+    std::vector<Tokens> paths(draft.size() + 1);
+    for (size_t c = 0; c < draft.size(); ++c) {
+      const int parent = parents.empty() ? static_cast<int>(c) - 1 : parents[c];
+      paths[c + 1] = paths[parent + 1];
+      paths[c + 1].push_back(draft[c]);
+    }
+    std::vector<Row> out;
+    if (!s_.round_masks) {
+      for (const Tokens& path : paths) out.push_back(verifier_p(path));
+      return out;
+    }
+    Tokens key = draft;
+    key.push_back(-1);
+    key.insert(key.end(), parents.begin(), parents.end());
+    const std::vector<Mask>& masks = get(masks_, key, [&] { return s_.round_masks(draft, parents); });
+    for (size_t r = 0; r < paths.size(); ++r) {
+      Tokens row_key = paths[r];  // the path and its mask (a wrong implementation's may differ by round)
+      row_key.push_back(-1);
+      row_key.insert(row_key.end(), masks[r].begin(), masks[r].end());
+      out.push_back(get(vp_, row_key, [&] { return s_.verifier_p(paths[r], &masks[r]); }));
+    }
+    return out;
   }
   const Row& true_p(const Tokens& path) {
     return get(tp_, path, [&] { return s_.true_p(path); });
@@ -92,14 +144,15 @@ class RowCache {
   }
 
  private:
-  template <class Make>
-  static const Row& get(std::map<Tokens, Row>& m, const Tokens& key, Make make) {
+  template <class Value, class Make>
+  static const Value& get(std::map<Tokens, Value>& m, const Tokens& key, Make make) {
     auto it = m.find(key);
     if (it == m.end()) it = m.emplace(key, make()).first;
     return it->second;
   }
   const Setup& s_;
   std::map<Tokens, Row> vp_, tp_, q_;
+  std::map<Tokens, std::vector<Mask>> masks_;
 };
 
 struct RoundOutput {
@@ -113,12 +166,11 @@ inline RoundOutput chain_round(Enumerator& e, RowCache& rows, Mode mode, int gam
   in.final_u = gamma;
   Tokens path;
   for (int i = 0; i < gamma; ++i) {
-    in.p.push_back(rows.verifier_p(path));
     in.q.push_back(rows.q(path));
     in.draft.push_back(e.choose(in.q.back()));
     path.push_back(in.draft.back());
   }
-  in.p.push_back(rows.verifier_p(path));
+  in.p = rows.verifier_rows(in.draft, {});
   EnumerationSource src(e);
   const Outcome o = verify_chain(mode, in, src, plant);
   return {o.tokens, o.accepted};
@@ -143,28 +195,35 @@ inline RoundOutput tree_round(Enumerator& e, RowCache& rows, Mode mode, const st
   t.parents = parents;
   t.final_u = static_cast<int>(parents.size());
   std::vector<Tokens> paths(parents.size());
-  t.p.push_back(rows.verifier_p({}));
   for (size_t c = 0; c < parents.size(); ++c) {
     const Tokens parent_path = parents[c] < 0 ? Tokens{} : paths[parents[c]];
     t.q.push_back(rows.q(parent_path));
     t.tokens.push_back(e.choose(t.q.back()));
     paths[c] = parent_path;
     paths[c].push_back(t.tokens.back());
-    t.p.push_back(rows.verifier_p(paths[c]));
   }
+  t.p = rows.verifier_rows(t.tokens, parents);
   EnumerationSource src(e);
   const Outcome o = verify_tree(mode, t, src, plant);
   return {o.tokens, o.accepted};
 }
 
-// Extends every text of `partial` to length L from the true target (greedy: its argmax).
+// A text cut after its first end id (none: as it is), as generation stops there.
+inline Tokens until_eos(const Tokens& text, int eos) {
+  const auto it = std::find(text.begin(), text.end(), eos);
+  return eos < 0 || it == text.end() ? text : Tokens(text.begin(), it + 1);
+}
+
+// Extends every text of `partial` to length L (or its end id) from the true target (greedy:
+// its argmax).
 inline Law complete(const Law& partial, RowCache& rows, int L, bool greedy) {
   Law done;
+  const int eos = rows.setup().eos;
   std::vector<std::pair<Tokens, double>> stack(partial.begin(), partial.end());
   while (!stack.empty()) {
     auto [text, prob] = stack.back();
     stack.pop_back();
-    if (static_cast<int>(text.size()) >= L) {
+    if (static_cast<int>(text.size()) >= L || (eos >= 0 && !text.empty() && text.back() == eos)) {
       done[text] += prob;
       continue;
     }
@@ -208,7 +267,7 @@ RoundLaw round_law(const Setup& s, int L, bool greedy, RoundFn round) {
   RoundLaw r;
   r.paths = e.for_each_path([&](Enumerator& en) { return round(en, rows); },
                             [&](const RoundOutput& out, double prob) {
-                              partial[out.tokens] += prob;
+                              partial[until_eos(out.tokens, s.eos)] += prob;
                               r.mass += prob;
                               r.mean_accepted += prob * out.accepted;
                             });

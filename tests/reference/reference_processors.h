@@ -1,7 +1,8 @@
 #pragma once
 // Reference logits processors (tests only; std only), with Hugging Face transformers' semantics
 // and order: repetition penalty -> temperature -> top-k -> top-p -> min-p -> softmax.
-// Filtered tokens get logit -inf (probability 0).
+// Filtered tokens get logit -inf (probability 0). A structured-output mask (issue 57: the tokens
+// a grammar admits after the text) goes before all of them.
 //
 // The context of a row is everything the text holds before it: the committed text plus, for a
 // draft row, the root-to-node path of drafted tokens. Speculative decoding is lossless only for
@@ -81,14 +82,30 @@ inline void apply_min_p(Row& logits, double min_p) {
     if (probs[k] < floor) logits[k] = kMinusInf;
 }
 
-// The processed distribution of a row whose text so far is `context`.
-inline Row process(Row logits, const std::vector<int>& context, const Processors& pr) {
+// Structured output: -inf where the grammar does not admit the token.
+inline void apply_mask(Row& logits, const std::vector<bool>& admitted) {
+  for (size_t k = 0; k < logits.size(); ++k)
+    if (!admitted[k]) logits[k] = kMinusInf;
+}
+
+// The processed distribution of a row whose text so far is `context`; `admitted` (null: no
+// constraint) masks it first. mask_last (a planted bug): the mask after min-p instead, except
+// where the filters left no admitted token (that row masked first, so it stays a distribution).
+inline Row process(Row logits, const std::vector<int>& context, const Processors& pr,
+                   const std::vector<bool>* admitted = nullptr, bool mask_last = false) {
+  const Row given = logits;
+  if (admitted && !mask_last) apply_mask(logits, *admitted);
   if (pr.repetition_penalty != 1.0) apply_repetition_penalty(logits, context, pr.repetition_penalty);
   if (pr.temperature != 1.0)
     for (double& l : logits) l /= pr.temperature;
   apply_top_k(logits, pr.top_k);
   apply_top_p(logits, pr.top_p);
   apply_min_p(logits, pr.min_p);
+  if (admitted && mask_last) {
+    apply_mask(logits, *admitted);
+    if (std::all_of(logits.begin(), logits.end(), [](double l) { return l == kMinusInf; }))
+      return process(given, context, pr, admitted);
+  }
   return softmax(logits);
 }
 

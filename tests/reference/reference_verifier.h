@@ -60,6 +60,7 @@ enum class Plant {
   residual_unnormalised,    // tree sampling: r <- max(0, r - q_c) without renormalising
   greedy_ties_to_highest,   // greedy: argmax ties go to the highest id
   residual_reuses_uniform,  // chain sampling: the residual sample reuses u[i] of the rejection
+  mask_after_filters,       // processors: the grammar mask after top-k/top-p/min-p, not first
 };
 
 struct Outcome {

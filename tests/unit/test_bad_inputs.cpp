@@ -16,7 +16,7 @@
 // examples of examples/ (tests/support/examples_main.cpp), so the binary is the CLI that carries
 // them too, build/specdec_with_examples (examples/main.cpp: build/specdec's main() after the
 // examples' registration). Starting the CLI took ~2 s a case under ASan (scripts/build.sh
-// --sanitize), where all 165 cases now run.
+// --sanitize), where all 173 cases now run.
 // No weights needed: the models are tiny-llama and the crafted GGUF.
 #include <gtest/gtest.h>
 
@@ -226,6 +226,12 @@ void make_inputs() {
 
   // GGUF files
   write_file(in_dir() / "good.gguf", gguf());
+  write_file(in_dir() / "bad.gbnf", std::string("root ::= \"a\"\nfoo ::= bar\n"));  // structured output
+  {
+    GgufOptions o = base_gguf();
+    o.chat = true;  // an end id (<|im_end|>), which a grammar ends with
+    write_file(in_dir() / "chat.gguf", gguf(o));
+  }
   write_file(in_dir() / "empty.gguf", std::string());
   {
     auto b = gguf();
@@ -507,6 +513,17 @@ std::vector<Case> cases() {
       {"generate_suffix_max_match_huge", g(good, {"--strategy", "speculative", "--set", "drafter=suffix", "--set", "suffix_max_match=1000000000"}), "suffix_max_match=1000000000"},
       {"generate_skip_layers_beyond_model", g(good, {"--strategy", "speculative", "--set", "drafter=layer_skip", "--set", "skip_layers=99"}), "entry '99' must be an integer in [0, 0]"},
       {"generate_skip_every_layer", g(good, {"--strategy", "speculative", "--set", "drafter=layer_skip", "--set", "skip_layers=0"}), "skips every layer"},
+      // structured output (issue 57): the key (and the file), xgrammar's message without its own
+      // "[time] /path/file.cc:N: " prefix (the key is followed by the message itself), its line and column
+      {"generate_regex_malformed", g(good, {"--regex", "(ab"}), "error: regex: malformed regular expression: Regex parsing error at position 4: The parenthesis is not closed."},
+      {"generate_grammar_file_malformed", g(good, {"--grammar", "{in}/bad.gbnf"}), "error: grammar: file '{in}/bad.gbnf': malformed grammar: EBNF parser error at line 2, column 9: Rule \"bar\" is not defined"},
+      {"generate_json_schema_not_json", g(good, {"--json-schema", "{\"type\":"}), "error: json_schema: malformed JSON schema (not JSON, or not a schema xgrammar takes): Failed to parse JSON: syntax error at line 1"},
+      {"generate_regex_empty_language", g(good, {"--regex", "[^\\s\\S]"}), "error: regex: the regular expression matches nothing"},
+      {"generate_grammar_empty_language", g(good, {"--strategy", "speculative", "--set", "drafter=ngram", "--grammar", "root ::= [^\\x00-\\U0010FFFF]"}), "error: grammar: the grammar matches nothing"},
+      {"experiment_regex_malformed", val("ok.yaml", set("strategies=[{name: greedy, params: {regex: '(ab'}}]")), "regex: malformed regular expression: Regex parsing error at position 4"},
+      // a structure cut by max_new_tokens finishes with `length`
+      {"generate_regex_cut_by_length", g("{in}/chat.gguf", {"--regex", "[a-z]{20}", "--max-new-tokens", "3"}), "3 tokens (length)", 0},
+      {"generate_regex_cut_by_length_speculative", g("{in}/chat.gguf", {"--strategy", "speculative", "--set", "drafter=ngram", "--regex", "[a-z]{20}", "--max-new-tokens", "3"}), "3 tokens (length)", 0},
       {"generate_lookahead_verify_negative", g(good, {"--strategy", "speculative", "--set", "drafter=lookahead", "--set", "lookahead_verify=-1"}), "lookahead_verify must be in [0, 64], got -1"},
       {"generate_recycle_shape_empty", g(good, {"--strategy", "speculative", "--set", "drafter=recycling", "--set", "recycle_shape="}), "recycle_shape = '' is empty"},
       {"generate_drafter_recycling_control", g(good, {"--strategy", "speculative", "--set", "drafter=recycling", "--max-new-tokens", "4"}), "[speculative] 4 tokens", 0},

@@ -1,13 +1,24 @@
 // Structured output (sampling/grammar.h) on a ten-token vocabulary: every row gets the mask of
 // its own path (chains and trees), the end id only once the grammar is complete, a row off the
 // grammar is left whole; bad constraints are named errors (key + xgrammar's message).
+//
+// GrammarLaw.*: speculative decoding under a constraint is lossless, proved exactly. The
+// independent reference (tests/reference/, exact enumeration, see test_kernels_reference.cpp)
+// verifies with target rows masked by the real Constraint (ConstraintState::mask over each
+// round's whole draft, chain or tree, as SpecLoop::verify calls it); the target law it must
+// reproduce is masked by a hand-written automaton of the same language. Every mode (chain:
+// greedy, token-wise, tokens-only, block, gamma 1-3; tree: greedy, multi-draft sampling,
+// tokens-only, [2], [3], [2,1]), eight processor chains after the mask, regex and EBNF keys:
+// TV <= 1e-12 against the constrained target's law of the text up to L tokens or its end id.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "core/error.h"
 #include "sampling/grammar.h"
+#include "tests/reference/exact_law.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace specdec;
@@ -118,6 +129,11 @@ void expect_error(const std::string& key, const std::string& value, const std::s
     const std::string m = e.what();
     EXPECT_EQ(m.rfind(key + ": ", 0), 0u) << m;
     EXPECT_NE(m.find(needle), std::string::npos) << m;
+    // xgrammar's "[hh:mm:ss] /path/file.cc:N: " and "Check failed: ..." are stripped, its echo of the input too.
+    EXPECT_EQ(m.find(".cc:"), std::string::npos) << m;
+    EXPECT_EQ(m.find("] "), std::string::npos) << m;
+    EXPECT_EQ(m.find("Check failed"), std::string::npos) << m;
+    EXPECT_EQ(m.find("The JSON string is"), std::string::npos) << m;
   }
 }
 
@@ -130,6 +146,16 @@ TEST(SamplingGrammar, BadInputsAreNamedErrors) {
   expect_error("grammar", "root ::= undefined_rule", "malformed grammar");
   expect_error("grammar", "no/such/grammar.gbnf", "neither an inline EBNF grammar");
   expect_error("response_format", "yaml", "not a response format");
+  // xgrammar's line and column stay; a grammar file is named.
+  expect_error("regex", "(ab", "malformed regular expression: Regex parsing error at position 4");
+  expect_error("grammar", "root ::= (\"a\"", "malformed grammar: EBNF parser error at line 1, column 14");
+  expect_error("json_schema", "{\"type\":", "malformed JSON schema (not JSON, or not a schema xgrammar takes): Failed to parse JSON: syntax error at line 1");
+  const std::string bad = ::testing::TempDir() + "specdec_bad.gbnf";
+  std::ofstream(bad) << "root ::= \"a\"\nfoo ::= bar\n";
+  expect_error("grammar", bad, "file '" + bad + "': malformed grammar: EBNF parser error at line 2, column 9");
+  // A language with no string: named at parse time.
+  expect_error("regex", "[^\\s\\S]", "the regular expression matches nothing");
+  expect_error("grammar", "root ::= [^\\x00-\\U0010FFFF]", "the grammar matches nothing");
   try {
     Constraint::from_params({{"regex", "a"}, {"json_schema", "{}"}});
     FAIL() << "two keys: no error";
@@ -148,6 +174,152 @@ TEST(SamplingGrammar, NoConstraintWhenNoneIsSet) {
   const auto c = Constraint::from_params({{"json_schema", path}});
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->key(), "json_schema");
+}
+
+// ---- the exact law with a constraint ----------------------------------------------------------
+
+namespace ref = specdec::reference;
+
+constexpr int kLawV = 7;  // the tokenizer's ids, no padding: the toy models' width
+
+// The text of each id for the automaton (0 "<eos>" and 6 "<pad>" are special: none).
+const char* const kText[kLawV] = {"", "a", "b", "c", "ab", "x", ""};
+
+// (ab|c)+ by hand, independent of xgrammar: 0 start, 1 complete (after "ab" or "c"), 2 after
+// "a"; -1 off the language. Special ids have no text and are never admitted.
+int walk(int state, int id) {
+  if (id == 0 || id == 6) return -1;
+  for (const char* ch = kText[id]; *ch && state >= 0; ++ch)
+    state = *ch == 'a' && state != 2 ? 2 : *ch == 'b' && state == 2 ? 1 : *ch == 'c' && state != 2 ? 1 : -1;
+  return state;
+}
+
+// The ids the language admits after `generated`: the end id where it is complete. A text off
+// the language (or past the end id) admits every id, as the implementation leaves such rows
+// (the true law never reaches one).
+ref::Mask automaton_admits(const ref::Tokens& generated) {
+  int state = 0;
+  for (int t : generated)
+    if ((state = walk(state, t)) < 0) return ref::Mask(kLawV, true);
+  ref::Mask m(kLawV);
+  for (int v = 0; v < kLawV; ++v) m[v] = v == 0 ? state == 1 : walk(state, v) >= 0;
+  return m;
+}
+
+// The real Constraint's masks of a round's rows, asked as SpecLoop::verify asks: the committed
+// text, the whole draft and its parents, one matcher across every round of the enumeration.
+std::function<std::vector<ref::Mask>(const ref::Tokens&, const std::vector<int>&)> real_masks(
+    std::shared_ptr<sampling::ConstraintState> state, const Tokens& context) {
+  return [state, context](const ref::Tokens& draft, const std::vector<int>& parents) {
+    at::Tensor logits = at::zeros({static_cast<int64_t>(draft.size()) + 1, kLawV});
+    state->mask(logits, context, Tokens(draft.begin(), draft.end()),
+                std::vector<int32_t>(parents.begin(), parents.end()));
+    std::vector<ref::Mask> out(draft.size() + 1, ref::Mask(kLawV));
+    const auto a = logits.accessor<float, 2>();
+    for (size_t r = 0; r < out.size(); ++r)
+      for (int v = 0; v < kLawV; ++v) out[r][v] = !std::isinf(a[r][v]);
+    return out;
+  };
+}
+
+// The processor chains of test_kernels_reference.cpp, after the mask.
+std::vector<ref::Processors> law_processor_chains() {
+  std::vector<ref::Processors> c(8);
+  c[1].name = "temperature 0.7", c[1].temperature = 0.7;
+  c[2].name = "top-k 2", c[2].top_k = 2;
+  c[3].name = "top-p 0.8", c[3].top_p = 0.8;
+  c[4].name = "min-p 0.3", c[4].min_p = 0.3;
+  c[5].name = "penalty 1.5", c[5].repetition_penalty = 1.5;
+  c[6].name = "penalty 1.5 + top-k 2", c[6].repetition_penalty = 1.5, c[6].top_k = 2;
+  c[7].name = "penalty 1.5 + temperature 0.7 + top-p 0.8", c[7].repetition_penalty = 1.5;
+  c[7].temperature = 0.7, c[7].top_p = 0.8;
+  return c;
+}
+
+struct GrammarLawCase {
+  std::string label;
+  ref::Setup setup;
+  ref::Mode mode;
+  int gamma = 0;             // chain length (parents empty)
+  std::vector<int> parents;  // a tree
+  int length = 0;            // L = max depth + 1
+};
+
+const char* law_mode_name(ref::Mode m) {
+  return m == ref::Mode::greedy ? "greedy" : m == ref::Mode::sampling ? "sampling" : m == ref::Mode::tokens_only ? "tokens_only" : "block";
+}
+
+// Every processor chain (the even ones through the regex key, the odd ones through the EBNF
+// key, the same language) x every chain mode, gamma 1..3, and tree mode, shapes [2], [3], [2,1].
+// The target has no -inf logits of its own (a row the mask leaves a single token keeps it); the
+// draft is unmasked, as in the loop: it drafts tokens off the grammar (x, <pad>, the end id too
+// early), which the masked target rejects.
+std::vector<GrammarLawCase> grammar_law_cases(uint64_t seed) {
+  static const TinyTokenizer tok;
+  const Tokens prompt = {5, 1, 2};  // "x", "a", "b": the penalty sees grammar tokens before the output
+  std::vector<GrammarLawCase> cases;
+  const std::vector<ref::Processors> chains = law_processor_chains();
+  for (size_t k = 0; k < chains.size(); ++k) {
+    const bool regex = k % 2 == 0;
+    ref::Setup s{{seed * 7 + 3, kLawV, /*zeros=*/false}, {seed * 13 + 1000, kLawV}, chains[k], {5, 1, 2}, ref::Plant::none};
+    s.eos = 0;
+    s.admits = [n = prompt.size()](const ref::Tokens& text) {
+      return automaton_admits(ref::Tokens(text.begin() + static_cast<std::ptrdiff_t>(n), text.end()));
+    };
+    const auto c = regex ? Constraint::parse("regex", "(ab|c)+") : Constraint::parse("grammar", "root ::= (\"ab\" | \"c\")+");
+    s.round_masks = real_masks(c->start(&tok, prompt, {0}), prompt);
+    const std::string head = std::string(regex ? "regex, " : "grammar, ") + chains[k].name + ", ";
+    for (ref::Mode m : {ref::Mode::greedy, ref::Mode::sampling, ref::Mode::tokens_only, ref::Mode::block})
+      for (int g = 1; g <= 3; ++g)
+        cases.push_back({head + law_mode_name(m) + " chain, gamma " + std::to_string(g), s, m, g, {}, g + 1});
+    for (ref::Mode m : {ref::Mode::greedy, ref::Mode::sampling, ref::Mode::tokens_only})
+      for (const std::vector<int>& shape : {std::vector<int>{2}, {3}, {2, 1}})
+        cases.push_back({head + law_mode_name(m) + " tree of " + std::to_string(ref::tree_parents(shape).size()) +
+                             " nodes, depth " + std::to_string(shape.size()),
+                         s, m, 0, ref::tree_parents(shape), static_cast<int>(shape.size()) + 1});
+  }
+  return cases;
+}
+
+ref::RoundLaw grammar_law(const GrammarLawCase& c, ref::Plant plant = ref::Plant::none) {
+  ref::Setup s = c.setup;
+  s.plant = plant;
+  return ref::round_law(s, c.length, c.mode == ref::Mode::greedy, [&](ref::Enumerator& e, ref::RowCache& rows) {
+    return c.parents.empty() ? ref::chain_round(e, rows, c.mode, c.gamma, plant)
+                             : ref::tree_round(e, rows, c.mode, c.parents, plant);
+  });
+}
+
+TEST(GrammarLaw, EveryModeReproducesTheConstrainedTarget) {
+  double worst = 0;
+  int64_t paths = 0, cases = 0;
+  for (uint64_t seed : {1, 2})
+    for (const GrammarLawCase& c : grammar_law_cases(seed)) {
+      const ref::RoundLaw r = grammar_law(c);
+      EXPECT_LE(r.tv, 1e-12) << c.label << ", seed " << seed;
+      EXPECT_NEAR(r.mass, 1.0, 1e-12) << c.label;
+      EXPECT_EQ(r.uniform_reuses, 0) << c.label;
+      worst = std::max(worst, r.tv), paths += r.paths, ++cases;
+    }
+  std::printf("  %lld cases, %lld enumerated paths, worst TV %.3g\n", static_cast<long long>(cases),
+              static_cast<long long>(paths), worst);
+}
+
+}  // namespace
+
+namespace {
+
+// A planted bug in the reference's rows: the mask after top-k / top-p / min-p instead of first.
+TEST(GrammarLaw, TheMaskAfterTheFiltersIsCaught) {
+  double worst = 0;
+  std::string where;
+  for (uint64_t seed : {1, 2})
+    for (const GrammarLawCase& c : grammar_law_cases(seed)) {
+      const ref::RoundLaw r = grammar_law(c, ref::Plant::mask_after_filters);
+      if (r.tv > worst) worst = r.tv, where = c.label + ", seed " + std::to_string(seed);
+    }
+  std::printf("  mask after the filters: worst TV %.3g (%s)\n", worst, where.c_str());
+  EXPECT_GT(worst, 1e-3);
 }
 
 }  // namespace
