@@ -171,6 +171,10 @@ std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, cons
     } else {
       fail("structured output: unknown key '", key, "' (json_schema, regex, grammar, response_format)");
     }
+    // Inside the try: an exception of xgrammar's while compiling it is a named error as well.
+    SD_CHECK(!admits_nothing(impl->grammar), key, ": ", file.empty() ? "" : "file '" + file + "': ",
+             "the ", key == "regex" ? "regular expression" : key == "json_schema" ? "schema" : "grammar",
+             " matches nothing (no output can start it or end it)");
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -179,9 +183,6 @@ std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, cons
                                             : "malformed grammar";
     fail(key, ": ", file.empty() ? "" : "file '" + file + "': ", what, ": ", message_of(e));
   }
-  SD_CHECK(!admits_nothing(impl->grammar), key, ": ", file.empty() ? "" : "file '" + file + "': ",
-           "the ", key == "regex" ? "regular expression" : key == "json_schema" ? "schema" : "grammar",
-           " matches nothing (no output can start it or end it)");
   return std::shared_ptr<const Constraint>(new Constraint(std::move(impl)));
 }
 
