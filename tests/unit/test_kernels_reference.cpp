@@ -46,21 +46,7 @@ using ref::Plant;
 
 // ---- exact laws: the cases ------------------------------------------------------------------
 
-const std::vector<ref::Processors>& processor_chains() {
-  static const std::vector<ref::Processors> chains = [] {
-    std::vector<ref::Processors> c(8);
-    c[1].name = "temperature 0.7", c[1].temperature = 0.7;
-    c[2].name = "top-k 2", c[2].top_k = 2;
-    c[3].name = "top-p 0.8", c[3].top_p = 0.8;
-    c[4].name = "min-p 0.3", c[4].min_p = 0.3;
-    c[5].name = "penalty 1.5", c[5].repetition_penalty = 1.5;
-    c[6].name = "penalty 1.5 + top-k 2", c[6].repetition_penalty = 1.5, c[6].top_k = 2;
-    c[7].name = "penalty 1.5 + temperature 0.7 + top-p 0.8", c[7].repetition_penalty = 1.5;
-    c[7].temperature = 0.7, c[7].top_p = 0.8;
-    return c;
-  }();
-  return chains;
-}
+using ref::processor_chains;  // the eight chains (tests/reference/reference_processors.h)
 
 const char* mode_name(Mode m) {
   switch (m) {

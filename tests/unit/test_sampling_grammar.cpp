@@ -222,19 +222,6 @@ std::function<std::vector<ref::Mask>(const ref::Tokens&, const std::vector<int>&
   };
 }
 
-// The processor chains of test_kernels_reference.cpp, after the mask.
-std::vector<ref::Processors> law_processor_chains() {
-  std::vector<ref::Processors> c(8);
-  c[1].name = "temperature 0.7", c[1].temperature = 0.7;
-  c[2].name = "top-k 2", c[2].top_k = 2;
-  c[3].name = "top-p 0.8", c[3].top_p = 0.8;
-  c[4].name = "min-p 0.3", c[4].min_p = 0.3;
-  c[5].name = "penalty 1.5", c[5].repetition_penalty = 1.5;
-  c[6].name = "penalty 1.5 + top-k 2", c[6].repetition_penalty = 1.5, c[6].top_k = 2;
-  c[7].name = "penalty 1.5 + temperature 0.7 + top-p 0.8", c[7].repetition_penalty = 1.5;
-  c[7].temperature = 0.7, c[7].top_p = 0.8;
-  return c;
-}
 
 struct GrammarLawCase {
   std::string label;
@@ -258,7 +245,7 @@ std::vector<GrammarLawCase> grammar_law_cases(uint64_t seed) {
   static const TinyTokenizer tok;
   const Tokens prompt = {5, 1, 2};  // "x", "a", "b": the penalty sees grammar tokens before the output
   std::vector<GrammarLawCase> cases;
-  const std::vector<ref::Processors> chains = law_processor_chains();
+  const std::vector<ref::Processors>& chains = ref::processor_chains();  // after the mask
   for (size_t k = 0; k < chains.size(); ++k) {
     const bool regex = k % 2 == 0;
     ref::Setup s{{seed * 7 + 3, kLawV, /*zeros=*/false}, {seed * 13 + 1000, kLawV}, chains[k], {5, 1, 2}, ref::Plant::none};
