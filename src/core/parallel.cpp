@@ -10,7 +10,6 @@
 // that has not started.
 #include "core/parallel.h"
 
-#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -25,6 +24,14 @@
 #include <vector>
 
 #include "core/error.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#else
+// A compiler that generates no OpenMP code (the ASan stage's clang, scripts/build.sh) still links
+// GCC's OpenMP runtime, the one LibTorch and OpenBLAS use; this file sets its thread count.
+extern "C" void omp_set_num_threads(int);
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #define SD_CPU_RELAX() __builtin_ia32_pause()  // _mm_pause without <immintrin.h>
@@ -195,6 +202,7 @@ Pool& pool() {
   return p;
 }
 
+#ifdef _OPENMP
 // The previous engine's scheme: an OpenMP region, one static piece per thread (its chunks
 // run in order), and a barrier at the end.
 void run_openmp(int64_t n, int64_t chunk, int64_t n_chunks, ChunkFn fn, const void* ctx) {
@@ -216,6 +224,7 @@ void run_openmp(int64_t n, int64_t chunk, int64_t n_chunks, ChunkFn fn, const vo
   }
   if (error) std::rethrow_exception(error);
 }
+#endif
 
 }  // namespace
 
@@ -237,7 +246,16 @@ void set_num_threads(int n, bool allow_oversubscribe) {
 
 int num_threads() { return pool().size(); }
 
-void set_backend(Backend b) { g_backend = b; }
+#ifdef _OPENMP
+bool openmp_available() { return true; }
+#else
+bool openmp_available() { return false; }
+#endif
+void set_backend(Backend b) {
+  SD_CHECK(b != Backend::kOpenMP || openmp_available(),
+           "the OpenMP backend is not in this build: its compiler ran without OpenMP code generation");
+  g_backend = b;
+}
 Backend backend() { return g_backend; }
 const char* backend_name(Backend b) { return b == Backend::kPool ? "pool" : "openmp"; }
 
@@ -258,7 +276,9 @@ void run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
     n_chunks = (n + chunk - 1) / chunk;
   }
   if (n_chunks > 1 && num_threads() > 1 && !t_in_region && !t_solo) {
+#ifdef _OPENMP
     if (g_backend == Backend::kOpenMP) return run_openmp(n, chunk, n_chunks, fn, ctx);
+#endif
     if (pool().run(n, chunk, n_chunks, fn, ctx)) return;
   }
   for (int64_t b = 0; b < n; b += chunk) fn(ctx, b, std::min(n, b + chunk));

@@ -25,7 +25,11 @@ namespace specdec::parallel {
 // How parallel_for runs a loop. kPool is the default; kOpenMP reproduces the previous
 // engine's behaviour (one static piece per thread in an OpenMP region, as at::parallel_for)
 // for A/B measurements (experiments/micro/bench_model_contention.cpp).
+// kOpenMP needs a compiler that compiled the OpenMP region (openmp_available(): GCC here; the
+// ASan stage's clang build links GCC's OpenMP runtime without compiling regions, docs/ci.md):
+// set_backend(kOpenMP) throws specdec::Error elsewhere.
 enum class Backend { kPool, kOpenMP };
+bool openmp_available();
 void set_backend(Backend b);
 Backend backend();
 const char* backend_name(Backend b);

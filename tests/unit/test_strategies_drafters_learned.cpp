@@ -273,9 +273,9 @@ TEST(LearnedDrafters, BadParametersAreNamedErrorsWithTheirRanges) {
       {{{"lookahead_pool", "0"}}, "lookahead_pool must be in [1, 1024], got 0"},
       {{{"lookahead_ngram", "16"}, {"lookahead_verify", "64"}}, "= 964 nodes, more than the limit of 256"},
   };
-  for (const auto& [params, want] : cases) {
-    const std::string msg = error_of([&] { create("speculative", P(params)); });
-    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  for (const auto& c : cases) {  // no structured binding: clang 14 cannot capture one
+    const std::string msg = error_of([&] { create("speculative", P(c.first)); });
+    EXPECT_NE(msg.find(c.second), std::string::npos) << msg;
   }
 }
 
