@@ -203,7 +203,7 @@ TEST(SuffixDrafter, IncrementalIndexEqualsARebuildAndTheReference) {
                {"suffix_max_match", std::to_string(c.max_match)},
                {"suffix_tree_width", std::to_string(c.width)}});
       auto incremental = rig.make("suffix");
-      incremental->prefill(Tokens(seq.begin(), seq.begin() + 3));
+      incremental->prefill(Tokens(seq.begin(), seq.begin() + 3), {});
       for (size_t n = 4; n <= seq.size(); ++n) {
         const Tokens prefix(seq.begin(), seq.begin() + n);
         const int64_t depth = 1 + int64_t(n % 6);
@@ -321,7 +321,7 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
   g.target = tiny(11);
   g.stop.max_new_tokens = 6;
   const Tokens greedy = create("greedy", {})->generate(g, {}).tokens;
-  d->prefill(Tokens(g.prompt.begin(), g.prompt.end() - 1));
+  d->prefill(Tokens(g.prompt.begin(), g.prompt.end() - 1), {});
   DraftProposal p = d->propose(g.prompt, 4);
   // The chain stays where the draft model drew it; the loop's verdict brings it in.
   ASSERT_TRUE(p.drawn.defined());
@@ -334,7 +334,7 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
   // Keep two of the four, then draft on: the cache was cut back to the committed prefix.
   Tokens seq = g.prompt;
   seq.insert(seq.end(), greedy.begin(), greedy.begin() + 3);
-  d->commit(static_cast<int64_t>(seq.size()) - 1, {0, 1});
+  d->observe(Round{static_cast<int64_t>(seq.size()) - 1, {0, 1}, {}});
   DraftProposal next = d->propose(seq, 3);
   next.read_drawn(/*synced=*/false);
   EXPECT_EQ(next.tokens, Tokens(greedy.begin() + 3, greedy.begin() + 6));
@@ -393,7 +393,7 @@ TEST(ModelDrafter, WithARepetitionPenaltyEachDraftRowSeesItsOwnPath) {
     Rig rig(extra);
     rig.req.target = rig.req.draft = m;
     auto d = rig.make(drafter);
-    d->prefill(Tokens(prompt.begin(), prompt.end() - 1));
+    d->prefill(Tokens(prompt.begin(), prompt.end() - 1), {});
     DraftProposal p = d->propose(prompt, depth);
     EXPECT_TRUE(p.drawn.defined()) << drafter << ": the draft stays where it was drawn";
     p.read_drawn(/*synced=*/false);
