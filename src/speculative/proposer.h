@@ -30,6 +30,21 @@ namespace specdec::strategies {
 // many positions of slack beyond the request. Tree drafters check their size against it.
 constexpr int64_t k_max_draft_nodes = 256;
 
+// Ids [N] int64 left on the device that made them, and their host copy, queued
+// (model::to_host_async) for a later read that waits for the device anyway to bring in.
+struct DeviceTokens {
+  at::Tensor device, host;
+  bool defined() const { return device.defined(); }
+  int64_t size() const { return device.size(0); }
+  // Holds `ids` where they are and queues their host copy.
+  void hold(const at::Tensor& ids);
+  // The ids on device `to`: a copy without a wait, or a read of its own when the host wants them.
+  at::Tensor on(const at::Device& to) const;
+  // The ids on the host, leaving this empty. synced: a read has waited for the device since the
+  // copy was queued (the verdict), so the copy is there; false: a read of its own.
+  at::Tensor read(bool synced);
+};
+
 // N draft tokens: a chain x_1..x_N (parents empty), or the nodes of a tree in topological
 // order (parents[i] < i; -1 = the node follows the last committed token).
 struct DraftProposal {
@@ -42,25 +57,24 @@ struct DraftProposal {
   // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
   // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
   PhaseTimes ms;
-  // Tokens drawn on the draft's device and not yet read, and their host copy, queued
-  // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's, EAGLE's or
-  // Medusa's chain, or the nodes of a tree from the tree drafter over any source (static,
-  // tree_budget 0: `parents` is then set; dynamic with a fixed budget: drawn_parents). The
+  // Tokens drawn on the draft's device and not yet read, with their host copy queued: [N]
+  // int64 there (-1: q had no mass). A draft model's, EAGLE's or Medusa's chain, or the nodes
+  // of a tree from the tree drafter over any source (static, tree_budget 0: `parents` is then
+  // set; dynamic with a fixed budget: drawn_parents). The
   // target's forward, its processors (target_probabilities) and the verifier take them from the
   // device, and the round's one read, the verdict, brings them in: read_drawn(true) then moves
   // them into `tokens`. Undefined for every other proposal.
-  at::Tensor drawn, drawn_host;
+  DeviceTokens drawn;
   // A tree grown on the drafter's device with its shape unread too (the tree drafter's dynamic
   // tree, fixed budget): its parents, [N] int64 there (-1: follows the last committed token),
-  // and their host copy, queued; `parents` stays empty until read_drawn moves them in. Set with
-  // `drawn`, never alone.
-  at::Tensor drawn_parents, drawn_parents_host;
+  // host copy queued; `parents` stays empty until read_drawn moves them in. Set with `drawn`,
+  // never alone.
+  DeviceTokens drawn_parents;
 
   bool is_chain() const { return parents.empty() && !drawn_parents.defined(); }
-  int64_t size() const { return drawn.defined() ? drawn.size(0) : static_cast<int64_t>(tokens.size()); }
-  // Moves `drawn` into `tokens` (a no-op without). synced: a read has waited for the device
-  // since drawn_host was queued (the verdict); false: this is a read of its own. A token of -1
-  // is a named error.
+  int64_t size() const { return drawn.defined() ? drawn.size() : static_cast<int64_t>(tokens.size()); }
+  // Moves `drawn` into `tokens` (a no-op without), and drawn_parents into `parents`; synced as
+  // DeviceTokens::read. A token of -1 is a named error.
   void read_drawn(bool synced);
   // Leaves picked tokens where they are: drawn = picks concatenated ([N] int64, each pick [n]),
   // their host copy queued for the verdict to bring in.
@@ -70,8 +84,6 @@ struct DraftProposal {
   // `drawn` as the target's forward and the verifier take it: [N] int64 on `device`, a -1 as 0
   // until read_drawn names it. Tokens on a GPU wanted on the CPU cost a read of their own.
   at::Tensor drawn_on(const at::Device& device) const;
-  // drawn_parents on `device` likewise (-1 kept).
-  at::Tensor drawn_parents_on(const at::Device& device) const;
   // Depth of node i (1 for a child of the last committed token).
   int64_t depth(int64_t i) const;
 };

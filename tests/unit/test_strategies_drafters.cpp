@@ -343,8 +343,7 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
 TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
   // pick_tokens gives -1 for a row of q without mass; the chain is read with the verdict.
   DraftProposal d;
-  d.drawn = at::tensor(std::vector<int64_t>{7, -1, 3}, at::kLong);
-  d.drawn_host = d.drawn;
+  d.drawn.device = d.drawn.host = at::tensor(std::vector<int64_t>{7, -1, 3}, at::kLong);
   EXPECT_EQ(d.size(), 3);
   try {
     d.read_drawn(/*synced=*/true);
@@ -353,7 +352,7 @@ TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
     EXPECT_NE(std::string(e.what()).find("q at draft position 1 has no positive entry"), std::string::npos) << e.what();
   }
   DraftProposal tree;  // a static tree's nodes, drawn unread alike
-  tree.drawn = tree.drawn_host = at::tensor(std::vector<int64_t>{7, 4, -1}, at::kLong);
+  tree.drawn.device = tree.drawn.host = at::tensor(std::vector<int64_t>{7, 4, -1}, at::kLong);
   tree.parents = {-1, -1, 0};
   try {
     tree.read_drawn(/*synced=*/true);
@@ -364,7 +363,7 @@ TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
         << e.what();
   }
   DraftProposal ok;
-  ok.drawn = ok.drawn_host = at::tensor(std::vector<int64_t>{7, 0, 3}, at::kLong);
+  ok.drawn.device = ok.drawn.host = at::tensor(std::vector<int64_t>{7, 0, 3}, at::kLong);
   ok.read_drawn(/*synced=*/true);
   EXPECT_EQ(ok.tokens, (Tokens{7, 0, 3}));
   EXPECT_EQ(ok.size(), 3);
