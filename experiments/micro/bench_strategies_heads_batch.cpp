@@ -116,7 +116,7 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
         own.push_back(ss::make_drafter(head.drafter, ctx));
         d.push_back(own.back().get());
       }
-      d.back()->observe(ss::TargetRows{Tokens(r.prompt.begin(), r.prompt.end() - 1), {}, {}, r.prompt_hidden});
+      d.back()->prefill(Tokens(r.prompt.begin(), r.prompt.end() - 1), r.prompt_hidden);
     }
     std::vector<Tokens> seqs(B, r.prompt);
     std::vector<const Tokens*> seq_ptrs;
@@ -133,9 +133,9 @@ void run(benchmark::State& state, const Head& head, bool lockstep) {
       }
       state.PauseTiming();
       for (int64_t b = 0; b < B; ++b) {
-        d[b]->observe(ss::TargetRows{{seqs[b].back()}, {}, {}, fed_hidden});
+        const specdec::TokenId root = seqs[b].back();
         seqs[b].push_back(drafts[b].tokens.empty() ? 0 : drafts[b].tokens[0]);
-        d[b]->commit(static_cast<int64_t>(seqs[b].size()) - 1, {});
+        d[b]->observe(ss::Round{static_cast<int64_t>(seqs[b].size()) - 1, {}, ss::TargetRows{{root}, {}, {}, fed_hidden}});
       }
       state.ResumeTiming();
     }

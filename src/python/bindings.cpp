@@ -207,7 +207,7 @@ class PyDrafter : public strategies::Drafter {
   PyDrafter(std::string name, std::shared_ptr<PyRef> obj, int64_t n_vocab)
       : name_(std::move(name)), obj_(std::move(obj)), n_vocab_(n_vocab) {
     py::gil_scoped_acquire gil;
-    has_commit_ = py::hasattr(obj_->get(), "commit");
+    has_observe_ = py::hasattr(obj_->get(), "observe");
     has_prefill_ = py::hasattr(obj_->get(), "prefill");
   }
 
@@ -225,11 +225,11 @@ class PyDrafter : public strategies::Drafter {
     return checked(ret, max_depth);
   }
 
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
-    if (!has_commit_) return;
-    call("commit", [&](const py::object& o) { o.attr("commit")(n_valid, accepted); });
+  void observe(const strategies::Round& round) override {
+    if (!has_observe_) return;
+    call("observe", [&](const py::object& o) { o.attr("observe")(round.n_valid, round.accepted); });
   }
-  void prefill(const Tokens& tokens) override {
+  void prefill(const Tokens& tokens, const at::Tensor&) override {
     if (!has_prefill_) return;
     call("prefill", [&](const py::object& o) {
       o.attr("prefill")(py::array_t<int32_t>(static_cast<py::ssize_t>(tokens.size()), tokens.data()));
@@ -331,7 +331,7 @@ class PyDrafter : public strategies::Drafter {
   std::string name_;
   std::shared_ptr<PyRef> obj_;
   int64_t n_vocab_;
-  bool has_commit_ = false, has_prefill_ = false;
+  bool has_observe_ = false, has_prefill_ = false;
 };
 
 // The context a Python drafter factory receives (a plain dict).

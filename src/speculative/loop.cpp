@@ -62,9 +62,9 @@ class SpecLoop {
   double draft();                                 // 1. -> the round's draft ms
   double score();                                 // 2. -> the round's verify ms
   void verify();                                  // 3.
-  void learn(SpecSequence& s);                    // the drafter observes the round
   void accept(int64_t b);                         // 4.
   void roll_back(int64_t b);                      // 5.
+  Round round_of(const SpecSequence& s) const;    // what the drafter is shown of the round
   void close(int64_t b, double ms_draft, double ms_verify);  // statistics, trace, gamma; finished?
   void finish(int64_t b);
 
@@ -123,10 +123,10 @@ std::vector<Result> SpecLoop::run() {
     // 3. verify, each row processed after the committed text + its own root-to-node path
     verify();
     for (int64_t b : active_) {
-      learn(spec_[b]);
       // 4. accept: token by token, so EOS / stop strings inside the block cut it exactly
       accept(b);
-      // 5. roll back the slot's cache and its drafter to the committed prefix
+      // 5. roll back the slot's cache to the committed prefix; its drafter observes the round
+      //    (and rolls back its own state)
       roll_back(b);
       close(b, ms_draft, ms_verify);
     }
@@ -162,7 +162,7 @@ void SpecLoop::join(int64_t b) {
 void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   if (newcomers.empty()) return;
   if (B_ > 1 && !features_) {
-    for (int64_t b : newcomers) spec_[b].drafter->prefill(spec_[b].prefill);
+    for (int64_t b : newcomers) spec_[b].drafter->prefill(spec_[b].prefill, {});
     return;
   }
   std::vector<Tokens> fed(B_);
@@ -172,9 +172,8 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
     forward_batch(target_, cache_, fed, std::vector<int64_t>(B_, 0), {}, features_ ? &hidden : nullptr);
   for (int64_t b : newcomers) {
     const Tokens& head = fed[b];
-    if (hidden.defined() && !head.empty())
-      spec_[b].drafter->observe(TargetRows{head, {}, {}, hidden[b].narrow(0, 0, static_cast<int64_t>(head.size()))});
-    spec_[b].drafter->prefill(head);
+    const bool seen = hidden.defined() && !head.empty();
+    spec_[b].drafter->prefill(head, seen ? hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())) : at::Tensor());
   }
   phase_.charge(&PhaseTimes::prefill);
 }
@@ -300,21 +299,6 @@ void SpecLoop::verify() {
   phase_.charge(&PhaseTimes::sample);
 }
 
-void SpecLoop::learn(SpecSequence& s) {
-  const int64_t top = s.drafter->target_wants().topk;
-  if (top > 0 || s.hidden.defined()) {
-    TargetRows rows;
-    rows.fed = {s.seq.back()};  // the last committed token, then the draft
-    rows.fed.insert(rows.fed.end(), s.d.tokens.begin(), s.d.tokens.end());
-    if (!s.d.is_chain())  // on the host now: the verdict brought an unread tree in
-      rows.parents = tree_forward_options(s.d, at::kCPU).parents;
-    if (top > 0) rows.topk = token_rows(s.top_ids);
-    rows.hidden = s.hidden;
-    s.drafter->observe(rows);
-  }
-  phase_.charge(&PhaseTimes::draft);
-}
-
 void SpecLoop::accept(int64_t b) {
   SpecSequence& s = spec_[b];
   BatchSequence& q = *slots_[b];
@@ -337,9 +321,27 @@ void SpecLoop::roll_back(int64_t b) {
     cache_.compact(b, s.n, keep);
   }
   cache_.truncate(b, std::min(cache_.length(b), static_cast<int64_t>(s.seq.size()) - 1));
-  s.drafter->commit(static_cast<int64_t>(s.seq.size()) - 1, s.v.path);
   s.prefill.clear();
   phase_.charge(&PhaseTimes::rollback);
+  s.drafter->observe(round_of(s));  // its own rollback and learning count as the drafter's time
+  phase_.charge(&PhaseTimes::draft);
+}
+
+// The round's outcome, and the target's rows where the drafter wants them: those of the token
+// that was last when the round was drafted, then of the draft's nodes (on the host now: the
+// verdict brought an unread draft in).
+Round SpecLoop::round_of(const SpecSequence& s) const {
+  Round r;
+  r.n_valid = static_cast<int64_t>(s.seq.size()) - 1;
+  r.accepted = s.v.path;
+  const int64_t top = s.drafter->target_wants().topk;
+  if (top == 0 && !s.hidden.defined()) return r;
+  r.rows.fed = {s.seq[s.n - 1]};
+  r.rows.fed.insert(r.rows.fed.end(), s.d.tokens.begin(), s.d.tokens.end());
+  if (!s.d.is_chain()) r.rows.parents = tree_forward_options(s.d, at::kCPU).parents;
+  if (top > 0) r.rows.topk = token_rows(s.top_ids);
+  r.rows.hidden = s.hidden;
+  return r;
 }
 
 void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {

@@ -20,22 +20,28 @@ int64_t DraftProposal::depth(int64_t i) const {
   return d;
 }
 
-namespace {
-// `t` on `device`: a copy without a wait, or a read of its own when a device's tensor is wanted
-// on the host.
-at::Tensor moved_to(const at::Tensor& t, const at::Device& device) {
-  return device.is_cpu() && !t.is_cpu() ? model::on_host(t) : model::to_device_async(t, device);
+void DeviceTokens::hold(const at::Tensor& ids) {
+  device = ids;
+  host = model::to_host_async(ids);
 }
-}  // namespace
+
+at::Tensor DeviceTokens::on(const at::Device& to) const {
+  return to.is_cpu() && !device.is_cpu() ? model::on_host(device) : model::to_device_async(device, to);
+}
+
+at::Tensor DeviceTokens::read(bool synced) {
+  const at::Tensor out = synced ? host : model::on_host(device);
+  device = host = at::Tensor();
+  return out;
+}
 
 void DraftProposal::read_drawn(bool synced) {
   if (!drawn.defined()) return;
   if (drawn_parents.defined()) {  // the tree's shape first: is_chain() below needs it
-    const at::Tensor par = (synced ? drawn_parents_host : model::on_host(drawn_parents)).to(at::kInt).contiguous();
+    const at::Tensor par = drawn_parents.read(synced).to(at::kInt).contiguous();
     parents.assign(par.data_ptr<int32_t>(), par.data_ptr<int32_t>() + par.numel());
-    drawn_parents = drawn_parents_host = at::Tensor();
   }
-  const at::Tensor ids = (synced ? drawn_host : model::on_host(drawn)).contiguous();  // [N] int64
+  const at::Tensor ids = drawn.read(synced).contiguous();  // [N] int64
   const int64_t* p = ids.data_ptr<int64_t>();
   tokens.clear();
   for (int64_t j = 0; j < ids.size(0); ++j) {
@@ -44,24 +50,16 @@ void DraftProposal::read_drawn(bool synced) {
              " has no positive entry (the draft's logits are NaN or every token was filtered)");
     tokens.push_back(static_cast<TokenId>(p[j]));
   }
-  drawn = drawn_host = at::Tensor();
 }
 
-void DraftProposal::hold_drawn(const std::vector<at::Tensor>& picks) {
-  drawn = at::cat(picks);
-  drawn_host = model::to_host_async(drawn);
-}
+void DraftProposal::hold_drawn(const std::vector<at::Tensor>& picks) { drawn.hold(at::cat(picks)); }
 
 void DraftProposal::hold_tree(const at::Tensor& tokens, const at::Tensor& tree_parents) {
-  drawn = tokens;
-  drawn_parents = tree_parents;
-  drawn_host = model::to_host_async(drawn);
-  drawn_parents_host = model::to_host_async(drawn_parents);
+  drawn.hold(tokens);
+  drawn_parents.hold(tree_parents);
 }
 
-at::Tensor DraftProposal::drawn_on(const at::Device& device) const { return moved_to(drawn, device).clamp_min(0); }
-
-at::Tensor DraftProposal::drawn_parents_on(const at::Device& device) const { return moved_to(drawn_parents, device); }
+at::Tensor DraftProposal::drawn_on(const at::Device& device) const { return drawn.on(device).clamp_min(0); }
 
 uint64_t drafter_seed(uint64_t request_seed) {
   const auto mix = [](uint64_t z) {  // SplitMix64's finaliser

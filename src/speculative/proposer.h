@@ -30,6 +30,21 @@ namespace specdec::strategies {
 // many positions of slack beyond the request. Tree drafters check their size against it.
 constexpr int64_t k_max_draft_nodes = 256;
 
+// Ids [N] int64 left on the device that made them, and their host copy, queued
+// (model::to_host_async) for a later read that waits for the device anyway to bring in.
+struct DeviceTokens {
+  at::Tensor device, host;
+  bool defined() const { return device.defined(); }
+  int64_t size() const { return device.size(0); }
+  // Holds `ids` where they are and queues their host copy.
+  void hold(const at::Tensor& ids);
+  // The ids on device `to`: a copy without a wait, or a read of its own when the host wants them.
+  at::Tensor on(const at::Device& to) const;
+  // The ids on the host, leaving this empty. synced: a read has waited for the device since the
+  // copy was queued (the verdict), so the copy is there; false: a read of its own.
+  at::Tensor read(bool synced);
+};
+
 // N draft tokens: a chain x_1..x_N (parents empty), or the nodes of a tree in topological
 // order (parents[i] < i; -1 = the node follows the last committed token).
 struct DraftProposal {
@@ -42,25 +57,24 @@ struct DraftProposal {
   // Where propose() spent its time (draft, draft_catchup, sample, logits_copy, other); time it
   // does not charge counts as draft (speculative.cpp: PhaseClock::charge_parts).
   PhaseTimes ms;
-  // Tokens drawn on the draft's device and not yet read, and their host copy, queued
-  // (model::to_host_async): [N] int64 there (-1: q had no mass). A draft model's, EAGLE's or
-  // Medusa's chain, or the nodes of a tree from the tree drafter over any source (static,
-  // tree_budget 0: `parents` is then set; dynamic with a fixed budget: drawn_parents). The
+  // Tokens drawn on the draft's device and not yet read, with their host copy queued: [N]
+  // int64 there (-1: q had no mass). A draft model's, EAGLE's or Medusa's chain, or the nodes
+  // of a tree from the tree drafter over any source (static, tree_budget 0: `parents` is then
+  // set; dynamic with a fixed budget: drawn_parents). The
   // target's forward, its processors (target_probabilities) and the verifier take them from the
   // device, and the round's one read, the verdict, brings them in: read_drawn(true) then moves
   // them into `tokens`. Undefined for every other proposal.
-  at::Tensor drawn, drawn_host;
+  DeviceTokens drawn;
   // A tree grown on the drafter's device with its shape unread too (the tree drafter's dynamic
   // tree, fixed budget): its parents, [N] int64 there (-1: follows the last committed token),
-  // and their host copy, queued; `parents` stays empty until read_drawn moves them in. Set with
-  // `drawn`, never alone.
-  at::Tensor drawn_parents, drawn_parents_host;
+  // host copy queued; `parents` stays empty until read_drawn moves them in. Set with `drawn`,
+  // never alone.
+  DeviceTokens drawn_parents;
 
   bool is_chain() const { return parents.empty() && !drawn_parents.defined(); }
-  int64_t size() const { return drawn.defined() ? drawn.size(0) : static_cast<int64_t>(tokens.size()); }
-  // Moves `drawn` into `tokens` (a no-op without). synced: a read has waited for the device
-  // since drawn_host was queued (the verdict); false: this is a read of its own. A token of -1
-  // is a named error.
+  int64_t size() const { return drawn.defined() ? drawn.size() : static_cast<int64_t>(tokens.size()); }
+  // Moves `drawn` into `tokens` (a no-op without), and drawn_parents into `parents`; synced as
+  // DeviceTokens::read. A token of -1 is a named error.
   void read_drawn(bool synced);
   // Leaves picked tokens where they are: drawn = picks concatenated ([N] int64, each pick [n]),
   // their host copy queued for the verdict to bring in.
@@ -70,8 +84,6 @@ struct DraftProposal {
   // `drawn` as the target's forward and the verifier take it: [N] int64 on `device`, a -1 as 0
   // until read_drawn names it. Tokens on a GPU wanted on the CPU cost a read of their own.
   at::Tensor drawn_on(const at::Device& device) const;
-  // drawn_parents on `device` likewise (-1 kept).
-  at::Tensor drawn_parents_on(const at::Device& device) const;
   // Depth of node i (1 for a child of the last committed token).
   int64_t depth(int64_t i) const;
 };
@@ -86,16 +98,25 @@ struct TargetWants {
   bool features = false;
 };
 
-// The target's rows a drafter is shown (Drafter::observe). After a verification: fed[0] is the
-// last committed token, fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows
-// the committed prefix; empty = a chain). After the prompt's prefill (features only): fed = the
-// prefilled tokens, parents empty. In a batch (speculative/loop.cpp) each slot's drafter sees its
-// own rows.
+// The target's rows a drafter is shown (Round::rows). fed[0] is the last committed token,
+// fed[i + 1] draft node i; parents as ForwardOptions::parents (-1 = follows the committed prefix;
+// empty = a chain). In a batch (speculative/loop.cpp) each slot's drafter sees its own rows.
 struct TargetRows {
   Tokens fed;
   std::vector<int32_t> parents;
   std::vector<Tokens> topk;  // [n_fed] rows of TargetWants::topk ids when asked; else empty
   at::Tensor hidden;         // [n_fed, d] when TargetWants::features; else undefined
+};
+
+// What a drafter is shown after each verification (Drafter::observe).
+struct Round {
+  // The committed sequence now holds n_valid + 1 tokens; its newest is in no cache yet (as in
+  // propose()). A drafter with a cache keeps the first n_valid positions and drops the rest.
+  int64_t n_valid = 0;
+  // The proposal's accepted node indices, root first (a chain: 0..a-1).
+  std::vector<int32_t> accepted;
+  // The target's rows of this round when target_wants() asks for any; else empty.
+  TargetRows rows;
 };
 
 // The contract of q. Speculative sampling is lossless only if each q row is the exact law the
@@ -118,9 +139,9 @@ struct TargetRows {
 // is the verifier's uniforms; a drafter that replays them can choose tokens the verifier
 // accepts and bias the output (test_strategies_drafter_contract).
 //
-// A drafter implements propose() and overrides only what else it needs: commit() to see what was
-// accepted and roll back the rest (a drafter with a cache), prefill(), target_wants() and
-// observe() to learn from the target's rows, report(). A tree drafter builds on the tree helper
+// A drafter implements propose() and overrides only what else it needs: observe() to see what
+// was accepted and roll back the rest (a drafter with a cache) or to learn from the target's rows
+// (target_wants()), prefill(), report(). A tree drafter builds on the tree helper
 // (drafters/tree.h), a draft-model drafter on the model helper (drafters/model.h).
 class Drafter {
  public:
@@ -129,24 +150,24 @@ class Drafter {
   // the length of every root-to-leaf path (a chain's length); tree drafters size their tree
   // from their own parameters within it. max_depth 0: propose nothing.
   virtual DraftProposal propose(const Tokens& sequence, int64_t max_depth) = 0;
-  // After verification the first n_valid tokens of the sequence are committed; `accepted`
-  // holds the node indices of the proposal that were accepted, root first (a chain: 0..a-1).
-  // Drop anything later (or move the accepted path's cache slots together). Default: nothing
-  // to roll back (a drafter that reads only `sequence`).
-  virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
-    (void)n_valid;
-    (void)accepted;
+  // After every verification: what was accepted, and the target's rows it asked for. A drafter
+  // with state beyond the committed prefix (a cache's later positions) drops it here, or moves
+  // the accepted path's cache slots together. Default: nothing (a drafter that reads only
+  // `sequence`).
+  virtual void observe(const Round& round) { (void)round; }
+  // Before the first proposal: tokens = the prompt but its last token (the draft model's
+  // prefill); features = the target's features of them, [n, d], when target_wants().features,
+  // else undefined.
+  virtual void prefill(const Tokens& tokens, const at::Tensor& features) {
+    (void)tokens;
+    (void)features;
   }
-  // Processes tokens[0..n) ahead of the first proposal (the draft model's prefill).
-  virtual void prefill(const Tokens& tokens) { (void)tokens; }
   // Whether its proposals carry q. The verifier reads each proposal's own q (tokens-only when
   // undefined), so this only describes the drafter; default false (a lookup: no q).
   virtual bool has_distribution() const { return false; }
-  // Drafters that learn from the target say here what they want of its rows (TargetWants) and
-  // are shown them in observe() (TargetRows), after every verification, before commit(). Default:
-  // nothing.
+  // What a drafter that learns from the target wants of its rows (TargetWants), shown to it in
+  // Round::rows and, for features, in prefill(). Default: nothing.
   virtual TargetWants target_wants() const { return {}; }
-  virtual void observe(const TargetRows& rows) { (void)rows; }
   // Figures about this generation for Stats::drafter_stats (name -> value); none by default.
   virtual void report(std::map<std::string, double>& out) const { (void)out; }
 };
@@ -180,7 +201,7 @@ class BatchDrafter {
   // Slot `slot` now drafts for ctx.request (replacing whatever it drafted for before); ctx.rng
   // outlives the slot's use.
   virtual void join(int64_t slot, const DrafterContext& ctx) = 0;
-  // The slot's drafter: prefill, commit, observe and report go to it as in a batch-1 run.
+  // The slot's drafter: prefill, observe and report go to it as in a batch-1 run.
   virtual Drafter& at(int64_t slot) = 0;
   // One proposal per slot: at(b).propose(*seqs[b], max_depth[b]) for every b with
   // max_depth[b] > 0, an empty one for the others (seqs[b] may then be null). The time spent is

@@ -12,7 +12,7 @@ namespace specdec::strategies {
 model::ForwardOptions tree_forward_options(const DraftProposal& d, const at::Device& target) {
   model::ForwardOptions opt;
   if (d.drawn_parents.defined()) {  // unread: the same entries, on the target's device
-    const at::Tensor par = d.drawn_parents_on(target);
+    const at::Tensor par = d.drawn_parents.on(target);
     opt.device_parents = at::cat({at::full({1}, -1, par.options()), par + 1});
     return opt;
   }
@@ -28,7 +28,7 @@ at::Tensor target_probabilities(const at::Tensor& logits, const sampling::Proces
   sampling::DeviceDraft draft;
   draft.tokens = d.drawn_on(logits.device());
   if (d.drawn_parents.defined())
-    draft.parents = d.drawn_parents_on(logits.device());
+    draft.parents = d.drawn_parents.on(logits.device());
   else if (!d.parents.empty())  // a static tree: its shape on the host
     draft.parents =
         model::to_device_async(at::tensor(std::vector<int64_t>(d.parents.begin(), d.parents.end())), logits.device());

@@ -52,7 +52,7 @@ at::Tensor unread_tokens(const DraftProposal& d, const at::Device& device) {
   return d.drawn.defined() ? d.drawn_on(device) : at::Tensor();
 }
 at::Tensor unread_parents(const DraftProposal& d, const at::Device& device) {
-  return d.drawn_parents.defined() ? d.drawn_parents_on(device) : at::Tensor();
+  return d.drawn_parents.defined() ? d.drawn_parents.on(device) : at::Tensor();
 }
 
 Packed pack(const std::vector<const DraftProposal*>& drafts, const std::vector<at::Tensor>& p,

@@ -182,7 +182,7 @@ def test_registration_errors():
     assert listed["py_ngram"]["description"] == "Python port of ngram"
 
 
-def test_decorator_and_commit_hooks(smol):
+def test_decorator_and_observe_hooks(smol):
     seen = {"commits": 0, "prefill": None}
 
     @specdec.drafter("py_repeat_last")
@@ -195,7 +195,7 @@ def test_decorator_and_commit_hooks(smol):
         def propose(self, context, max_depth):
             return [int(context[-1])] * max_depth
 
-        def commit(self, n_valid, accepted):
+        def observe(self, n_valid, accepted):
             seen["commits"] += 1
 
     try:

@@ -259,7 +259,7 @@ DraftProposal first_proposal(const Request& req, const at::Tensor& hidden, const
   const sampling::ProcessorConfig proc = processor_config(params);
   Rng rng(0);
   std::unique_ptr<Drafter> d = make_drafter(p.at("drafter"), DrafterContext{req, params, proc, rng, n + 64, 8});
-  d->observe(TargetRows{Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, {}, hidden.narrow(0, 0, n - 1)});
+  d->prefill(Tokens(req.prompt.begin(), req.prompt.end() - 1), hidden.narrow(0, 0, n - 1));
   DraftProposal out = d->propose(req.prompt, depth);
   out.read_drawn(/*synced=*/false);  // the tokens stay where they were picked until read
   return out;
@@ -281,7 +281,7 @@ TEST(TrainedDrafters, EagleDraftsWhatTheHeadPredicts) {
     std::unique_ptr<Drafter> d = make_drafter("eagle", DrafterContext{req, params, proc, rng, n + 64, 8});
     ASSERT_TRUE(d->target_wants().features);
     // The loop's prefill: every prompt position but the last (the first round's root).
-    d->observe(TargetRows{Tokens(req.prompt.begin(), req.prompt.end() - 1), {}, {}, hidden.narrow(0, 0, n - 1)});
+    d->prefill(Tokens(req.prompt.begin(), req.prompt.end() - 1), hidden.narrow(0, 0, n - 1));
     DraftProposal p = d->propose(req.prompt, 3);
     ASSERT_EQ(p.size(), 3);
     p.read_drawn(/*synced=*/false);  // the tokens stay where they were picked until read

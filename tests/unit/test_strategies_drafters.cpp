@@ -203,7 +203,7 @@ TEST(SuffixDrafter, IncrementalIndexEqualsARebuildAndTheReference) {
                {"suffix_max_match", std::to_string(c.max_match)},
                {"suffix_tree_width", std::to_string(c.width)}});
       auto incremental = rig.make("suffix");
-      incremental->prefill(Tokens(seq.begin(), seq.begin() + 3));
+      incremental->prefill(Tokens(seq.begin(), seq.begin() + 3), {});
       for (size_t n = 4; n <= seq.size(); ++n) {
         const Tokens prefix(seq.begin(), seq.begin() + n);
         const int64_t depth = 1 + int64_t(n % 6);
@@ -321,7 +321,7 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
   g.target = tiny(11);
   g.stop.max_new_tokens = 6;
   const Tokens greedy = create("greedy", {})->generate(g, {}).tokens;
-  d->prefill(Tokens(g.prompt.begin(), g.prompt.end() - 1));
+  d->prefill(Tokens(g.prompt.begin(), g.prompt.end() - 1), {});
   DraftProposal p = d->propose(g.prompt, 4);
   // The chain stays where the draft model drew it; the loop's verdict brings it in.
   ASSERT_TRUE(p.drawn.defined());
@@ -334,7 +334,7 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
   // Keep two of the four, then draft on: the cache was cut back to the committed prefix.
   Tokens seq = g.prompt;
   seq.insert(seq.end(), greedy.begin(), greedy.begin() + 3);
-  d->commit(static_cast<int64_t>(seq.size()) - 1, {0, 1});
+  d->observe(Round{static_cast<int64_t>(seq.size()) - 1, {0, 1}, {}});
   DraftProposal next = d->propose(seq, 3);
   next.read_drawn(/*synced=*/false);
   EXPECT_EQ(next.tokens, Tokens(greedy.begin() + 3, greedy.begin() + 6));
@@ -343,8 +343,7 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
 TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
   // pick_tokens gives -1 for a row of q without mass; the chain is read with the verdict.
   DraftProposal d;
-  d.drawn = at::tensor(std::vector<int64_t>{7, -1, 3}, at::kLong);
-  d.drawn_host = d.drawn;
+  d.drawn.device = d.drawn.host = at::tensor(std::vector<int64_t>{7, -1, 3}, at::kLong);
   EXPECT_EQ(d.size(), 3);
   try {
     d.read_drawn(/*synced=*/true);
@@ -353,7 +352,7 @@ TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
     EXPECT_NE(std::string(e.what()).find("q at draft position 1 has no positive entry"), std::string::npos) << e.what();
   }
   DraftProposal tree;  // a static tree's nodes, drawn unread alike
-  tree.drawn = tree.drawn_host = at::tensor(std::vector<int64_t>{7, 4, -1}, at::kLong);
+  tree.drawn.device = tree.drawn.host = at::tensor(std::vector<int64_t>{7, 4, -1}, at::kLong);
   tree.parents = {-1, -1, 0};
   try {
     tree.read_drawn(/*synced=*/true);
@@ -364,7 +363,7 @@ TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
         << e.what();
   }
   DraftProposal ok;
-  ok.drawn = ok.drawn_host = at::tensor(std::vector<int64_t>{7, 0, 3}, at::kLong);
+  ok.drawn.device = ok.drawn.host = at::tensor(std::vector<int64_t>{7, 0, 3}, at::kLong);
   ok.read_drawn(/*synced=*/true);
   EXPECT_EQ(ok.tokens, (Tokens{7, 0, 3}));
   EXPECT_EQ(ok.size(), 3);
@@ -393,7 +392,7 @@ TEST(ModelDrafter, WithARepetitionPenaltyEachDraftRowSeesItsOwnPath) {
     Rig rig(extra);
     rig.req.target = rig.req.draft = m;
     auto d = rig.make(drafter);
-    d->prefill(Tokens(prompt.begin(), prompt.end() - 1));
+    d->prefill(Tokens(prompt.begin(), prompt.end() - 1), {});
     DraftProposal p = d->propose(prompt, depth);
     EXPECT_TRUE(p.drawn.defined()) << drafter << ": the draft stays where it was drawn";
     p.read_drawn(/*synced=*/false);

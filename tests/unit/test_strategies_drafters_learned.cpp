@@ -27,11 +27,10 @@ using test_support::error_of;
 using test_support::P;
 using test_support::Rig;
 
-// One verification round as speculative.cpp runs it: observe the rows, then commit.
+// One verification round as speculative/loop.cpp shows it to the drafter.
 void round_trip(Drafter& d, const Tokens& fed, const std::vector<int32_t>& parents, const std::vector<Tokens>& rows,
                 int64_t n_valid, const std::vector<int32_t>& accepted) {
-  d.observe(TargetRows{fed, parents, rows, {}});
-  d.commit(n_valid, accepted);
+  d.observe(Round{n_valid, accepted, TargetRows{fed, parents, rows, {}}});
 }
 
 // ---- recycling ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 
 Where Python ends and C++ begins: everything below runs in C++ with the GIL released (model
 loading, every strategy's decoding loop, the verifier, the harness). Python is entered only for
-(a) a drafter written in Python (its propose / commit / prefill, once per round), (b) an
+(a) a drafter written in Python (its propose / observe / prefill, once per round), (b) an
 on_token callback or a stream() consumer, once per chunk of final tokens, and (c) the check for
 Ctrl-C at those same boundaries. Acceptance is always decided by the C++ verifier.
 """
@@ -192,8 +192,9 @@ class Drafter:
       - a deterministic drafter (argmax, lookup) returns no q, or one-hot rows on its tokens,
         never the softmax it took the argmax of.
     Each q row must sum to 1 within 1e-3; it is divided by its sum before the verifier sees it.
-    commit(n_valid, accepted) is told after each round how many tokens of the context are now
-    final and which draft nodes were accepted; prefill(tokens) sees the prompt first.
+    observe(n_valid, accepted) is told after each round which draft nodes were accepted (root
+    first) and that the context now holds n_valid + 1 tokens, as C++ Drafter::observe's Round: a
+    drafter with state past them drops it there. prefill(tokens) sees the prompt first.
     """
 
     def __init__(self, ctx=None):
@@ -202,7 +203,7 @@ class Drafter:
     def propose(self, context, max_depth):
         raise NotImplementedError
 
-    def commit(self, n_valid, accepted):
+    def observe(self, n_valid, accepted):
         pass
 
     def prefill(self, tokens):

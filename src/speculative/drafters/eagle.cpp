@@ -48,11 +48,10 @@ class EagleSource : public TreeSource {
   }
 
   bool wants_target_features() const override { return true; }
-  void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
-    features_.observe(hidden);
-  }
-  void commit(int64_t, const std::vector<int32_t>& accepted, const std::vector<int64_t>&) override {
-    features_.commit(accepted);
+  void prefill(const Tokens&, const at::Tensor& features) override { features_.add_prompt(features); }
+  // The head's cache needs no rollback: the next catch-up overwrites this round's fed nodes.
+  void observe(const Round& round, const std::vector<int64_t>&) override {
+    features_.add_round(round.rows.hidden, round.accepted);
   }
 
   // A tree's steps. For several sources (a batch's trees in lockstep: roots, feed_all) one head
@@ -114,7 +113,6 @@ class EagleSource : public TreeSource {
   // A round's first rows, the catch-up: positions n_real_ .. n - 2 with their real features and
   // the tokens after them (undefined before any feature: a 1-token prompt).
   Rows catch_up(const Tokens& seq) {
-    features_.begin_round();
     fed_feat_ = at::Tensor();
     fed_anc_ = at::Tensor();
     const int64_t n = static_cast<int64_t>(seq.size());
@@ -246,10 +244,8 @@ class EagleChainDrafter : public Drafter {
 
   bool has_distribution() const override { return true; }
   TargetWants target_wants() const override { return {0, true}; }
-  void observe(const TargetRows& rows) override { source_->observe_features(rows.fed, rows.parents, rows.hidden); }
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
-    source_->commit(n_valid, accepted, {});
-  }
+  void prefill(const Tokens& tokens, const at::Tensor& features) override { source_->prefill(tokens, features); }
+  void observe(const Round& round) override { source_->observe(round, {}); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
 

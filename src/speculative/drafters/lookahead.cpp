@@ -13,7 +13,7 @@
 // observe() reads the target's top-1 y_i of every row of the window (y_0 from the root's row):
 // y_i is the prediction after guess i, so it becomes the guess for position n+i, the Jacobi
 // iterate, and the window is realigned to the committed length at the next propose()
-// (positions consumed by the commit are dropped, the end is refilled with random prompt
+// (positions the round committed are dropped, the end is refilled with random prompt
 // tokens). An iterate's n-grams are read along the diagonal of the last N-1 fed windows and
 // the new outputs, by absolute position p: (G_{r-N+2}[p], G_{r-N+3}[p+1], ..., G_r[p+N-2],
 // Y_r[p+N-1]) -- each token was predicted after the one before it in the previous iterate, as
@@ -75,8 +75,7 @@ class LookaheadDrafter : public Drafter {
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
   TargetWants target_wants() const override { return {1, false}; }
-  void observe(const TargetRows& rows) override;
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
+  void observe(const Round& round) override;
   void report(std::map<std::string, double>& out) const override;
 
  private:
@@ -85,6 +84,7 @@ class LookaheadDrafter : public Drafter {
   TokenId random_prompt_token() { return fill_[rng_.next() % fill_.size()]; }
   void add_ngram(TokenId first, Tokens rest);
   void collect_ngrams(const Span& outputs);
+  void learn_window(const TargetRows& rows);  // the Jacobi step from the window's rows
   void add_candidates(TokenId last, int64_t max_depth, DraftProposal& out) const;
 
   LookaheadConfig cfg_;
@@ -189,8 +189,19 @@ void LookaheadDrafter::collect_ngrams(const Span& outputs) {
 }
 
 // y_0 (the root's row) and y_i (the row of guess i) are the next Jacobi iterate for positions
-// n..n+len; guesses beyond the fed part of the window stay.
-void LookaheadDrafter::observe(const TargetRows& rows) {
+// n..n+len; guesses beyond the fed part of the window stay. Then the accepted nodes are counted
+// by branch, and the proposal is done with.
+void LookaheadDrafter::observe(const Round& round) {
+  learn_window(round.rows);
+  for (int32_t node : round.accepted) {
+    if (win_len_ > 0 && node >= win_first_) ++n_acc_window_;
+    else ++n_acc_ngram_;
+  }
+  win_len_ = 0;
+  n_proposed_ = -1;
+}
+
+void LookaheadDrafter::learn_window(const TargetRows& rows) {
   const Tokens& fed = rows.fed;
   const std::vector<Tokens>& topk = rows.topk;
   if (n_proposed_ < 0 || win_len_ == 0 || static_cast<int64_t>(topk.size()) < win_first_ + win_len_ + 1) return;
@@ -204,16 +215,6 @@ void LookaheadDrafter::observe(const TargetRows& rows) {
   for (int64_t q = win_len_ + 1; q < static_cast<int64_t>(window_.tokens.size()); ++q)
     outputs.tokens.push_back(window_.tokens[q]);
   window_ = std::move(outputs);
-}
-
-void LookaheadDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
-  (void)n_valid;
-  for (int32_t node : accepted) {
-    if (win_len_ > 0 && node >= win_first_) ++n_acc_window_;
-    else ++n_acc_ngram_;
-  }
-  win_len_ = 0;
-  n_proposed_ = -1;
 }
 
 void LookaheadDrafter::report(std::map<std::string, double>& out) const {

@@ -36,10 +36,10 @@ class MedusaRows {
   explicit MedusaRows(std::shared_ptr<const LoadedHead> head) : head_(std::move(head)) {}
 
   int64_t n_heads() const { return head_->head().config().n_medusa; }
-  void observe(const at::Tensor& hidden) { features_.observe(hidden); }
-  void commit(const std::vector<int32_t>& accepted) {
+  void prefill(const at::Tensor& features) { features_.add_prompt(features); }
+  void observe(const Round& round) {
     ready_ = at::Tensor();  // rows are a round's: never carried to the next
-    features_.commit(accepted);
+    features_.add_round(round.rows.hidden, round.accepted);
     features_.take();  // only the newest feature is ever read
   }
 
@@ -72,7 +72,6 @@ class MedusaRows {
   // This round's rows [depth, V] (undefined before the first feature): run() for this sequence
   // alone unless a batch ran it for this round.
   at::Tensor begin_round(int64_t depth, DraftProposal& out) {
-    features_.begin_round();
     if (!ready_.defined()) run({this}, {depth});
     at::Tensor rows = std::exchange(ready_, at::Tensor());
     if (rows.defined()) ++out.n_forwards;
@@ -92,8 +91,8 @@ class MedusaDrafter : public Drafter {
 
   bool has_distribution() const override { return true; }
   TargetWants target_wants() const override { return {0, true}; }
-  void observe(const TargetRows& rows) override { rows_->observe(rows.hidden); }
-  void commit(int64_t, const std::vector<int32_t>& accepted) override { rows_->commit(accepted); }
+  void prefill(const Tokens&, const at::Tensor& features) override { rows_->prefill(features); }
+  void observe(const Round& round) override { rows_->observe(round); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     DraftProposal out;
@@ -127,12 +126,8 @@ class MedusaSource : public TreeSource {
 
   int64_t max_depth() const override { return rows_->n_heads(); }
   bool wants_target_features() const override { return true; }
-  void observe_features(const Tokens&, const std::vector<int32_t>&, const at::Tensor& hidden) override {
-    rows_->observe(hidden);
-  }
-  void commit(int64_t, const std::vector<int32_t>& accepted, const std::vector<int64_t>&) override {
-    rows_->commit(accepted);
-  }
+  void prefill(const Tokens&, const at::Tensor& features) override { rows_->prefill(features); }
+  void observe(const Round& round, const std::vector<int64_t>&) override { rows_->observe(round); }
 
   at::Tensor root(const Tokens&, DraftProposal& out) override {
     logits_ = rows_->begin_round(rows_->n_heads(), out);

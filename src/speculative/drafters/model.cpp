@@ -157,15 +157,14 @@ class ModelDrafter : public Drafter {
                int64_t max_seq)
       : slot_{std::move(draft), &rng}, cfg_(cfg), cache_(slot_.model->make_cache(1, max_seq)) {}
 
-  void prefill(const Tokens& tokens) override {
+  void prefill(const Tokens& tokens, const at::Tensor&) override {
     if (tokens.empty()) return;
     forward_tokens(*slot_.model, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
   }
 
   // A chain: the accepted path is the cache's own prefix, so dropping the rest is enough.
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
-    (void)accepted;
-    if (cache_.length(0) > n_valid) cache_.truncate(0, n_valid);
+  void observe(const Round& round) override {
+    if (cache_.length(0) > round.n_valid) cache_.truncate(0, round.n_valid);
   }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
@@ -218,9 +217,8 @@ class ModelBatchDrafter : public BatchDrafter {
       out.ms = ms;
       return out;
     }
-    void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override {
-      (void)accepted;
-      if (owner_.cache_.length(slot_) > n_valid) owner_.cache_.truncate(slot_, n_valid);
+    void observe(const Round& round) override {
+      if (owner_.cache_.length(slot_) > round.n_valid) owner_.cache_.truncate(slot_, round.n_valid);
     }
     bool has_distribution() const override { return true; }
 

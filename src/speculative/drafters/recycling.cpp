@@ -56,8 +56,7 @@ class RecyclingDrafter : public Drafter {
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
   TargetWants target_wants() const override { return {k_, false}; }
-  void observe(const TargetRows& rows) override;
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
+  void observe(const Round& round) override;
   void report(std::map<std::string, double>& out) const override;
 
  private:
@@ -71,9 +70,6 @@ class RecyclingDrafter : public Drafter {
   bool seed_from_prompt_;
   bool seeded_ = false;
   std::unordered_map<TokenId, Tokens> table_;  // u -> <= k successors, best first
-  // The last observe(): fed tokens and their top-k rows, applied in commit().
-  Tokens fed_;
-  std::vector<Tokens> rows_;
   int64_t n_rounds_ = 0, n_nodes_ = 0;
 };
 
@@ -128,27 +124,18 @@ DraftProposal RecyclingDrafter::propose(const Tokens& seq, int64_t max_depth) {
   return out;
 }
 
-// Rows are applied in commit(), once the accepted path is known.
-void RecyclingDrafter::observe(const TargetRows& rows) {
-  const Tokens& fed = rows.fed;
-  const std::vector<Tokens>& topk = rows.topk;
-  SD_CHECK(fed.size() == topk.size(), "drafter recycling: ", fed.size(), " fed tokens but ", topk.size(),
-           " top-k rows (internal error)");
-  fed_ = fed;
-  rows_ = topk;
-}
-
 // Overwrite M[u] for every fed u (feed order), then again for the root and the accepted
 // nodes, so a token fed on several paths keeps the successors it has in the committed text.
-void RecyclingDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
-  (void)n_valid;
-  if (fed_.empty()) return;
-  for (size_t r = 0; r < fed_.size(); ++r) put_row(fed_[r], rows_[r]);
-  put_row(fed_[0], rows_[0]);
-  for (int32_t node : accepted)
-    if (node >= 0 && static_cast<size_t>(node) + 1 < fed_.size()) put_row(fed_[node + 1], rows_[node + 1]);
-  fed_.clear();
-  rows_.clear();
+void RecyclingDrafter::observe(const Round& round) {
+  const Tokens& fed = round.rows.fed;
+  const std::vector<Tokens>& topk = round.rows.topk;
+  SD_CHECK(fed.size() == topk.size(), "drafter recycling: ", fed.size(), " fed tokens but ", topk.size(),
+           " top-k rows (internal error)");
+  if (fed.empty()) return;
+  for (size_t r = 0; r < fed.size(); ++r) put_row(fed[r], topk[r]);
+  put_row(fed[0], topk[0]);
+  for (int32_t node : round.accepted)
+    if (node >= 0 && static_cast<size_t>(node) + 1 < fed.size()) put_row(fed[node + 1], topk[node + 1]);
 }
 
 void RecyclingDrafter::report(std::map<std::string, double>& out) const {

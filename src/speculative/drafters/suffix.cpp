@@ -182,7 +182,7 @@ class SuffixDrafter : public Drafter {
   SuffixDrafter(int64_t min_match, int64_t max_match, int64_t width)
       : min_match_(min_match), width_(width), index_(max_match, width + 1) {}
 
-  void prefill(const Tokens& tokens) override { sync(tokens); }
+  void prefill(const Tokens& tokens, const at::Tensor&) override { sync(tokens); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     if (max_depth <= 0) return {};

@@ -69,27 +69,22 @@ std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std
   return slot;
 }
 
-void TargetFeatures::observe(const at::Tensor& hidden) {
-  const at::Tensor h = hidden.to(at::kFloat);  // stays on the target's device, where the head runs
-  if (in_round_) {
-    stash_ = h;
-    return;
-  }
-  pending_.push_back(h);  // the prefill: every row is a committed position
-  n_seen_ += h.size(0);
-  last_ = h.narrow(0, h.size(0) - 1, 1);
+void TargetFeatures::add_prompt(const at::Tensor& hidden) {
+  if (hidden.defined()) add(hidden.to(at::kFloat));  // stays on the target's device, where the head runs
 }
 
-void TargetFeatures::commit(const std::vector<int32_t>& accepted) {
-  in_round_ = false;
-  if (!stash_.defined()) return;
+void TargetFeatures::add_round(const at::Tensor& hidden, const std::vector<int32_t>& accepted) {
+  if (!hidden.defined()) return;
   std::vector<int64_t> rows = {0};  // fed row 0 is the root, node i is row i + 1
   for (int32_t node : accepted) rows.push_back(node + 1);
-  const at::Tensor kept = stash_.index_select(0, model::to_device_async(at::tensor(rows, at::kLong), stash_.device()));
-  pending_.push_back(kept);
-  n_seen_ += kept.size(0);
-  last_ = kept.narrow(0, kept.size(0) - 1, 1);
-  stash_ = at::Tensor();
+  const at::Tensor h = hidden.to(at::kFloat);
+  add(h.index_select(0, model::to_device_async(at::tensor(rows, at::kLong), h.device())));
+}
+
+void TargetFeatures::add(const at::Tensor& rows) {
+  pending_.push_back(rows);
+  n_seen_ += rows.size(0);
+  last_ = rows.narrow(0, rows.size(0) - 1, 1);
 }
 
 at::Tensor TargetFeatures::take() {

@@ -48,14 +48,14 @@ class LoadedHead {
 std::shared_ptr<const LoadedHead> head_for(const std::string& drafter, const std::string& key, const std::string& dir,
                                            const std::string& kind, const Request& req);
 
-// The target's features of the committed positions, in order, as observe() shows
-// them: the prefill's rows at once, a round's rows once commit() says which were accepted.
+// The target's features of the committed positions, in order, as the drafter is shown them.
 class TargetFeatures {
  public:
-  void observe(const at::Tensor& hidden);  // [n_fed, d]
-  // The round's kept rows: the root (the last committed token) and the accepted nodes.
-  void commit(const std::vector<int32_t>& accepted);
-  void begin_round() { in_round_ = true; }
+  // The prompt's prefill: every row [n, d] is a committed position (undefined: none).
+  void add_prompt(const at::Tensor& hidden);
+  // A round's rows [n_fed, d] (undefined: none): the root's (the last committed token) and the
+  // accepted nodes' are kept.
+  void add_round(const at::Tensor& hidden, const std::vector<int32_t>& accepted);
   // Rows not yet taken, [m, d] (m may be 0), and forget them.
   at::Tensor take();
   // The newest row ([1, d]); undefined before any.
@@ -63,10 +63,10 @@ class TargetFeatures {
   int64_t n_seen() const { return n_seen_; }  // rows committed so far (= positions with a feature)
 
  private:
+  void add(const at::Tensor& rows);  // [m, d] committed positions
   std::vector<at::Tensor> pending_;  // [*, d] each
-  at::Tensor stash_, last_;
+  at::Tensor last_;
   int64_t n_seen_ = 0;
-  bool in_round_ = false;
 };
 
 }  // namespace specdec::strategies

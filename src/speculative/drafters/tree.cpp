@@ -18,7 +18,7 @@
 //    Stats::drafter_stats as verify_ms_rows_<n>.
 // Each depth costs one forward of the tree's source over the nodes it expands: the draft model
 // here (ForwardOptions::tree_cached keeps the earlier levels in its cache; accepted nodes' cache
-// slots are compacted in commit()), a trained EAGLE head (eagle.cpp, make_tree_drafter), or
+// slots are compacted in observe()), a trained EAGLE head (eagle.cpp, make_tree_drafter), or
 // Medusa heads (medusa.cpp: no forward per depth, each depth reads its own head's row).
 // Host reads: a static tree knows its shape before its tokens, so they stay on the source's
 // device (levels_: each depth feeds the whole previous one) and the round's verdict reads them
@@ -137,7 +137,7 @@ class ModelTreeSource : public TreeSource {
  public:
   ModelTreeSource(std::shared_ptr<model::CausalLM> model, int64_t capacity)
       : model_(std::move(model)), cache_(model_->make_cache(1, capacity)) {}
-  void prefill(const Tokens& tokens) override {
+  void prefill(const Tokens& tokens, const at::Tensor&) override {
     if (!tokens.empty()) forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
   }
   at::Tensor root(const Tokens& seq, DraftProposal& out) override {
@@ -163,11 +163,11 @@ class ModelTreeSource : public TreeSource {
   }
   // The accepted path's fed nodes hold their K/V at slots base + feed order: move them next to
   // the committed prefix; later tokens are fed by the next catch-up.
-  void commit(int64_t n_valid, const std::vector<int32_t>&, const std::vector<int64_t>& fed) override {
+  void observe(const Round& round, const std::vector<int64_t>& fed) override {
     std::vector<int64_t> keep;
     for (int64_t f : fed) keep.push_back(base_ + f);
     if (cache_.length(0) > base_) cache_.compact(0, base_, keep);
-    if (cache_.length(0) > n_valid) cache_.truncate(0, n_valid);
+    if (cache_.length(0) > round.n_valid) cache_.truncate(0, round.n_valid);
   }
 
  private:
@@ -188,11 +188,8 @@ class TreeDrafter : public Drafter {
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
   }
 
-  void prefill(const Tokens& tokens) override { source_->prefill(tokens); }
+  void prefill(const Tokens& tokens, const at::Tensor& features) override { source_->prefill(tokens, features); }
   TargetWants target_wants() const override { return {0, source_->wants_target_features()}; }
-  void observe(const TargetRows& rows) override {
-    if (rows.hidden.defined()) source_->observe_features(rows.fed, rows.parents, rows.hidden);
-  }
   bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
   void report(std::map<std::string, double>& out) const override;
 
@@ -202,7 +199,7 @@ class TreeDrafter : public Drafter {
     out.ms = ms;
     return out;
   }
-  void commit(int64_t n_valid, const std::vector<int32_t>& accepted) override;
+  void observe(const Round& round) override;
 
   // The round of several tree drafters (null, or max_depth[b] <= 0: an empty proposal), grown in
   // lockstep: the roots in one TreeSource::roots call, then per depth every tree's frontier in
@@ -276,7 +273,7 @@ class TreeDrafter : public Drafter {
   at::Tensor sel_;
   int64_t n_fed_ = 0;
   // keep_on_device: each proposed node's feed index (-1: not fed), on the host once the round's
-  // verdict has been read (commit() looks there).
+  // verdict has been read (observe() looks there).
   at::Tensor kept_fed_;
 };
 
@@ -592,16 +589,16 @@ void TreeDrafter::report(std::map<std::string, double>& out) const {
       out["verify_ms_rows_" + std::to_string(rows)] = (*profile_)[rows - 1];
 }
 
-void TreeDrafter::commit(int64_t n_valid, const std::vector<int32_t>& accepted) {
+void TreeDrafter::observe(const Round& round) {
   std::vector<int64_t> fed;
-  for (int32_t node : accepted) {
+  for (int32_t node : round.accepted) {
     SD_CHECK(!kept_fed_.defined() || node < kept_fed_.size(0), "tree drafter: accepted node ", node,
              " is outside the proposal (internal error)");
     const int64_t f = kept_fed_.defined() ? kept_fed_.data_ptr<int64_t>()[node] : nodes_[proposed_.at(node)].fed;
     if (f < 0) break;  // a path's fed nodes are a prefix of it
     fed.push_back(f);
   }
-  source_->commit(n_valid, accepted, fed);
+  source_->observe(round, fed);
 }
 
 // A batch's tree drafters, one per slot, grown in lockstep (TreeDrafter::grow).

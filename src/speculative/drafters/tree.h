@@ -20,7 +20,11 @@ namespace specdec::strategies {
 class TreeSource {
  public:
   virtual ~TreeSource() = default;
-  virtual void prefill(const Tokens& tokens) { (void)tokens; }
+  // As Drafter::prefill (features: when wants_target_features()).
+  virtual void prefill(const Tokens& tokens, const at::Tensor& features) {
+    (void)tokens;
+    (void)features;
+  }
   // Catches up with the committed sequence; returns the draft logits [V] of its next token
   // (undefined: nothing to draft from yet). Counts its forwards in out.n_forwards.
   virtual at::Tensor root(const Tokens& seq, DraftProposal& out) = 0;
@@ -51,17 +55,13 @@ class TreeSource {
   // feed_all: feed_level() for each source with a Feed (undefined where none).
   virtual std::vector<at::Tensor> feed_all(const std::vector<TreeSource*>& all, const std::vector<Feed>& feeds,
                                            const std::vector<DraftProposal*>& out);
-  // After verification: accepted as Drafter::commit, fed = the feed indices of the accepted
-  // path's fed nodes (a prefix of the path).
-  virtual void commit(int64_t n_valid, const std::vector<int32_t>& accepted, const std::vector<int64_t>& fed) = 0;
+  // After verification, as Drafter::observe; fed = the feed indices of the accepted path's fed
+  // nodes (a prefix of the path).
+  virtual void observe(const Round& round, const std::vector<int64_t>& fed) = 0;
   // The deepest tree it can draft (Medusa: its number of heads).
   virtual int64_t max_depth() const { return std::numeric_limits<int64_t>::max(); }
+  // Whether it reads the target's features (Round::rows.hidden, prefill's features).
   virtual bool wants_target_features() const { return false; }
-  virtual void observe_features(const Tokens& fed, const std::vector<int32_t>& parents, const at::Tensor& hidden) {
-    (void)fed;
-    (void)parents;
-    (void)hidden;
-  }
 };
 // The tree drafter over `source`, shaped by ctx.params' tree_branching / tree_budget / tree_topk.
 std::unique_ptr<Drafter> make_tree_drafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx);
