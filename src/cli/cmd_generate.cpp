@@ -112,8 +112,9 @@ int run_generate(const GenerateOptions& o) {
   if (!o.trace.empty()) harness::trace_json_path(o.trace);      // a bad --trace path, too
   model::set_threads(o.models.threads, o.models.threads_oversubscribe);
   const strategies::Params params = parse_sets(o.sets);
-  auto strategy = strategies::create(o.strategy, params);  // fails early on bad names/params
+  // Resolved once (a constraint parsed once); fails early on bad names/params.
   const strategies::Params resolved = strategies::resolve(o.strategy, params);
+  auto strategy = strategies::create(o.strategy, resolved);
   const strategies::StrategyNeeds needs = strategies::strategy_needs(o.strategy, resolved, !o.draft.empty());
   SD_CHECK(!needs.draft_model || !o.draft.empty(), "strategy '", o.strategy, "'",
            needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs --draft");

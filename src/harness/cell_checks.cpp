@@ -88,7 +88,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
                 ? target
                 : std::make_shared<model::PrefixReuse>(models_.draft->model, prefix);
   auto check_req = [&](uint64_t seed, bool candidate) {
-    reg::Request r = request(p.tokens, seed, len, candidate);
+    reg::Request r = request(*p.item, p.tokens, seed, len, candidate);
     r.target = target;
     if (draft) r.draft = draft;
     return r;

@@ -10,6 +10,8 @@
 #include "harness/planted_bug.h"
 #include "harness/trace.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
+#include "strategies/common.h"
 #include "strategies/trace.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,9 +28,11 @@ uint64_t measure_seed(uint64_t base, int64_t repeat, size_t prompt) {
 
 }  // namespace
 
-reg::Request CellRunner::request(const Tokens& prompt, uint64_t seed, int64_t max_new, bool candidate) const {
+reg::Request CellRunner::request(const PromptItem& item, const Tokens& prompt, uint64_t seed, int64_t max_new,
+                                 bool candidate) const {
   reg::Request req;
   req.prompt = prompt;
+  if (!item.constraint_params.empty()) req.constraint = item.constraint;
   req.target = models_.target.model;
   if (models_.draft) {
     req.draft = models_.draft->model;
@@ -42,6 +46,12 @@ reg::Request CellRunner::request(const Tokens& prompt, uint64_t seed, int64_t ma
   req.seed = seed;
   if (candidate) req.backend = planted_;
   return req;
+}
+
+json CellRunner::validity(const reg::Request& req, const reg::Params& params, const reg::Result& r) const {
+  const auto constraint = reg::constraint_for(req, params.constraint());
+  if (!cfg_.checks.valid || !constraint) return nullptr;
+  return constraint->matches(req.tokenizer.get(), models_.target.model->config().n_vocab, r.tokens, req.stop.eos_ids);
 }
 
 CellRunner::Timed CellRunner::generate(reg::Strategy& s, const reg::Request& req, const std::string& what) {
@@ -113,7 +123,7 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
 void CellRunner::trace(const PlannedCell& pc, const std::string& html_path) {
   auto s = reg::create(pc.cell.strategy, pc.resolved);
   const uint64_t seed = measure_seed(cfg_.seed, 0, 0);
-  reg::Request req = request(prompts_[0].tokens, seed, cfg_.max_new_tokens);
+  reg::Request req = request(*prompts_[0].item, prompts_[0].tokens, seed, cfg_.max_new_tokens);
   req.trace = std::make_shared<reg::TraceRecorder>(models_.target.tokenizer, pc.resolved);
   const reg::Result r = s->generate(req, {});
   const json what = {{"model", cfg_.target.name}, {"draft", cfg_.draft ? cfg_.draft->name : ""},
@@ -123,8 +133,8 @@ void CellRunner::trace(const PlannedCell& pc, const std::string& html_path) {
   write_trace(html_path, trace_document(what, r, pc.cell.strategy, *req.trace));
 }
 
-void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
-                          int64_t repeat, std::vector<json>& samples) {
+void CellRunner::converse(reg::Strategy& s, const reg::Params& params, const std::string& cell_key,
+                          const std::string& role, size_t prompt, int64_t repeat, std::vector<json>& samples) {
   const EncodedPrompt& p = prompts_[prompt];
   const auto& tok = models_.target.tokenizer;
   std::vector<tokenizer::ChatMessage> chat = {{"user", p.item->text}};
@@ -135,8 +145,10 @@ void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const s
     std::string what = "prompt " + std::to_string(prompt + 1) + "/" + std::to_string(prompts_.size());
     if (n_turns > 1) what += " turn " + std::to_string(k + 1) + "/" + std::to_string(n_turns);
     what += " repeat " + std::to_string(repeat + 1) + "/" + std::to_string(cfg_.repeats);
-    const Timed t = generate(s, request(ids, seed, cfg_.max_new_tokens, role == "candidate"), what);
+    const reg::Request req = request(*p.item, ids, seed, cfg_.max_new_tokens, role == "candidate");
+    const Timed t = generate(s, req, what);
     samples.push_back(sample_line(cell_key, role, p, repeat, seed, t));
+    if (json v = validity(req, params, t.result); !v.is_null()) samples.back()["valid"] = v;
     if (k > 0) samples.back()["turn"] = k;
     if (k + 1 == n_turns) return;
     // The next turn is asked after this answer, as Spec-Bench does (the model sees its own
@@ -158,12 +170,12 @@ void CellRunner::converse(reg::Strategy& s, const std::string& cell_key, const s
 
 void CellRunner::warmup(reg::Strategy& s, int64_t batch_size) {  // warms caches and allocators; not recorded
   if (batch_size <= 1) {
-    generate(s, request(prompts_[0].tokens, cfg_.seed, cfg_.max_new_tokens), "warmup");
+    generate(s, request(*prompts_[0].item, prompts_[0].tokens, cfg_.seed, cfg_.max_new_tokens), "warmup");
     return;
   }
   std::vector<reg::Request> reqs;
   for (size_t i = 0; i < std::min(prompts_.size(), static_cast<size_t>(batch_size)); ++i)
-    reqs.push_back(request(prompts_[i].tokens, cfg_.seed, cfg_.max_new_tokens));
+    reqs.push_back(request(*prompts_[i].item, prompts_[i].tokens, cfg_.seed, cfg_.max_new_tokens));
   check_interrupt();
   s.generate_batch(reqs, {batch_size, 0}, {});
   progress_.step("warmup");
@@ -173,8 +185,8 @@ void CellRunner::measure_batch(reg::Strategy& s, const PlannedCell& pc, const st
                                std::vector<json>& samples) {
   std::vector<reg::Request> reqs;
   for (size_t i = 0; i < prompts_.size(); ++i)
-    reqs.push_back(request(prompts_[i].tokens, measure_seed(cfg_.seed, repeat, i), cfg_.max_new_tokens,
-                           role == "candidate"));
+    reqs.push_back(request(*prompts_[i].item, prompts_[i].tokens, measure_seed(cfg_.seed, repeat, i),
+                           cfg_.max_new_tokens, role == "candidate"));
   Stopwatch clock;
   const std::vector<Timed> runs = generate_many(s, reqs, pc.batch_size,
                                                 role + " repeat " + std::to_string(repeat + 1) + "/" +
@@ -185,6 +197,8 @@ void CellRunner::measure_batch(reg::Strategy& s, const PlannedCell& pc, const st
     samples.push_back(sample_line(pc.cell.key, role, prompts_[i], repeat, reqs[i].seed, runs[i]));
     samples.back()["batch_size"] = pc.batch_size;
     samples.back()["batch_wall_ms"] = batch_wall_ms;  // the repeat's throughput is over this (SideFigures)
+    const reg::Params& params = role == "candidate" ? pc.resolved : pc.baseline_params;
+    if (json v = validity(reqs[i], params, runs[i].result); !v.is_null()) samples.back()["valid"] = v;
   }
 }
 
@@ -208,8 +222,8 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
     }
     for (size_t i = 0; i < prompts_.size(); ++i) {
       // Interleaved: the baseline runs right before the candidate on the same prompt and seed.
-      if (base) converse(*base, pc.cell.key, "baseline", i, r, samples);
-      converse(*cand, pc.cell.key, "candidate", i, r, samples);
+      if (base) converse(*base, pc.baseline_params, pc.cell.key, "baseline", i, r, samples);
+      converse(*cand, pc.resolved, pc.cell.key, "candidate", i, r, samples);
     }
   }
   m = cell_metrics(pc, lines_of(samples, pc.cell.key, "candidate"), lines_of(samples, pc.cell.key, "baseline"),

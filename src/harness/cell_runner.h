@@ -37,8 +37,9 @@ class CellRunner {
   // interleave: cell: one cell with its own interleaved baseline, checks included.
   CellMetrics run(const PlannedCell& pc, std::vector<nlohmann::json>& samples);
   // interleave: prompt: one prompt (all its turns) of one side; appends one line per turn.
-  void converse(strategies::Strategy& s, const std::string& cell_key, const std::string& role, size_t prompt,
-                int64_t repeat, std::vector<nlohmann::json>& samples);
+  // `params`: the resolved params `s` was created from (its constraint, for checks.valid).
+  void converse(strategies::Strategy& s, const strategies::Params& params, const std::string& cell_key,
+                const std::string& role, size_t prompt, int64_t repeat, std::vector<nlohmann::json>& samples);
   // One unrecorded generation on the first prompt; batch_size > 1: one batch of the first prompts.
   void warmup(strategies::Strategy& s, int64_t batch_size = 1);
   // strategies[i].trace: one untimed, recorded generation of the cell on the first prompt's
@@ -50,8 +51,15 @@ class CellRunner {
     strategies::Result result;
     double wall_ms = 0, ttft_ms = 0;
   };
-  // candidate: a request of the checked strategy (it verifies through planted_ when set).
-  strategies::Request request(const Tokens& prompt, uint64_t seed, int64_t max_new, bool candidate = false) const;
+  // A request on `prompt` (the tokens of one of item's turns), under item's own constraint when it
+  // sets one. candidate: a request of the checked strategy (it verifies through planted_ when set).
+  strategies::Request request(const PromptItem& item, const Tokens& prompt, uint64_t seed, int64_t max_new,
+                              bool candidate = false) const;
+  // checks.valid: the "valid" field of a measured generation's samples line (Constraint::matches)
+  // when its request decoded under a constraint (the request's own, or the strategy's from
+  // `params`); null otherwise.
+  nlohmann::json validity(const strategies::Request& req, const strategies::Params& params,
+                          const strategies::Result& r) const;
   Timed generate(strategies::Strategy& s, const strategies::Request& req, const std::string& what);
   // One Timed per request, batch_size at a time through Strategy::generate_batch (1: generate()
   // one after another), `per_call` requests per call (0: all in one, so the batch never drains

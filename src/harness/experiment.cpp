@@ -19,6 +19,7 @@
 #include "harness/paths.h"
 #include "io/json_limits.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 
 namespace specdec::harness {
 namespace {
@@ -222,13 +223,25 @@ void parse_models(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
   if (n["draft"] && !n["draft"].IsNull()) cfg.draft = parse_model(c, n["draft"], "models.draft", defaults);
 }
 
+// A prompt's own constraint (PromptItem::constraint_params), parsed once here; an error names
+// `where` (the file and the prompt) before the key and what is wrong with its value.
+void parse_prompt_constraint(PromptItem& p, const std::string& where) {
+  if (p.constraint_params.empty()) return;
+  try {
+    p.constraint = sampling::Constraint::from_params(p.constraint_params);
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+}
+
 PromptItem parse_prompt(const Ctx& c, const YAML::Node& n, const std::string& path, bool chat_default) {
   PromptItem p;
   p.chat = chat_default;
   if (n.IsScalar()) {
     p.text = n.Scalar();
   } else {
-    c.check_keys(n, path, {"text", "turns", "chat", "category", "subcategory", "id"});
+    c.check_keys(n, path, {"text", "turns", "chat", "category", "subcategory", "id", "json_schema", "regex",
+                           "grammar", "response_format"});
     if (n["text"] && n["turns"]) c.bad(path, "both 'text' and 'turns' given (use one: turns = [first, follow-ups...])");
     if (!n["text"] && !n["turns"]) c.bad(path + ".text", "missing (give 'text' or 'turns')");
     if (n["text"]) {
@@ -252,6 +265,14 @@ PromptItem parse_prompt(const Ctx& c, const YAML::Node& n, const std::string& pa
     if (n["category"]) p.category = c.str(n["category"], path + ".category");
     if (n["subcategory"]) p.subcategory = c.str(n["subcategory"], path + ".subcategory");
     if (n["id"]) p.id = c.str(n["id"], path + ".id");
+    for (const std::string& key : sampling::Constraint::keys()) {
+      if (!n[key]) continue;
+      // json_schema may be written as YAML (a mapping), as in a strategy's params.
+      p.constraint_params[key] = key == "json_schema" && (n[key].IsMap() || n[key].IsSequence())
+                                     ? yaml_to_json(n[key]).dump()
+                                     : c.str(n[key], path + "." + key);
+    }
+    parse_prompt_constraint(p, c.file + ": " + path);
   }
   if (p.text.empty()) c.bad(path, "empty prompt text");
   if (!p.follow_ups.empty() && !p.chat)
@@ -494,7 +515,7 @@ void parse_sweep(const Ctx& c, const YAML::Node& n, ExperimentConfig& cfg) {
 
 void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   c.check_keys(n, "checks", {"greedy_equality", "first_token", "sequence", "significance", "strategies",
-                             "sampling_where", "inject_residual_bug", "batch_size"});
+                             "sampling_where", "inject_residual_bug", "batch_size", "valid"});
   if (n["greedy_equality"]) k.greedy_equality = c.boolean(n["greedy_equality"], "checks.greedy_equality");
   if (const auto f = n["first_token"]) {
     if (f.IsScalar()) {
@@ -527,6 +548,7 @@ void parse_checks(const Ctx& c, const YAML::Node& n, ChecksConfig& k) {
   }
   if (n["inject_residual_bug"]) k.inject_residual_bug = c.boolean(n["inject_residual_bug"], "checks.inject_residual_bug");
   if (n["batch_size"]) k.batch_size = c.integer(n["batch_size"], "checks.batch_size", 1, k_max_batch_size);
+  if (n["valid"]) k.valid = c.boolean(n["valid"], "checks.valid");
 }
 
 // report: {context: path}: resolved like prompts.file; kept as written (like prompts.file), so
@@ -655,6 +677,16 @@ std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_de
                clip(v.dump()));
       p.id = v.is_string() ? v.get<std::string>() : v.dump();
     }
+    const std::string prompt = where + ": prompt " + std::to_string(out.size());
+    for (const std::string& key : sampling::Constraint::keys()) {
+      if (!j.contains(key)) continue;
+      const auto& v = j[key];
+      // json_schema may be an object (the schema itself); every value else is a string.
+      SD_CHECK(v.is_string() || (key == "json_schema" && v.is_object()), prompt, ": ", key, ": expected a string",
+               key == "json_schema" ? " or an object" : "", ", got ", clip(v.dump()));
+      p.constraint_params[key] = v.is_string() ? v.get<std::string>() : v.dump();
+    }
+    parse_prompt_constraint(p, prompt);
     out.push_back(std::move(p));
   }
   return out;
@@ -772,6 +804,7 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     }
     e << YAML::Key << "chat" << YAML::Value << p.chat << YAML::Key << "category" << YAML::Value << p.category;
     if (!p.subcategory.empty()) e << YAML::Key << "subcategory" << YAML::Value << p.subcategory;
+    for (const auto& [k, v] : p.constraint_params) e << YAML::Key << k << YAML::Value << v;
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;
@@ -810,6 +843,7 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     << k.strategies << YAML::Key << "sampling_where" << YAML::Value << YAML::Flow << k.sampling_where
     << YAML::Key << "inject_residual_bug" << YAML::Value << k.inject_residual_bug;
   if (k.batch_size != ChecksConfig{}.batch_size) e << YAML::Key << "batch_size" << YAML::Value << k.batch_size;
+  if (k.valid) e << YAML::Key << "valid" << YAML::Value << true;  // absent when off: older runs resume
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

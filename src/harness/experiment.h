@@ -6,11 +6,14 @@
 // its default is documented in configs/README.md.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model/model_options.h"
+
+namespace specdec::sampling { class Constraint; }
 
 namespace specdec::harness {
 
@@ -31,6 +34,11 @@ struct PromptItem {
   bool chat = false;              // wrap in the tokenizer's chat template
   std::string category = "default";  // what the report groups by (Spec-Bench: one of its six groups)
   std::string subcategory;        // the file's own category when `groups` mapped it to `category`
+  // Structured output for this prompt alone, as written: the keys json_schema, regex, grammar
+  // and response_format of the strategies' params. Set, it replaces every strategy's own
+  // constraint on this prompt (response_format: text: none); empty: the strategy's applies.
+  std::map<std::string, std::string> constraint_params;
+  std::shared_ptr<const sampling::Constraint> constraint;  // parsed from constraint_params; null: none
 };
 
 struct StrategyEntry {
@@ -61,6 +69,9 @@ struct ChecksConfig {
   // values for every listed key, e.g. {gamma: [4]}; empty: every sampled checked cell.
   std::map<std::string, std::vector<std::string>> sampling_where;
   bool inject_residual_bug = false;   // testing only: plants a residual bug; checks must fail
+  // Count the measured outputs that are whole strings of their constraint's language (complete,
+  // not cut by max_new_tokens), per cell, into metrics and report.md. Every cell; no verdict.
+  bool valid = false;
   // Check samples generated together (Strategy::generate_batch, one target forward per step for
   // all of them). Each sample's tokens equal its batch-1 generation's, so this changes only the
   // time the checks take. 1, or a strategy or model that cannot batch: one after another.
@@ -125,7 +136,7 @@ ExperimentConfig parse_experiment(const std::string& yaml_text, const std::strin
 std::string to_yaml(const ExperimentConfig& cfg);
 
 // Prompts from a JSONL file, one object per line: {"text": ..., "chat": bool?, "category": str?,
-// "id": str?}, or Spec-Bench's {"question_id": ..., "category": ..., "turns": [...]} (turns[0] is
+// "id": str?, and any of json_schema (a string or an object), regex, grammar, response_format}, or Spec-Bench's {"question_id": ..., "category": ..., "turns": [...]} (turns[0] is
 // the text, later turns the follow-ups). A line without "chat" takes chat_default.
 std::vector<PromptItem> load_prompts_jsonl(const std::string& path, bool chat_default = false);
 

@@ -94,7 +94,7 @@ json to_json(const CellMetrics& m) {
   for (const auto& [k, c] : m.categories)
     cats[k] = {{"n_prompts", c.n_prompts}, {"tok_s", c.tok_s}, {"speedup", c.speedup}, {"mean_tok_s", c.mean_tok_s},
                {"mean_baseline_tok_s", c.mean_baseline_tok_s}, {"mean_speedup", c.mean_speedup}, {"tau", c.tau}};
-  return {{"key", m.cell.key}, {"label", m.cell.label}, {"strategy", m.cell.strategy},
+  json j = {{"key", m.cell.key}, {"label", m.cell.label}, {"strategy", m.cell.strategy},
           {"params", m.cell.params}, {"point", m.cell.point}, {"baseline", m.baseline},
           {"n_prompts", m.n_prompts}, {"n_repeats", m.n_repeats}, {"n_generated", m.n_generated},
           {"tok_s", spread_json(m.tok_s)}, {"baseline_tok_s", spread_json(m.baseline_tok_s)},
@@ -108,6 +108,10 @@ json to_json(const CellMetrics& m) {
           {"predicted_speedup", m.predicted_speedup}, {"measured_over_predicted", m.measured_over_predicted},
           {"categories", cats}, {"checks", checks}, {"wall_s", m.wall_s}, {"phases", to_json(m.phases)},
           {"baseline_phases", to_json(m.baseline_phases)}, {"load", to_json(m.load)}};
+  if (m.n_constrained > 0)
+    j["valid"] = {{"n_constrained", m.n_constrained}, {"n_valid", m.n_valid},
+                  {"rate", double(m.n_valid) / double(m.n_constrained)}};
+  return j;
 }
 
 CellMetrics cell_from_json(const json& j) {
@@ -157,6 +161,10 @@ CellMetrics cell_from_json(const json& j) {
     if (j.contains("phases")) m.phases = phases_from(j.at("phases"));
     if (j.contains("baseline_phases")) m.baseline_phases = phases_from(j.at("baseline_phases"));
     if (j.contains("load")) m.load = load_from_json(j.at("load"));
+    if (j.contains("valid")) {
+      m.n_constrained = j.at("valid").at("n_constrained").get<int64_t>();
+      m.n_valid = j.at("valid").at("n_valid").get<int64_t>();
+    }
   } catch (const json::exception& e) {
     fail("cell record ", j.contains("key") ? j["key"].dump() : std::string("(no key)"), ": ", e.what());
   }
@@ -171,6 +179,7 @@ namespace {
 struct Totals {
   int64_t n_generated = 0, n_drafted = 0, n_accepted = 0, n_rounds = 0, n_target_forwards = 0, n_draft_forwards = 0;
   int64_t n_tree_rounds = 0;
+  int64_t n_constrained = 0, n_valid = 0;  // checks.valid (lines that carry "valid")
   double ms_decode = 0;
   int64_t n_decode_tokens = 0, n_tau_tokens = 0, n_tau_forwards = 0;
   PhaseBreakdown phases;
@@ -191,6 +200,10 @@ struct Totals {
     n_tree_rounds += st.at("n_tree_rounds").get<int64_t>();
     n_target_forwards += fwd;
     n_draft_forwards += st.at("n_draft_forwards").get<int64_t>();
+    if (line.contains("valid")) {
+      ++n_constrained;
+      n_valid += line.at("valid").get<bool>() ? 1 : 0;
+    }
     phases.ms += ms;
     phases.wall_ms += wall_ms;
     // A round is a verification round, or for autoregressive decoding one decode step.
@@ -282,6 +295,8 @@ CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& 
   m.n_prompts = static_cast<int64_t>(cand.category_of.size());
   m.n_repeats = static_cast<int64_t>(cand.per_repeat.size());
   m.n_generated = ct.n_generated;
+  m.n_constrained = ct.n_constrained;
+  m.n_valid = ct.n_valid;
   m.tok_s = spread_of(cand_tps);
   m.baseline_tok_s = has_base ? spread_of(base_tps) : m.tok_s;
   m.speedup = has_base ? spread_of(speedups) : Spread{1, 1, 1, 1, 1};

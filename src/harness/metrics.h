@@ -79,6 +79,9 @@ struct CellMetrics {
   LoadSample load;                 // machine load while the cell was measured (warm-up included)
   std::map<std::string, CategoryMetrics> categories;
   std::vector<CheckOutcome> checks;
+  // checks.valid: the candidate's measured outputs under a constraint, and of them those that
+  // are whole strings of its language (samples.jsonl "valid"); both 0 when none was counted.
+  int64_t n_constrained = 0, n_valid = 0;
   double wall_s = 0;
   bool checks_passed() const;
 };

@@ -47,7 +47,10 @@ size_t strategy_index(const ExperimentConfig& cfg, const std::string& label) {
   return 0;
 }
 
-void check_strategy_entries(const ExperimentConfig& cfg) {
+// Checks the strategy entries and returns each one's resolved params (their constraint parsed
+// once, for the cells to reuse).
+std::vector<reg::Params> check_strategy_entries(const ExperimentConfig& cfg) {
+  std::vector<reg::Params> resolved;
   for (size_t i = 0; i < cfg.strategies.size(); ++i) {
     const auto& s = cfg.strategies[i];
     const std::string path = "strategies[" + std::to_string(i) + "]";
@@ -57,10 +60,15 @@ void check_strategy_entries(const ExperimentConfig& cfg) {
       fail(cfg.file, ": ", path, ".name: ", e.what());
     }
     try {
-      reg::resolve(s.name, strategy_params(s.params));
+      resolved.push_back(reg::resolve(s.name, strategy_params(s.params)));
     } catch (const Error& e) {
       fail(cfg.file, ": ", path, ".params: ", e.what());
     }
+    // A prompt's own constraint reaches every strategy on it.
+    for (const auto& p : cfg.prompts)
+      if (!p.constraint_params.empty() && !reg::takes_constraint(s.name))
+        fail(cfg.file, ": ", path, ": strategy '", s.name, "' takes no structured output, but prompt ", p.id,
+             " sets ", p.constraint_params.begin()->first, " (greedy, sampling and speculative take one)");
     if (s.params.count(k_batch_size_param))
       parse_batch_size(s.params.at(k_batch_size_param), cfg.file + ": " + path + ".params");
   }
@@ -87,6 +95,7 @@ void check_strategy_entries(const ExperimentConfig& cfg) {
     if (!used)
       fail(cfg.file, ": checks.sampling_where.", key, ": no checked strategy takes parameter '", key, "'");
   }
+  return resolved;
 }
 
 // Same value as written ("4" == "4") or as numbers ("0.70" == "0.7").
@@ -110,10 +119,13 @@ bool sampling_selected(const ExperimentConfig& cfg, const Cell& cell) {
   return true;
 }
 
-// Resolves a cell; a failure is pinned on the sweep value that caused it.
-reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c) {
+// Resolves a cell (reusing its entry's parsed constraint: `entry`); a failure is pinned on the
+// sweep value that caused it.
+reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c, const reg::Params& entry) {
   try {
-    return reg::resolve(c.strategy, strategy_params(c.params));
+    reg::Params given = strategy_params(c.params);
+    given.set_constraint(entry.constraint());
+    return reg::resolve(c.strategy, given);
   } catch (const Error& e) {
     for (const auto& [k, v] : c.point) {
       std::map<std::string, std::string> only = cfg.strategies[strategy_index(cfg, c.label)].params;
@@ -147,7 +159,9 @@ void fill_baseline(PlannedCell& pc) {
   std::map<std::string, std::string> bp;
   for (const auto& s : reg::processor_params()) bp[s.name] = pc.resolved.get_string(s.name);
   if (pc.baseline == "greedy") bp["temperature"] = "0";
-  pc.baseline_params = reg::resolve(pc.baseline, reg::Params(bp));
+  reg::Params given(bp);
+  given.set_constraint(pc.resolved.constraint());  // the cell's constraint, parsed once
+  pc.baseline_params = reg::resolve(pc.baseline, given);
   // A baseline strategy measured against itself needs no interleaved twin.
   if (pc.cell.strategy == pc.baseline) pc.baseline.clear();
 }
@@ -217,7 +231,7 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
         fail(cfg.file, ": models.draft: ", e.what());
       }
   }
-  check_strategy_entries(cfg);
+  const std::vector<reg::Params> entries = check_strategy_entries(cfg);
   const bool tokenizerless = cfg.target.name.rfind("tiny-", 0) == 0;
   if (tokenizerless && !cfg.stop.empty())
     fail(cfg.file, ": stop: ", cfg.target.name, " has no tokenizer, so stop strings cannot match");
@@ -225,7 +239,7 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
   for (auto& cell : expand_cells(cfg, strategy_accepts)) {
     PlannedCell pc;
     pc.cell = cell;
-    pc.resolved = resolve_cell(cfg, cell);
+    pc.resolved = resolve_cell(cfg, cell, entries[strategy_index(cfg, cell.label)]);
     // The strategy says what it needs (its drafter may want a draft model); see registry.h.
     reg::StrategyNeeds needs;
     try {

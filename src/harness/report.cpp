@@ -269,6 +269,21 @@ void checks_table(std::ostringstream& os, const std::vector<CellMetrics>& cells)
   os << "\n";
 }
 
+// checks.valid: per cell, how many constrained outputs are whole strings of their language.
+void valid_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  bool any = false;
+  for (const auto& m : cells) any = any || m.n_constrained > 0;
+  if (!any) return;
+  os << "## Structured output (checks.valid)\n\nMeasured outputs that are complete strings of their constraint's "
+        "language (a structure cut by max_new_tokens is not).\n\n"
+     << "| strategy | params | valid | constrained outputs | rate |\n|---|---|---|---|---|\n";
+  for (const auto& m : cells)
+    if (m.n_constrained > 0)
+      os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << m.n_valid << " | "
+         << m.n_constrained << " | " << fmt(double(m.n_valid) / double(m.n_constrained), 3) << " |\n";
+  os << "\n";
+}
+
 // "- load: 1-min load average 0.12 at start, 0.30 at end; 0 of 4 cells contended".
 void load_line(std::ostringstream& os, const RunInfo& info, const std::vector<CellMetrics>& cells) {
   int64_t n_contended = 0, n_quiet = 0;
@@ -348,6 +363,7 @@ std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>&
   acceptance_table(os, cells);
   category_table(os, cells);
   checks_table(os, cells);
+  valid_table(os, cells);
   shards_table(os, info);
   if (!plots.empty()) {
     os << "## Plots\n\n";

@@ -167,9 +167,10 @@ void run_by_prompt(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& 
         std::vector<json> unit;
         LoadMonitor monitor;
         monitor.start();
-        ctx.runner.converse(*base, base_key, "baseline", i, r, unit);
+        ctx.runner.converse(*base, ctx.plan.baseline_params, base_key, "baseline", i, r, unit);
         for (size_t c = 0; c < cands.size(); ++c)
-          ctx.runner.converse(*cands[c], ctx.plan.cells[c].cell.key, "candidate", i, r, unit);
+          ctx.runner.converse(*cands[c], ctx.plan.cells[c].resolved, ctx.plan.cells[c].cell.key, "candidate", i, r,
+                              unit);
         const LoadSample load = monitor.stop();
         ctx.store.commit_unit(unit, {{"repeat", r}, {"prompt", id}, {"load", to_json(load)}});
         finished.insert(unit_key(r, id));

@@ -110,8 +110,8 @@ py::dict generate(const std::shared_ptr<Model>& target, const py::object& prompt
   // The CLI's order (cmd_generate.cpp run_generate): parameters are resolved and checked by the
   // registry before anything runs; a strategy that needs a draft model says so.
   const strategies::Params params(given);
-  auto strat = strategies::create(strategy, params);
   const strategies::Params resolved = strategies::resolve(strategy, params);
+  auto strat = strategies::create(strategy, resolved);
   const strategies::StrategyNeeds needs = strategies::strategy_needs(strategy, resolved, draft != nullptr);
   SD_CHECK(!needs.draft_model || draft, "strategy '", strategy, "'",
            needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs draft=<model>");

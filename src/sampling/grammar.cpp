@@ -77,6 +77,7 @@ struct Compiled {
 
 struct Constraint::Impl {
   std::string key;
+  std::string value;   // as the user gave it (from_params: the same key and value reuse this parse)
   std::string source;  // the grammar's text as given (a file's content), which names it in the cache
   xgrammar::Grammar grammar{xgrammar::NullObj{}};
 };
@@ -103,7 +104,8 @@ const std::vector<std::string>& Constraint::keys() {
   return k;
 }
 
-std::shared_ptr<const Constraint> Constraint::from_params(const std::map<std::string, std::string>& params) {
+std::shared_ptr<const Constraint> Constraint::from_params(const std::map<std::string, std::string>& params,
+                                                          const std::shared_ptr<const Constraint>& parsed) {
   std::string found;
   std::shared_ptr<const Constraint> out;
   for (const std::string& key : keys()) {
@@ -113,14 +115,32 @@ std::shared_ptr<const Constraint> Constraint::from_params(const std::map<std::st
     SD_CHECK(found.empty(), "structured output: both '", found, "' and '", key,
              "' are set; give at most one of json_schema, regex, grammar, response_format");
     found = key;
-    out = parse(key, it->second);
+    const bool same = parsed && parsed->impl_->key == key && parsed->impl_->value == it->second;
+    out = same ? parsed : parse(key, it->second);
   }
   return out;
 }
 
 namespace {
+// The tokens the matcher admits next, as xgrammar's bitmask: bit v of words[v / 32] set when
+// token v is admitted. `words` is scratch, resized here.
+void fill_bitmask(xgrammar::GrammarMatcher& matcher, int64_t n_vocab, std::vector<int32_t>& words) {
+  words.assign(xgrammar::GetBitmaskSize(static_cast<int>(n_vocab)), 0);
+  int64_t shape[1] = {static_cast<int64_t>(words.size())};
+  DLTensor t{};
+  t.data = words.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  matcher.FillNextTokenBitmask(&t);
+}
+
 // Whether the grammar's language is empty as far as its start shows: compiled for a vocabulary of
-// the 256 bytes and an end id, it admits neither a first byte nor the end.
+// the 256 bytes and an end id, it admits neither a first byte nor the end. (This small compile is
+// the only one at parse time; the tokenizer's comes with the first mask.)
 bool admits_nothing(const xgrammar::Grammar& grammar) {
   std::vector<std::string> bytes;
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
@@ -128,15 +148,8 @@ bool admits_nothing(const xgrammar::Grammar& grammar) {
   const xgrammar::TokenizerInfo info(bytes, xgrammar::VocabType::RAW, 257, std::vector<int32_t>{256});
   xgrammar::GrammarCompiler compiler(info, /*max_threads=*/1, /*cache_enabled=*/false);
   xgrammar::GrammarMatcher matcher(compiler.CompileGrammar(grammar), std::vector<int32_t>{256});
-  std::vector<int32_t> mask(xgrammar::GetBitmaskSize(257), 0);
-  int64_t shape[1] = {static_cast<int64_t>(mask.size())};
-  DLTensor t{};
-  t.data = mask.data();
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = xgrammar::GetBitmaskDLType();
-  t.shape = shape;
-  matcher.FillNextTokenBitmask(&t);
+  std::vector<int32_t> mask;
+  fill_bitmask(matcher, 257, mask);
   return std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; });
 }
 }  // namespace
@@ -144,6 +157,7 @@ bool admits_nothing(const xgrammar::Grammar& grammar) {
 std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, const std::string& value_in) {
   auto impl = std::make_shared<Impl>();
   impl->key = key;
+  impl->value = value_in;
   const std::string value = trim(value_in);
   std::string file;  // the file the value names, if it names one
   try {
@@ -204,6 +218,11 @@ struct ConstraintState::Impl {
   bool is_stop(TokenId t) const { return std::binary_search(stop_ids.begin(), stop_ids.end(), static_cast<int32_t>(t)); }
 
   void compile(int64_t n_vocab);
+  // Compiles (once) for logits of width n_vocab and starts the matcher.
+  void start_matcher(int64_t n_vocab);
+  // Gives the next committed token to the matcher; false (and nothing changed) when the grammar
+  // does not admit it there. An end id is admitted where the grammar is complete, and ends it.
+  bool accept(TokenId t);
   void sync(const Tokens& context);
   // The admitted tokens of the matcher's current state into row `out` ([V] bytes, 1 = admitted).
   void fill(uint8_t* out, int64_t V);
@@ -251,38 +270,38 @@ void ConstraintState::Impl::compile(int64_t n_vocab) {
   compiled = out;
 }
 
+void ConstraintState::Impl::start_matcher(int64_t n_vocab) {
+  if (compiled) return;
+  compile(n_vocab);
+  matcher = std::make_unique<xgrammar::GrammarMatcher>(compiled->grammar, stop_ids);
+}
+
+bool ConstraintState::Impl::accept(TokenId t) {
+  // An end id is never given to the matcher (xgrammar 0.2.8's Rollback leaves it terminated
+  // after one): admitted where the grammar is complete, and nothing may follow it.
+  const bool ok = !ended && t >= 0 && t < tok->vocab_size() &&
+                  (is_stop(t) ? matcher->IsCompleted()
+                              : !tok->is_special(t) && matcher->AcceptToken(static_cast<int32_t>(t)));
+  if (!ok) return false;
+  ended = ended || is_stop(t);
+  accepted.push_back(t);
+  return true;
+}
+
 void ConstraintState::Impl::sync(const Tokens& context) {
   const size_t done = prompt_len + accepted.size();
   SD_CHECK(context.size() >= done, "structured output (", constraint->key, "): the context has ", context.size(),
            " tokens, fewer than the ", done, " the matcher has seen");
   for (size_t i = done; i < context.size(); ++i) {
     const TokenId t = context[i];
-    // An end id is never given to the matcher (xgrammar 0.2.8's Rollback leaves it terminated
-    // after one): admitted where the grammar is complete, and nothing may follow it.
-    const bool ok = !ended && t >= 0 && t < tok->vocab_size() &&
-                    (is_stop(t) ? matcher->IsCompleted()
-                                : !tok->is_special(t) && matcher->AcceptToken(static_cast<int32_t>(t)));
-    SD_CHECK(ok, "structured output (", constraint->key, "): committed token ", t, " ('",
+    SD_CHECK(accept(t), "structured output (", constraint->key, "): committed token ", t, " ('",
              t >= 0 && t < tok->vocab_size() ? tok->token_bytes(t) : "?", "') after ", accepted.size(),
              " generated tokens is not admitted by the grammar");
-    ended = ended || is_stop(t);
-    accepted.push_back(t);
   }
 }
 
 void ConstraintState::Impl::fill(uint8_t* out, int64_t V) {
-  const int64_t words = xgrammar::GetBitmaskSize(static_cast<int>(V));
-  bitmask.assign(words, 0);
-  DLTensor t{};
-  int64_t shape[1] = {words};
-  t.data = bitmask.data();
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = xgrammar::GetBitmaskDLType();
-  t.shape = shape;
-  t.strides = nullptr;
-  t.byte_offset = 0;
-  matcher->FillNextTokenBitmask(&t);
+  fill_bitmask(*matcher, V, bitmask);
   for (int64_t v = 0; v < V; ++v) out[v] = static_cast<uint8_t>((static_cast<uint32_t>(bitmask[v >> 5]) >> (v & 31)) & 1u);
 }
 
@@ -304,6 +323,16 @@ std::shared_ptr<ConstraintState> Constraint::start(const tokenizer::Tokenizer* t
   return std::make_shared<ConstraintState>(std::move(s));
 }
 
+bool Constraint::matches(const tokenizer::Tokenizer* tok, int64_t n_vocab, const Tokens& output,
+                         const std::vector<TokenId>& eos_ids) const {
+  const auto state = start(tok, {}, eos_ids);
+  ConstraintState::Impl& s = *state->impl_;
+  s.start_matcher(n_vocab);
+  for (const TokenId t : output)
+    if (!s.accept(t)) return false;
+  return s.ended || s.matcher->IsCompleted();
+}
+
 ConstraintState::ConstraintState(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ConstraintState::~ConstraintState() = default;
 
@@ -315,10 +344,7 @@ void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, cons
   Impl& s = *impl_;
   SD_CHECK(logits.dim() == 2, "structured output: logits must be [N, V], got ", logits.sizes());
   const int64_t N = logits.size(0), V = logits.size(1);
-  if (!s.compiled) {
-    s.compile(V);
-    s.matcher = std::make_unique<xgrammar::GrammarMatcher>(s.compiled->grammar, s.stop_ids);
-  }
+  s.start_matcher(V);
   SD_CHECK(V == s.compiled->n_vocab, "structured output: logits of width ", V, " after ", s.compiled->n_vocab);
   SD_CHECK(static_cast<int64_t>(draft.size()) + 1 >= N, "structured output: ", N, " rows need ", N - 1,
            " draft tokens, got ", draft.size());

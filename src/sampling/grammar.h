@@ -37,15 +37,19 @@ namespace specdec::sampling {
 
 class ConstraintState;
 
-// The user's constraint, parsed (errors come here, before any model is loaded) and compiled
-// for a vocabulary on first use (once per tokenizer; thread-safe).
+// The user's constraint, parsed once (errors come here, before any model is loaded; the
+// strategies' resolved params carry the parsed value on, strategies::Params::constraint) and
+// compiled for a vocabulary on first use (once per tokenizer; thread-safe).
 class Constraint {
  public:
   // The keys in the order they are documented: json_schema, regex, grammar, response_format.
   static const std::vector<std::string>& keys();
   // From a strategy's parameters (name -> value); null when none of keys() is set to a value
   // that constrains ("" everywhere, or response_format=text). Two set: a named error.
-  static std::shared_ptr<const Constraint> from_params(const std::map<std::string, std::string>& params);
+  // `parsed`: a constraint parsed before (the params' previous resolve); returned as it is when
+  // the params set its key to the same value, so that resolving again parses nothing again.
+  static std::shared_ptr<const Constraint> from_params(const std::map<std::string, std::string>& params,
+                                                       const std::shared_ptr<const Constraint>& parsed = nullptr);
   // One key and its value (inline text, or a file path for json_schema and grammar).
   static std::shared_ptr<const Constraint> parse(const std::string& key, const std::string& value);
 
@@ -58,6 +62,11 @@ class Constraint {
   // are never admitted).
   std::shared_ptr<ConstraintState> start(const tokenizer::Tokenizer* tok, const Tokens& prompt,
                                          const std::vector<TokenId>& eos_ids) const;
+  // Whether `output` (the tokens generated after a prompt) is a whole string of the language:
+  // every token admitted in turn and the grammar complete at the end (an end id may close it).
+  // A structure cut off (max_new_tokens) is not. n_vocab: the logits' width, as for mask().
+  bool matches(const tokenizer::Tokenizer* tok, int64_t n_vocab, const Tokens& output,
+               const std::vector<TokenId>& eos_ids) const;
 
   struct Impl;
 
@@ -88,6 +97,7 @@ class ConstraintState {
   explicit ConstraintState(std::unique_ptr<Impl> impl);
 
  private:
+  friend class Constraint;  // matches() walks a state of its own
   std::unique_ptr<Impl> impl_;
 };
 

@@ -26,6 +26,7 @@
 #include "speculative/scorer.h"
 #include "speculative/verifier.h"
 #include "strategies/batch.h"
+#include "strategies/common.h"
 #include "strategies/trace.h"
 
 namespace specdec::strategies {
@@ -146,7 +147,7 @@ void SpecLoop::join(int64_t b) {
   s.drafter = &drafters_->at(b);
   features_ = s.drafter->target_wants().features;
   s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
-  if (cfg_.constraint) s.grammar = cfg_.constraint->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids);
+  s.grammar = strategies::start_constraint(req, cfg_.constraint);
   Stats& st = slots_[b]->st;
   st.synthetic_acceptance = cfg_.synthetic;
   st.accepted_per_position.assign(cfg_.gamma_max, 0);

@@ -28,7 +28,7 @@ class Speculative : public Strategy {
              "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
     cfg_.verify.block_verify = verify_mode == "block";
     cfg_.verify.proc = processor_config(p);
-    cfg_.constraint = sampling::Constraint::from_params(p.values());
+    cfg_.constraint = p.constraint();
     // The drafter name and every drafter's parameters, before any model is loaded.
     check_drafter_params(p);
     SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),

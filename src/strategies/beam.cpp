@@ -163,6 +163,8 @@ Result Beam::generate(const Request& req, const TokenCallback& on_token) {
   SD_CHECK(req.stop.stop_strings.empty(), "beam: stop strings are not supported by beam search");
   SD_CHECK(!req.trace, "beam: --trace is not supported by beam search (it keeps several sequences; trace "
            "greedy, sampling or speculative instead)");
+  SD_CHECK(!req.constraint || !*req.constraint, "beam: structured output is not supported by beam search (use ",
+           "greedy, sampling or speculative)");
   Stats st;
   st.n_prompt = static_cast<int64_t>(req.prompt.size());
   const int64_t n_beams = cfg_.num_beams, max_new = req.stop.max_new_tokens;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 
 namespace specdec::strategies {
 
@@ -176,6 +177,17 @@ Result make_result(const StopTracker& tracker, Stats stats, const Stopwatch& clo
   stats.ms_total = clock.ms();
   r.stats = std::move(stats);
   return r;
+}
+
+std::shared_ptr<const sampling::Constraint> constraint_for(
+    const Request& req, const std::shared_ptr<const sampling::Constraint>& strategy_constraint) {
+  return req.constraint ? *req.constraint : strategy_constraint;
+}
+
+std::shared_ptr<sampling::ConstraintState> start_constraint(
+    const Request& req, const std::shared_ptr<const sampling::Constraint>& strategy_constraint) {
+  const auto c = constraint_for(req, strategy_constraint);
+  return c ? c->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids) : nullptr;
 }
 
 }  // namespace specdec::strategies

@@ -8,6 +8,8 @@
 #include "strategies/stop.h"
 #include "strategies/strategy.h"
 
+namespace specdec::sampling { class ConstraintState; }
+
 namespace specdec::strategies {
 
 // Positions a request may span when the model has no trained context length (n_ctx = 0):
@@ -63,5 +65,13 @@ using PickToken = std::function<TokenId(const at::Tensor& row, const Tokens& con
 // greedy and sampling strategies; the speculative baseline. It is autoregressive_decode_batch
 // (batch.h, batch.cpp) with one request.
 Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick);
+
+// The constraint a request is decoded under: its own when it sets one (Request::constraint),
+// else the strategy's (`strategy_constraint`, from Params::constraint); null: none.
+std::shared_ptr<const sampling::Constraint> constraint_for(
+    const Request& req, const std::shared_ptr<const sampling::Constraint>& strategy_constraint);
+// That constraint's matcher for the request (sampling/grammar.h: Constraint::start); null: none.
+std::shared_ptr<sampling::ConstraintState> start_constraint(
+    const Request& req, const std::shared_ptr<const sampling::Constraint>& strategy_constraint);
 
 }  // namespace specdec::strategies

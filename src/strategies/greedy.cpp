@@ -10,7 +10,7 @@ namespace {
 
 class Greedy : public Strategy {
  public:
-  explicit Greedy(const Params& p) : cfg_(processor_config(p)), constraint_(sampling::Constraint::from_params(p.values())) {}
+  explicit Greedy(const Params& p) : cfg_(processor_config(p)), constraint_(p.constraint()) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
     return autoregressive_decode(req, on_token, pick(req));
   }
@@ -22,7 +22,7 @@ class Greedy : public Strategy {
  private:
   // The request's picker; with structured output its own matcher masks each row first.
   PickToken pick(const Request& req) const {
-    auto grammar = constraint_ ? constraint_->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids) : nullptr;
+    auto grammar = start_constraint(req, constraint_);
     return [this, grammar](const at::Tensor& row, const Tokens& context) {
       if (grammar) grammar->mask(row.unsqueeze(0), context);
       return sampling::greedy_token(row, cfg_, context);  // [V] -> arg-max id

@@ -142,12 +142,17 @@ Params resolve(const std::string& name, const Params& given) {
     if (!out.has(s.name)) out.set(s.name, s.default_value);
   for (const auto& s : specs) check_type(name, s, out);
   processor_config(out);  // range checks
-  // Structured output: parsed here, so that a malformed schema or grammar is named before any
-  // model loads; only the strategies that apply it take it.
-  if (const auto constraint = sampling::Constraint::from_params(out.values()))
-    SD_CHECK(name == "greedy" || name == "sampling" || name == "speculative", "strategy '", name,
-             "': structured output (", constraint->key(), ") is supported by greedy, sampling and speculative only");
+  // Structured output: parsed here, once (params resolved before keep their parse), so that a
+  // malformed schema or grammar is named before any model loads; the strategy takes the parse.
+  out.set_constraint(sampling::Constraint::from_params(out.values(), given.constraint()));
+  if (out.constraint())
+    SD_CHECK(takes_constraint(name), "strategy '", name, "': structured output (", out.constraint()->key(),
+             ") is supported by greedy, sampling and speculative only");
   return out;
+}
+
+bool takes_constraint(const std::string& name) {
+  return name == "greedy" || name == "sampling" || name == "speculative";
 }
 
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given) {

@@ -42,8 +42,12 @@ void register_strategy(StrategyInfo info);
 // Throws specdec::Error listing the valid names.
 const StrategyInfo& find(const std::string& name);
 // Checks every key against the strategy's schema (+ processor params), fills defaults and
-// checks that values parse. An unknown key is an error listing the valid ones.
+// checks that values parse. An unknown key is an error listing the valid ones. The structured-
+// output keys are parsed into Params::constraint (kept from `given` when their values match).
 Params resolve(const std::string& name, const Params& given);
+// Whether strategy `name` decodes under a structured-output constraint (greedy, sampling,
+// speculative).
+bool takes_constraint(const std::string& name);
 // resolve() + factory.
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given);
 // find(name).needs(resolved, have_draft_model), or StrategyNeeds{} for a strategy without one.

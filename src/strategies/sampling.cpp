@@ -13,7 +13,7 @@ namespace {
 class Sampling : public Strategy {
  public:
   explicit Sampling(const Params& p)
-      : cfg_(processor_config(p)), constraint_(sampling::Constraint::from_params(p.values())) {}
+      : cfg_(processor_config(p)), constraint_(p.constraint()) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
     return autoregressive_decode(req, on_token, pick(req));
   }
@@ -27,7 +27,7 @@ class Sampling : public Strategy {
   PickToken pick(const Request& req) const {
     auto rng = std::make_shared<Rng>(req.seed);
     // Structured output: the request's own matcher masks each row before the processors.
-    auto grammar = constraint_ ? constraint_->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids) : nullptr;
+    auto grammar = start_constraint(req, constraint_);
     return [this, rng, grammar](const at::Tensor& row, const Tokens& context) {
       if (grammar) grammar->mask(row.unsqueeze(0), context);
       if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);

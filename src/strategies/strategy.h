@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 namespace specdec::kernels { class Backend; }
 namespace specdec::model { class CausalLM; }
+namespace specdec::sampling { class Constraint; }
 namespace specdec::tokenizer { class Tokenizer; }
 
 namespace specdec::strategies {
@@ -47,6 +49,10 @@ struct Request {
   // Addition (owner: trace): when set, the strategy hands it every round (speculative) or
   // step (autoregressive) for `specdec trace` / `generate --trace`; beam search refuses it.
   std::shared_ptr<TraceRecorder> trace;
+  // Structured output for this request alone (sampling/grammar.h), instead of the strategy's
+  // (Params::constraint): unset, the strategy's; set to null, none. The harness sets it from a
+  // prompt's own constraint keys. Greedy, sampling and speculative take it; beam refuses one.
+  std::optional<std::shared_ptr<const sampling::Constraint>> constraint;
 };
 
 enum class FinishReason { eos, length, stop_string, timeout };
@@ -120,9 +126,15 @@ class Params {
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;
   bool get_bool(const std::string& key) const;
+  // Structured output, parsed by resolve() (registry.h) from the keys json_schema, regex,
+  // grammar and response_format; null: none, or params not resolved. The strategies take this
+  // parsed value; resolving the params again reuses it while those keys keep their values.
+  const std::shared_ptr<const sampling::Constraint>& constraint() const { return constraint_; }
+  void set_constraint(std::shared_ptr<const sampling::Constraint> c) { constraint_ = std::move(c); }
 
  private:
   std::map<std::string, std::string> values_;
+  std::shared_ptr<const sampling::Constraint> constraint_;
 };
 
 // Batched generation (strategies/batch.h): several requests decoded together.

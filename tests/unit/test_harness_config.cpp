@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "harness/experiment.h"
+#include "sampling/grammar.h"
 
 using namespace specdec;
 using namespace specdec::harness;
@@ -166,6 +167,54 @@ TEST(HarnessConfig, PromptsFromJsonl) {
   }
   expect_error("models: {target: x}\nstrategies: [greedy]\nprompts: {file: " + (dir / "bad2.jsonl").string() + "}\n",
                {"bad2.jsonl", ":1", "not valid JSON"});
+  std::filesystem::remove_all(dir);
+}
+
+// A prompt's own constraint (json_schema, regex, grammar, response_format): parsed with the
+// prompt, kept through the resolved YAML, and a bad value named by file, prompt and key.
+TEST(HarnessConfig, PromptConstraints) {
+  const auto c = parse_experiment(R"(
+models: {target: tiny-llama}
+strategies: [greedy]
+prompts:
+  - {text: a, regex: "[0-9]+"}
+  - {text: b, json_schema: {type: object, properties: {n: {type: integer}}}}
+  - {text: c, response_format: text}
+  - d
+)", "exp.yaml");
+  ASSERT_EQ(c.prompts.size(), 4u);
+  ASSERT_NE(c.prompts[0].constraint, nullptr);
+  EXPECT_EQ(c.prompts[0].constraint->key(), "regex");
+  ASSERT_NE(c.prompts[1].constraint, nullptr);
+  EXPECT_EQ(c.prompts[1].constraint->key(), "json_schema");
+  EXPECT_EQ(c.prompts[1].constraint_params.at("json_schema"),
+            R"({"properties":{"n":{"type":"integer"}},"type":"object"})");
+  EXPECT_EQ(c.prompts[2].constraint, nullptr);  // text: no constraint on this prompt ...
+  EXPECT_EQ(c.prompts[2].constraint_params.size(), 1u);  // ... which still overrides the strategy's
+  EXPECT_TRUE(c.prompts[3].constraint_params.empty());
+  const auto again = parse_experiment(to_yaml(c), "resolved.yaml");
+  EXPECT_EQ(again.prompts[0].constraint_params, c.prompts[0].constraint_params);
+  EXPECT_EQ(again.prompts[1].constraint_params, c.prompts[1].constraint_params);
+
+  expect_error("models: {target: x}\nstrategies: [greedy]\nprompts: [ok, {text: b, regex: \"a(\"}]\n",
+               {"exp.yaml", "prompts[1]", "regex: malformed regular expression"});
+  expect_error("models: {target: x}\nstrategies: [greedy]\nprompts: [{text: b, regex: a, grammar: 'root ::= \"a\"'}]\n",
+               {"exp.yaml", "prompts[0]", "both 'regex' and 'grammar'"});
+  const auto dir = std::filesystem::temp_directory_path() / "specdec_test_prompt_constraints";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "p.jsonl");
+    f << R"({"text": "one", "regex": "x"})" << "\n" << R"({"text": "two", "json_schema": {"type": 12}})" << "\n"
+      << R"({"text": "three", "regex": 7})" << "\n";
+  }
+  expect_error("models: {target: x}\nstrategies: [greedy]\nprompts: {file: " + (dir / "p.jsonl").string() + "}\n",
+               {"p.jsonl:2: prompt 1: json_schema: malformed JSON schema"});
+  {
+    std::ofstream f(dir / "p.jsonl");
+    f << R"({"text": "one", "regex": 7})" << "\n";
+  }
+  expect_error("models: {target: x}\nstrategies: [greedy]\nprompts: {file: " + (dir / "p.jsonl").string() + "}\n",
+               {"p.jsonl:1: prompt 0: regex: expected a string, got 7"});
   std::filesystem::remove_all(dir);
 }
 

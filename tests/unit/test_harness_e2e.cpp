@@ -13,6 +13,7 @@
 #include "harness/experiment.h"
 #include "harness/runner.h"
 #include "tests/support/paths.h"
+#include "tests/support/tiny_gguf.h"
 
 using specdec::testing_support::source_dir;
 
@@ -212,4 +213,67 @@ TEST(HarnessE2E, BatchSizeSweepKeepsEveryTokenAndTimesTheBatch) {
     EXPECT_NEAR(c["tok_s"]["median"].get<double>(), 1000 * tokens / wall, 1e-6 * 1000 * tokens / wall) << c["key"];
   }
   fs::remove_all(out);
+}
+
+// Structured output through the harness: prompts with their own constraint (one that ends within
+// max_new_tokens, one cut off by it) beside one under the strategies' constraint, and
+// checks.valid counting the complete outputs, on a tiny GGUF with a byte tokenizer.
+TEST(HarnessE2E, PromptConstraintsAndValidCount) {
+  const fs::path dir = fs::temp_directory_path() / "specdec_e2e_valid";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  specdec::testing::TinyGgufOptions o;
+  o.chat = true;  // <|im_end|> is the end id the grammar ends with
+  const std::string model = specdec::testing::write_tiny_gguf((dir / "tiny.gguf").string(), o);
+  const std::string yaml = "name: valid_check\nmodels: {target: {name: '" + model + "'}}\n" + R"(
+prompts:
+  - {text: x, regex: ab}
+  - {text: y, regex: "c{20}"}
+  - z
+strategies:
+  - {name: greedy, params: {temperature: 0, regex: "[0-9]{3}"}}
+  - {name: speculative, params: {temperature: 0, drafter: ngram, gamma: 2, regex: "[0-9]{3}"}}
+repeats: 1
+warmup: 0
+max_new_tokens: 6
+plots: false
+checks: {valid: true}
+)";
+  RunOptions opt;
+  opt.out_dir = (dir / "run").string();
+  opt.progress = false;
+  const auto r = run_experiment(parse_experiment(yaml, (dir / "exp.yaml").string()), opt);
+  EXPECT_EQ(r.n_finished, 2);
+  EXPECT_TRUE(r.checks_passed);  // greedy equality of the speculative cell under the same constraints
+  std::ifstream in(fs::path(opt.out_dir) / "samples.jsonl");
+  int64_t n_lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    ++n_lines;
+    const std::string text = j["text"], prompt = j["prompt"], finish = j["finish"];
+    if (prompt == "p0") {
+      EXPECT_EQ(text, "ab");
+      EXPECT_EQ(finish, "eos");
+      EXPECT_TRUE(j["valid"].get<bool>());
+    } else if (prompt == "p1") {
+      EXPECT_EQ(text, "cccccc");
+      EXPECT_EQ(finish, "length");
+      EXPECT_FALSE(j["valid"].get<bool>());
+    } else {
+      EXPECT_EQ(text.size(), 3u) << text;
+      EXPECT_EQ(text.find_first_not_of("0123456789"), std::string::npos) << text;
+      EXPECT_TRUE(j["valid"].get<bool>());
+    }
+  }
+  EXPECT_EQ(n_lines, 3 + 3 + 3);  // greedy (its own baseline); speculative and its baseline
+  const auto metrics = nlohmann::json::parse(slurp(fs::path(opt.out_dir) / "metrics.json"));
+  ASSERT_EQ(metrics["cells"].size(), 2u);
+  for (const auto& c : metrics["cells"]) {
+    EXPECT_EQ(c["valid"]["n_constrained"].get<int64_t>(), 3) << c["key"];
+    EXPECT_EQ(c["valid"]["n_valid"].get<int64_t>(), 2) << c["key"];
+  }
+  const std::string report = slurp(fs::path(opt.out_dir) / "report.md");
+  EXPECT_NE(report.find("## Structured output (checks.valid)"), std::string::npos);
+  EXPECT_NE(report.find("| 2 | 3 | 0.667 |"), std::string::npos) << report;
+  fs::remove_all(dir);
 }
