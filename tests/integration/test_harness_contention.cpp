@@ -3,7 +3,9 @@
 // cells (every strategy family at temperature 0, with the greedy-equality check) take ~12 s
 // quiet on 2 cores. The OpenMP engine it replaced took ~11x (1233 s instead of ~110 s for the
 // shrunk quickstart of then, issue 10): every one of ~200 parallel regions per step waited for
-// a descheduled thread.
+// a descheduled thread. A timed check, so heavy tier (2026-12-02); bench_model_contention keeps
+// the figure (docs/busy_machine.md).
+// ctest-heavy: *
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -5,7 +5,9 @@
 // sequences alone). Both engines compute in fp32 but through different kernels, so logits
 // agree to rounding, not bit for bit: kTol bounds the difference by the rounding model of
 // tests/support/float_bounds.h (the measured values are printed; a wrong RoPE position, mask or
-// cache slot moves logits by whole units).
+// cache slot moves logits by whole units). Heavy tier since 2026-12-02; its tiny twin is
+// test_model_aten (docs/testing.md).
+// ctest-heavy: *
 #include <gtest/gtest.h>
 
 #include <cstdio>
