@@ -1,6 +1,14 @@
 // The runs of the distribution checks (checks.h) of a sampled cell: candidate and baseline
 // samples from the first prompt, the target's exact first-token distribution and the samples'
 // log-likelihoods (cell_runner.h).
+//
+// Under a structured-output constraint (the cell's, or the first prompt's own) the law the
+// candidate must follow is the constrained target's: the grammar's mask on the raw row first,
+// then the processors (sampling/grammar.h). The first-token reference is that masked row; the
+// sequence test's reference is the autoregressive baseline, which decodes under the same
+// constraint (plan.cpp gives it the cell's; a prompt's own reaches every request on it). Its
+// log-likelihood statistic stays the raw target's: any fixed function of a sequence serves a
+// two-sample test, whatever law the two samples share.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -10,6 +18,8 @@
 #include "harness/checks.h"
 #include "model/device.h"
 #include "model/prefix_reuse.h"
+#include "sampling/grammar.h"
+#include "strategies/common.h"
 
 namespace specdec::harness {
 
@@ -17,11 +27,14 @@ namespace reg = specdec::strategies;
 using nlohmann::json;
 
 std::vector<double> CellRunner::first_token_probs(model::CausalLM& target, const Tokens& prompt,
-                                                  const sampling::ProcessorConfig& proc) {
+                                                  const sampling::ProcessorConfig& proc,
+                                                  sampling::ConstraintState* grammar) {
   model::KVCache cache = target.make_cache(1, static_cast<int64_t>(prompt.size()) + 1);
   const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), at::kLong).view({1, -1});
   const at::Tensor logits = target.forward(ids, {0}, cache);  // [1, T, V]
   const at::Tensor last = logits[0].narrow(0, logits.size(1) - 1, 1).contiguous();  // [1, V]
+  // The mask before the processors, as the strategies apply it (sampling.cpp, speculative/loop.cpp).
+  if (grammar) grammar->mask(last, prompt);
   const at::Tensor p = model::on_host(sampling::probabilities(last, proc, prompt)).to(at::kDouble).contiguous();  // [1, V]
   const double* d = p.data_ptr<double>();
   return std::vector<double>(d, d + p.numel());
@@ -93,6 +106,15 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     if (draft) r.draft = draft;
     return r;
   };
+  // The constraint the candidate decodes under on this prompt (null: none). The sequence test's
+  // reference is the baseline's samples: under another constraint they would follow another law.
+  // (The plan hands the cell's parse to its baseline, so the same constraint is the same object.)
+  const auto constraint = reg::constraint_for(check_req(0, true), pc.resolved.constraint());
+  const auto base_constraint = reg::constraint_for(check_req(0, false), pc.baseline_params.constraint());
+  SD_CHECK(!k.sequence || constraint == base_constraint, "sequence check of ", pc.cell.key,
+           ": the candidate decodes under ", constraint ? constraint->key() : "no constraint", " but its baseline under ",
+           base_constraint ? base_constraint->key() : "no constraint", "; the test needs both under the same one");
+  const std::string where = "prompt " + p.item->id + (constraint ? " under " + constraint->key() : "") + "; ";
   // The samples are drawn in batches (checks.batch_size) where the target takes ragged batches;
   // each sample's tokens are its batch-1 generation's either way (strategy.h: generate_batch).
   const int64_t batch = target->ragged_batches() ? k.batch_size : 1;
@@ -111,10 +133,13 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
     samples.push_back(sample_line(pc.cell.key, "check_candidate", p, 0, reqs[j].seed, t));
   }
   if (k.first_token) {
-    const auto probs = first_token_probs(*target, p.tokens, reg::processor_config(pc.resolved));
+    // A matcher of the candidate's constraint after this prompt, started as its strategy starts
+    // one (null: none), so that the reference has the mask its samples were drawn under.
+    const auto grammar = reg::start_constraint(check_req(0, true), pc.resolved.constraint());
+    const auto probs = first_token_probs(*target, p.tokens, reg::processor_config(pc.resolved), grammar.get());
     std::vector<TokenId> ft(first.begin(), first.begin() + k.first_token_samples);
     auto out = first_token_check(probs, ft, k.first_token_top_k, k.significance);
-    out.detail = "prompt " + p.item->id + "; " + out.detail;
+    out.detail = where + out.detail;
     m.checks.push_back(out);
   }
   if (!k.sequence) return;
@@ -131,7 +156,7 @@ void CellRunner::sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vec
   const std::vector<double> ll_base = logliks(*target, p.tokens, base_seqs, len, batch);
   const std::vector<double> ll_cand = logliks(*target, p.tokens, cand_seqs, len, batch);
   auto out = sequence_check(base_seqs, cand_seqs, ll_base, ll_cand, len, k.significance);
-  out.detail = "prompt " + p.item->id + "; " + out.detail;
+  out.detail = where + out.detail;
   m.checks.push_back(out);
 }
 

@@ -18,6 +18,8 @@
 #include "harness/runner.h"
 #include "strategies/registry.h"
 
+namespace specdec::sampling { class ConstraintState; }
+
 namespace specdec::harness {
 
 // Thrown between generations once SIGINT / SIGTERM arrived (runner.h: stop_requested); the
@@ -75,8 +77,11 @@ class CellRunner {
                      std::vector<nlohmann::json>& samples);
   // The distribution checks of a sampled cell, and their inputs (cell_checks.cpp).
   void sampling_checks(const PlannedCell& pc, CellMetrics& m, std::vector<nlohmann::json>& samples);
+  // The target's processed distribution of the token after `prompt`, [V]; with `grammar` (a
+  // matcher started after `prompt`; null: none) its mask applied to the raw row first.
   static std::vector<double> first_token_probs(model::CausalLM& target, const Tokens& prompt,
-                                               const sampling::ProcessorConfig& proc);
+                                               const sampling::ProcessorConfig& proc,
+                                               sampling::ConstraintState* grammar);
   // Raw target log-likelihood of the first `length` tokens of each generation after `prompt`,
   // `batch` generations per ragged forward (1: one forward each).
   static std::vector<double> logliks(model::CausalLM& target, const Tokens& prompt, const std::vector<Tokens>& gens,

@@ -277,3 +277,68 @@ checks: {valid: true}
   EXPECT_NE(report.find("| 2 | 3 | 0.667 |"), std::string::npos) << report;
   fs::remove_all(dir);
 }
+
+// Sampled speculative decoding under a constraint, through the harness's first-token and
+// sequence checks: the first token's reference is the target's row with the grammar's mask
+// applied before the processors, and the sequence test's baseline samples under the same
+// constraint. Once with the strategy's regex, once with the prompt's own. The draft is another
+// random model, unconstrained, so most of its tokens fall outside [a-p] and the target's
+// rejections and residual draws carry the mask. With an unmasked reference the candidate's
+// first tokens (letters only) would land in bins the unconstrained target gives little mass,
+// and the first-token check would fail.
+TEST(HarnessE2E, SampledChecksUseTheConstrainedTarget) {
+  const fs::path dir = fs::temp_directory_path() / "specdec_e2e_constrained_checks";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  specdec::testing::TinyGgufOptions o;
+  o.chat = true;  // <|im_end|> (id 257) ends the grammar
+  // Flatter logits than the default (output_scale 4, whose top token after "x" holds 0.999 of the
+  // letters' mass): the first-token test then has several letters' bins to test.
+  o.output_scale = 0.5f;
+  const std::string target = specdec::testing::write_tiny_gguf((dir / "target.gguf").string(), o);
+  o.seed = 777;
+  const std::string draft = specdec::testing::write_tiny_gguf((dir / "draft.gguf").string(), o);
+  const std::string regex = "'[a-p]{2,5}'";
+  for (const bool on_prompt : {false, true}) {
+    SCOPED_TRACE(on_prompt ? "the prompt's constraint" : "the strategy's constraint");
+    const std::string yaml =
+        "name: constrained_checks\nmodels: {target: {name: '" + target + "'}, draft: {name: '" + draft + "'}}\n" +
+        "prompts:\n  - " + (on_prompt ? "{text: x, regex: " + regex + "}" : "x") + "\n" +
+        "strategies:\n  - {name: speculative, params: {temperature: 1.0, drafter: model, gamma: 3" +
+        (on_prompt ? "" : ", regex: " + regex) + "}}\n" + R"(
+repeats: 1
+warmup: 0
+max_new_tokens: 4
+plots: false
+checks: {first_token: {samples: 800, top_k: 8}, sequence: {samples: 300, length: 4}, significance: 0.001}
+)";
+    RunOptions opt;
+    opt.out_dir = (dir / "run").string();
+    opt.progress = false;
+    fs::remove_all(opt.out_dir);
+    const auto r = run_experiment(parse_experiment(yaml, (dir / "exp.yaml").string()), opt);
+    EXPECT_TRUE(r.checks_passed);
+    const auto metrics = nlohmann::json::parse(slurp(fs::path(opt.out_dir) / "metrics.json"));
+    ASSERT_EQ(metrics["cells"].size(), 1u);
+    EXPECT_GT(metrics["cells"][0]["n_drafted"].get<int64_t>(), 0);
+    std::set<std::string> names;
+    for (const auto& k : metrics["cells"][0]["checks"]) {
+      const std::string name = k["name"], detail = k["detail"];
+      names.insert(name);
+      EXPECT_TRUE(k["pass"].get<bool>()) << name << ": " << detail;
+      EXPECT_NE(detail.find("under regex"), std::string::npos) << detail;
+      EXPECT_EQ(detail.find("not testable"), std::string::npos) << detail;  // a real test, several bins
+    }
+    EXPECT_EQ(names, (std::set<std::string>{"first_token", "sequence"}));
+    // Every check sample (the candidate's and the baseline's) is in the language's alphabet.
+    int64_t n_check = 0;
+    for (const auto& l : sample_lines(opt.out_dir)) {
+      if (l["role"].get<std::string>().rfind("check_", 0) != 0) continue;
+      ++n_check;
+      for (const int64_t t : l["tokens"].get<std::vector<int64_t>>())
+        EXPECT_TRUE((t >= 'a' && t <= 'p') || t == 257) << l["role"] << " token " << t;
+    }
+    EXPECT_EQ(n_check, 800 + 300);
+  }
+  fs::remove_all(dir);
+}
