@@ -324,7 +324,7 @@ strategies:
   - {name: sampling, params: {temperature: 0.7, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1}}
   - {name: speculative, label: sps, params: {drafter: model, gamma: 4}}
   - {name: speculative, label: ngram, params: {drafter: ngram}}
-  - {name: annealed}
+  - {name: beam}
 sweep:
   gamma: [2, 4]
   temperature: ["0", "1.0"]
