@@ -43,6 +43,29 @@ RunOutcome run_tiny(const std::string& out, std::vector<std::string> extra = {})
   return run_experiment(cfg, opt);
 }
 
+// A fresh folder under the temp directory, and a chat-templated tiny GGUF with a byte tokenizer
+// in it (<|im_end|>, id 257, is the end id a grammar ends with).
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+specdec::testing::TinyGgufOptions chat_tiny() {
+  specdec::testing::TinyGgufOptions o;
+  o.chat = true;
+  return o;
+}
+
+// An experiment given as YAML text (as if read from dir/exp.yaml), run into a fresh dir/run.
+RunOutcome run_yaml(const std::string& yaml, const fs::path& dir, std::string& out_dir) {
+  RunOptions opt;
+  opt.out_dir = out_dir = (dir / "run").string();
+  opt.progress = false;
+  fs::remove_all(opt.out_dir);
+  return run_experiment(parse_experiment(yaml, (dir / "exp.yaml").string()), opt);
+}
+
 }  // namespace
 
 TEST(HarnessE2E, TinyExperimentRunsAndPassesChecks) {
@@ -219,12 +242,8 @@ TEST(HarnessE2E, BatchSizeSweepKeepsEveryTokenAndTimesTheBatch) {
 // max_new_tokens, one cut off by it) beside one under the strategies' constraint, and
 // checks.valid counting the complete outputs, on a tiny GGUF with a byte tokenizer.
 TEST(HarnessE2E, PromptConstraintsAndValidCount) {
-  const fs::path dir = fs::temp_directory_path() / "specdec_e2e_valid";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  specdec::testing::TinyGgufOptions o;
-  o.chat = true;  // <|im_end|> is the end id the grammar ends with
-  const std::string model = specdec::testing::write_tiny_gguf((dir / "tiny.gguf").string(), o);
+  const fs::path dir = fresh_dir("specdec_e2e_valid");
+  const std::string model = specdec::testing::write_tiny_gguf((dir / "tiny.gguf").string(), chat_tiny());
   const std::string yaml = "name: valid_check\nmodels: {target: {name: '" + model + "'}}\n" + R"(
 prompts:
   - {text: x, regex: ab}
@@ -239,13 +258,11 @@ max_new_tokens: 6
 plots: false
 checks: {valid: true}
 )";
-  RunOptions opt;
-  opt.out_dir = (dir / "run").string();
-  opt.progress = false;
-  const auto r = run_experiment(parse_experiment(yaml, (dir / "exp.yaml").string()), opt);
+  std::string out;
+  const auto r = run_yaml(yaml, dir, out);
   EXPECT_EQ(r.n_finished, 2);
   EXPECT_TRUE(r.checks_passed);  // greedy equality of the speculative cell under the same constraints
-  std::ifstream in(fs::path(opt.out_dir) / "samples.jsonl");
+  std::ifstream in(fs::path(out) / "samples.jsonl");
   int64_t n_lines = 0;
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
@@ -266,13 +283,13 @@ checks: {valid: true}
     }
   }
   EXPECT_EQ(n_lines, 3 + 3 + 3);  // greedy (its own baseline); speculative and its baseline
-  const auto metrics = nlohmann::json::parse(slurp(fs::path(opt.out_dir) / "metrics.json"));
+  const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
   ASSERT_EQ(metrics["cells"].size(), 2u);
   for (const auto& c : metrics["cells"]) {
     EXPECT_EQ(c["valid"]["n_constrained"].get<int64_t>(), 3) << c["key"];
     EXPECT_EQ(c["valid"]["n_valid"].get<int64_t>(), 2) << c["key"];
   }
-  const std::string report = slurp(fs::path(opt.out_dir) / "report.md");
+  const std::string report = slurp(fs::path(out) / "report.md");
   EXPECT_NE(report.find("## Structured output (checks.valid)"), std::string::npos);
   EXPECT_NE(report.find("| 2 | 3 | 0.667 |"), std::string::npos) << report;
   fs::remove_all(dir);
@@ -287,11 +304,8 @@ checks: {valid: true}
 // first tokens (letters only) would land in bins the unconstrained target gives little mass,
 // and the first-token check would fail.
 TEST(HarnessE2E, SampledChecksUseTheConstrainedTarget) {
-  const fs::path dir = fs::temp_directory_path() / "specdec_e2e_constrained_checks";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  specdec::testing::TinyGgufOptions o;
-  o.chat = true;  // <|im_end|> (id 257) ends the grammar
+  const fs::path dir = fresh_dir("specdec_e2e_constrained_checks");
+  specdec::testing::TinyGgufOptions o = chat_tiny();
   // Flatter logits than the default (output_scale 4, whose top token after "x" holds 0.999 of the
   // letters' mass): the first-token test then has several letters' bins to test.
   o.output_scale = 0.5f;
@@ -312,13 +326,10 @@ max_new_tokens: 4
 plots: false
 checks: {first_token: {samples: 800, top_k: 8}, sequence: {samples: 300, length: 4}, significance: 0.001}
 )";
-    RunOptions opt;
-    opt.out_dir = (dir / "run").string();
-    opt.progress = false;
-    fs::remove_all(opt.out_dir);
-    const auto r = run_experiment(parse_experiment(yaml, (dir / "exp.yaml").string()), opt);
+    std::string out;
+    const auto r = run_yaml(yaml, dir, out);
     EXPECT_TRUE(r.checks_passed);
-    const auto metrics = nlohmann::json::parse(slurp(fs::path(opt.out_dir) / "metrics.json"));
+    const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
     ASSERT_EQ(metrics["cells"].size(), 1u);
     EXPECT_GT(metrics["cells"][0]["n_drafted"].get<int64_t>(), 0);
     std::set<std::string> names;
@@ -332,7 +343,7 @@ checks: {first_token: {samples: 800, top_k: 8}, sequence: {samples: 300, length:
     EXPECT_EQ(names, (std::set<std::string>{"first_token", "sequence"}));
     // Every check sample (the candidate's and the baseline's) is in the language's alphabet.
     int64_t n_check = 0;
-    for (const auto& l : sample_lines(opt.out_dir)) {
+    for (const auto& l : sample_lines(out)) {
       if (l["role"].get<std::string>().rfind("check_", 0) != 0) continue;
       ++n_check;
       for (const int64_t t : l["tokens"].get<std::vector<int64_t>>())
