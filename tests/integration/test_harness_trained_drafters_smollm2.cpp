@@ -12,6 +12,10 @@
 //    they draft tokens the target accepts there, so rejections land where q overlaps p and the
 //    residual (the planted bug's target) matters.
 // ctest-heavy: *
+// Two heavy entries, each training the heads for itself and each a shard of its own (as one entry
+// it took ~6 min, the longest shard): the law checks (~3 min after the training) are
+// test_harness_trained_drafters_smollm2_law, the rest keeps the file's name.
+// ctest-heavy-part: law Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/*:Kind/TrainedDrafterHeavy.APlantedResidualBugFailsTheLawCheck/*
 #include "tests/support/smollm2.h"
 #include "tests/support/trained_drafters_cases.h"
 
