@@ -113,7 +113,8 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
     j["stats"] = {{"n_draft_forwards", s.n_draft_forwards}, {"n_rounds", s.n_rounds},
                   {"n_tree_rounds", s.n_tree_rounds}, {"verify_modes", s.verify_mode_rounds},
                   {"accepted_per_position", s.accepted_per_position},
-                  {"drafted_per_position", s.drafted_per_position}, {"phase_ms", to_json(s.phase_ms)}};
+                  {"drafted_per_position", s.drafted_per_position}, {"gamma_rounds", s.gamma_rounds},
+                  {"n_aside_tokens", s.n_aside_tokens}, {"phase_ms", to_json(s.phase_ms)}};
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
     if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;
   }

@@ -13,6 +13,16 @@ namespace specdec::harness {
 
 using nlohmann::json;
 
+double CellMetrics::aside_round_share() const {
+  int64_t n = 0;
+  for (int64_t r : gamma_rounds) n += r;
+  return n ? double(gamma_rounds[0]) / double(n) : 0;
+}
+
+double CellMetrics::aside_token_share() const {
+  return n_generated ? double(n_aside_tokens) / double(n_generated) : 0;
+}
+
 bool CellMetrics::checks_passed() const {
   for (const auto& c : checks)
     if (!c.pass) return false;
@@ -103,7 +113,10 @@ json to_json(const CellMetrics& m) {
           {"n_target_forwards", m.n_target_forwards}, {"alpha", m.alpha}, {"tau", m.tau},
           {"mean_tok_s", m.mean_tok_s}, {"mean_baseline_tok_s", m.mean_baseline_tok_s},
           {"mean_speedup", m.mean_speedup}, {"decode_speedup", m.decode_speedup},
-          {"acceptance_per_position", m.acceptance_per_position}, {"draft_step_ms", m.draft_step_ms},
+          {"acceptance_per_position", m.acceptance_per_position}, {"gamma_rounds", m.gamma_rounds},
+          {"n_aside_tokens", m.n_aside_tokens},
+          {"stepped_aside", {{"rounds", m.aside_round_share()}, {"tokens", m.aside_token_share()}}},
+          {"draft_step_ms", m.draft_step_ms},
           {"target_step_ms", m.target_step_ms}, {"cost_ratio", m.cost_ratio},
           {"predicted_speedup", m.predicted_speedup}, {"measured_over_predicted", m.measured_over_predicted},
           {"categories", cats}, {"checks", checks}, {"wall_s", m.wall_s}, {"phases", to_json(m.phases)},
@@ -144,6 +157,8 @@ CellMetrics cell_from_json(const json& j) {
     m.mean_speedup = j.value("mean_speedup", 0.0);
     m.decode_speedup = j.value("decode_speedup", 0.0);
     m.acceptance_per_position = j.at("acceptance_per_position").get<std::vector<double>>();
+    m.gamma_rounds = j.value("gamma_rounds", std::vector<int64_t>{});  // absent from older records
+    m.n_aside_tokens = j.value("n_aside_tokens", int64_t{0});
     m.draft_step_ms = j.at("draft_step_ms").get<double>();
     m.target_step_ms = j.at("target_step_ms").get<double>();
     m.cost_ratio = j.at("cost_ratio").get<double>();
@@ -183,7 +198,8 @@ struct Totals {
   double ms_decode = 0;
   int64_t n_decode_tokens = 0, n_tau_tokens = 0, n_tau_forwards = 0;
   PhaseBreakdown phases;
-  std::vector<int64_t> accepted_pos, drafted_pos;
+  std::vector<int64_t> accepted_pos, drafted_pos, gamma_rounds;
+  int64_t n_aside_tokens = 0;
   std::vector<double> ttft;
 
   // One measured generation, from its samples.jsonl line (see sample_line).
@@ -224,6 +240,11 @@ struct Totals {
     if (drafted_pos.size() < dra.size()) drafted_pos.resize(dra.size());
     for (size_t i = 0; i < acc.size(); ++i) accepted_pos[i] += acc[i];
     for (size_t i = 0; i < dra.size(); ++i) drafted_pos[i] += dra[i];
+    // The controller's decisions (absent from lines written before they existed).
+    const auto chosen = st.value("gamma_rounds", std::vector<int64_t>{});
+    if (gamma_rounds.size() < chosen.size()) gamma_rounds.resize(chosen.size());
+    for (size_t i = 0; i < chosen.size(); ++i) gamma_rounds[i] += chosen[i];
+    n_aside_tokens += st.value("n_aside_tokens", int64_t{0});
   }
   double tau() const { return n_tau_forwards ? double(n_tau_tokens) / double(n_tau_forwards) : 0; }
 };
@@ -332,6 +353,8 @@ CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& 
   m.n_target_forwards = ct.n_target_forwards;
   m.alpha = m.n_drafted ? double(m.n_accepted) / double(m.n_drafted) : 0;
   m.tau = ct.tau();
+  m.gamma_rounds = ct.gamma_rounds;
+  m.n_aside_tokens = ct.n_aside_tokens;
   for (size_t i = 0; i < ct.drafted_pos.size(); ++i)
     m.acceptance_per_position.push_back(ct.drafted_pos[i] ? double(ct.accepted_pos[i]) / double(ct.drafted_pos[i]) : 0);
   while (!m.acceptance_per_position.empty() && ct.drafted_pos[m.acceptance_per_position.size() - 1] == 0)

@@ -72,6 +72,13 @@ struct CellMetrics {
   // of decode speeds alone (prefill time and the prefill's token left out).
   double mean_tok_s = 0, mean_baseline_tok_s = 0, mean_speedup = 0, decode_speedup = 0;
   std::vector<double> acceptance_per_position;  // [gamma_max]: accepted_i / drafted_i
+  // The controller's decisions (strategies::Stats::gamma_rounds, n_aside_tokens) summed: rounds
+  // by chosen draft length (index 0: stepped aside) and the tokens emitted in rounds at 0;
+  // empty / 0 in records written before they existed.
+  std::vector<int64_t> gamma_rounds;
+  int64_t n_aside_tokens = 0;
+  double aside_round_share() const;  // rounds at 0 / rounds with a recorded decision (0 if none)
+  double aside_token_share() const;  // n_aside_tokens / n_generated
   double draft_step_ms = 0, target_step_ms = 0, cost_ratio = 0;
   double predicted_speedup = 0, measured_over_predicted = 0;
   PhaseBreakdown phases;           // the candidate's

@@ -43,7 +43,10 @@ std::string checks_verdict(const CellMetrics& m) {
   return m.checks_passed() ? "pass" : "FAIL";
 }
 
-bool is_speculative(const CellMetrics& m) { return m.n_drafted > 0 || !m.acceptance_per_position.empty(); }
+// A cell whose controller stepped aside in every round drafted nothing, but is speculative.
+bool is_speculative(const CellMetrics& m) {
+  return m.n_drafted > 0 || !m.acceptance_per_position.empty() || !m.gamma_rounds.empty();
+}
 
 // "quiet", "unknown (...)", or the warning marker of a contended cell.
 std::string load_marker(const LoadSample& l) {
@@ -114,15 +117,20 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
      << "Speedup = candidate tok/s / baseline tok/s, measured interleaved (baseline, candidate, ...) in this "
         "process; median [min, max] over repeats. Predicted = Leviathan et al. "
         "(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).\n\n"
-     << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | c | predicted | "
-        "measured/predicted | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+     << "Stepped aside = the rounds whose draft length the controller chose 0 (plain decoding), and in "
+        "brackets the share of tokens they emitted.\n\n"
+     << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | stepped aside | c | "
+        "predicted | measured/predicted | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& m : cells) {
     const bool spec = is_speculative(m);
     os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << fmt(m.tok_s.median) << " | "
        << fmt(m.ms_per_token) << " | " << fmt(m.ttft_ms) << " | " << (m.baseline.empty() ? "(self)" : m.baseline)
        << " | " << fmt(m.speedup.median, 3) << " [" << fmt(m.speedup.min, 3) << ", " << fmt(m.speedup.max, 3)
        << "] | " << (spec ? fmt(m.alpha, 3) : "-") << " | " << (spec ? fmt(m.tau, 3) : "-") << " | "
-       << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
+       << (spec && !m.gamma_rounds.empty()
+               ? fmt(100 * m.aside_round_share(), 1) + "% (" + fmt(100 * m.aside_token_share(), 1) + "%)"
+               : "-")
+       << " | " << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
        << " | " << (spec && m.gamma > 0 ? fmt(m.measured_over_predicted, 3) : "-") << " | " << load_marker(m.load)
        << " |\n";
   }

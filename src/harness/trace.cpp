@@ -38,6 +38,7 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
       {"n_rounds", s.n_rounds}, {"n_tree_rounds", s.n_tree_rounds}, {"verify_modes", s.verify_mode_rounds},
       {"alpha", s.alpha()}, {"tau", s.tau()},
       {"accepted_per_position", s.accepted_per_position}, {"drafted_per_position", s.drafted_per_position},
+      {"gamma_rounds", s.gamma_rounds}, {"n_aside_tokens", s.n_aside_tokens},
       // ms_<phase> for the phases older readers know; "phases" has them all.
       {"ms_prefill", s.phase_ms.prefill}, {"ms_draft", s.phase_ms.draft}, {"ms_verify", s.phase_ms.verify},
       {"ms_sample", s.phase_ms.sample}, {"ms_rollback", s.phase_ms.rollback}, {"ms_total", s.ms_total},

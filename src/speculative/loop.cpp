@@ -39,6 +39,7 @@ struct SpecSequence {
   std::unique_ptr<Rng> synthetic_rng;  // synthetic_acceptance's own: rng's draws stay as without it
   Drafter* drafter = nullptr;          // its slot's, in the batch's BatchDrafter
   std::unique_ptr<GammaController> ctl;
+  int64_t chosen = 0;                  // this round's draft length as the controller chose it
   std::shared_ptr<sampling::ConstraintState> grammar;  // structured output: this sequence's matcher
   const Request* req = nullptr;
   Tokens seq;       // committed tokens; the cache holds all but the last
@@ -82,6 +83,7 @@ class SpecLoop {
   std::vector<SpecSequence> spec_;
   std::unique_ptr<BatchDrafter> drafters_;
   bool features_ = false;  // the drafters read the target's features (one kind for the whole batch)
+  std::shared_ptr<CostTable> costs_;  // adaptive_gamma=cost: the table every controller decides from
   std::vector<int64_t> active_;
 };
 
@@ -103,6 +105,9 @@ SpecLoop::SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, c
              " has another draft model than request 0 (a batch shares one drafter)");
   }
   drafters_ = make_batch_drafter(cfg.verify.drafter, requests[0], cfg.params, cfg.verify.proc, B_, capacity_);
+  if (cfg.adaptive == GammaMode::cost)
+    costs_ = cfg.fixed_costs ? cfg.fixed_costs
+                             : CostTable::of_pair(requests[0].target, requests[0].draft, cfg.verify.drafter);
 }
 
 // The round loop.
@@ -133,7 +138,9 @@ std::vector<Result> SpecLoop::run() {
     }
     phase_.charge(&PhaseTimes::other);
   }
-  return slots_.take_results();
+  std::vector<Result> out = slots_.take_results();
+  if (!cfg_.calibrate.empty()) costs_->now().write(cfg_.calibrate);  // outside the requests' time
+  return out;
 }
 
 void SpecLoop::join(int64_t b) {
@@ -146,12 +153,13 @@ void SpecLoop::join(int64_t b) {
   drafters_->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max});
   s.drafter = &drafters_->at(b);
   features_ = s.drafter->target_wants().features;
-  s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max);
+  s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max, costs_);
   s.grammar = strategies::start_constraint(req, cfg_.constraint);
   Stats& st = slots_[b]->st;
   st.synthetic_acceptance = cfg_.synthetic;
   st.accepted_per_position.assign(cfg_.gamma_max, 0);
   st.drafted_per_position.assign(cfg_.gamma_max, 0);
+  st.gamma_rounds.assign(cfg_.gamma_max + 1, 0);
   s.seq = req.prompt;
   s.prefill.assign(s.seq.begin(), s.seq.end() - 1);
   ++st.n_target_forwards;  // the prompt's forward (its own, the newcomers', or shared with the first round)
@@ -171,12 +179,15 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   at::Tensor hidden;  // [B, T, d]
   if (std::any_of(fed.begin(), fed.end(), [](const Tokens& t) { return !t.empty(); }))
     forward_batch(target_, cache_, fed, std::vector<int64_t>(B_, 0), {}, features_ ? &hidden : nullptr);
+  phase_.charge(&PhaseTimes::prefill);  // the target's
   for (int64_t b : newcomers) {
     const Tokens& head = fed[b];
     const bool seen = hidden.defined() && !head.empty();
     spec_[b].drafter->prefill(head, seen ? hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())) : at::Tensor());
+    // The draft's, measured for the cost table where it is the slot's own (one slot).
+    const double ms = phase_.charge(&PhaseTimes::prefill);
+    if (costs_ && B_ == 1) costs_->measure_prefill(static_cast<int64_t>(head.size()), ms);
   }
-  phase_.charge(&PhaseTimes::prefill);
 }
 
 // A sequence out of time ends before its next round.
@@ -197,7 +208,8 @@ double SpecLoop::draft() {
     seqs[b] = &s.seq;
     s.n = static_cast<int64_t>(s.seq.size());
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
-    depth[b] = std::min(s.ctl->next(), s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1);
+    s.chosen = s.ctl->next();
+    depth[b] = std::min(s.chosen, s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1);
   }
   phase_.charge(&PhaseTimes::other);
   PhaseTimes parts;
@@ -349,6 +361,7 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
   SpecSequence& s = spec_[b];
   BatchSequence& q = *slots_[b];
   count_round(q.st, s.d, s.v);
+  count_choice(q.st, s.chosen, static_cast<int64_t>(s.seq.size()) - s.n);
   if (s.req->trace) {
     PhaseTimes so_far = phases_;  // the sequence's phase times so far
     so_far -= q.joined;

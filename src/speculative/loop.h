@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "speculative/controller.h"
 #include "speculative/verifier.h"
 #include "strategies/batch.h"
 
@@ -18,7 +19,11 @@ namespace specdec::strategies {
 struct SpecSetup {
   VerifySetup verify;  // processors, verify=block, the drafter's name (resolved)
   int64_t gamma = 4, gamma_max = 8;
-  std::string adaptive = "off";
+  GammaMode adaptive = GammaMode::off;
+  // adaptive_gamma=cost: the costs it decides from, fixed (controller_costs, read once); null:
+  // the process's measured table of the target/drafter pair (CostTable::of_pair).
+  std::shared_ptr<CostTable> fixed_costs;
+  std::string calibrate;  // controller_calibrate: where each call writes the measured table; empty: nowhere
   std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
   Params params;  // resolved: the drafter's name and its own parameters
   std::shared_ptr<const sampling::Constraint> constraint;  // structured output (sampling/grammar.h); null: none

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "sampling/grammar.h"
 #include "speculative/loop.h"
 #include "speculative/proposer.h"
@@ -22,7 +23,7 @@ class Speculative : public Strategy {
     cfg_.params = p;
     cfg_.gamma = p.get_int("gamma");
     cfg_.gamma_max = p.get_int("gamma_max");
-    cfg_.adaptive = p.get_string("adaptive_gamma");
+    cfg_.adaptive = parse_gamma_mode(p.get_string("adaptive_gamma"));
     const std::string verify_mode = p.get_string("verify");
     SD_CHECK(verify_mode == "tokenwise" || verify_mode == "block",
              "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
@@ -37,8 +38,7 @@ class Speculative : public Strategy {
     // Each round sizes buffers and the KV cache by gamma_max: bound it before anything is allocated.
     SD_CHECK(cfg_.gamma_max <= k_max_gamma, "speculative: gamma_max=", cfg_.gamma_max, " (gamma=", cfg_.gamma,
              ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
-    SD_CHECK(cfg_.adaptive == "off" || cfg_.adaptive == "hf" || cfg_.adaptive == "cost",
-             "speculative: adaptive_gamma must be off, hf or cost, got '", cfg_.adaptive, "'");
+    resolve_costs(p);
     if (const std::string syn = p.get_string("synthetic_acceptance"); syn != "off")
       cfg_.synthetic = parse_synthetic(syn);
     // verify=block with a drafter that never proposes chains with q, known before any model is
@@ -73,10 +73,52 @@ class Speculative : public Strategy {
   SpecSetup setup(bool have_draft_model) const {
     SpecSetup s = cfg_;
     s.verify.drafter = resolve_drafter_name(cfg_.params, have_draft_model);
+    SD_CHECK(!s.fixed_costs || s.fixed_costs->now().drafter == s.verify.drafter, "speculative: controller_costs ",
+             costs_path_, ": key 'drafter' = '", s.fixed_costs ? s.fixed_costs->now().drafter : "",
+             "', but this run drafts with '", s.verify.drafter, "' (calibrate with its drafter)");
     return s;
   }
 
+  // adaptive_gamma=cost's costs: fixed from controller_costs (read here, once), or measured in
+  // this process (and written to controller_calibrate). Each mode says in the log whether its
+  // decisions can be reproduced.
+  void resolve_costs(const Params& p) {
+    costs_path_ = p.get_string("controller_costs");
+    cfg_.calibrate = p.get_string("controller_calibrate");
+    if (cfg_.adaptive != GammaMode::cost) {
+      SD_CHECK(costs_path_.empty() && cfg_.calibrate.empty(), "speculative: controller_costs and "
+               "controller_calibrate need adaptive_gamma=cost, got adaptive_gamma=", p.get_string("adaptive_gamma"));
+      return;
+    }
+    SD_CHECK(costs_path_.empty() || cfg_.calibrate.empty(), "speculative: controller_costs (fixed costs, '",
+             costs_path_, "') and controller_calibrate (measured costs, '", cfg_.calibrate, "') exclude each other");
+    if (!costs_path_.empty()) {
+      cfg_.fixed_costs = std::make_shared<CostTable>(StepCosts::read(costs_path_));
+      log::info("adaptive_gamma=cost with the fixed costs of ", costs_path_,
+                ": its decisions depend on accept counts only, so seeded runs are reproducible");
+    } else if (!cfg_.calibrate.empty()) {
+      log::warn("adaptive_gamma=cost calibrating: the costs measured in this process go to ", cfg_.calibrate,
+                " (for controller_costs); these decisions follow wall-clock timings, so with temperature > 0 the "
+                "sampled tokens are NOT reproducible from the seed");
+    } else {
+      // adaptive_gamma=cost without a fixed table is NOT reproducible from the seed when
+      // temperature > 0. It picks gamma from measured wall-clock costs, and gamma decides which
+      // positions are drafted (a draft sample, then accept/reject against the target, then a
+      // residual sample) and which are plain bonus samples of the target, and how many uniforms
+      // each round takes from the RNG. The law of the output is the target's for every gamma,
+      // but the tokens drawn for a given seed are not: a different timing is a different
+      // coupling. Greedy runs emit the target's argmax whatever gamma is. Said once per process.
+      static const bool warned =
+          (log::warn("adaptive_gamma=cost chooses gamma from wall-clock timings: with temperature > 0 the sampled "
+                     "tokens are not reproducible from the seed (greedy runs are; fix the costs with "
+                     "controller_costs, or use off or hf, to reproduce)"),
+           true);
+      (void)warned;
+    }
+  }
+
   SpecSetup cfg_;  // params: resolved; the drafter reads its own parameters from them
+  std::string costs_path_;  // controller_costs, for messages
 };
 
 // `drafter` choices for the help text: auto and the registered drafters.
@@ -108,8 +150,14 @@ StrategyInfo speculative_info() {
       {"gamma_max", "int", "8", "upper bound for adaptive gamma"},
       {"drafter", "string", "auto", drafter_help()},
       {"adaptive_gamma", "string", "off",
-       "off | hf (+2 on full accept, -1 otherwise) | cost (from measured draft/verify times: NOT "
-       "reproducible, with temperature > 0 the tokens for a seed depend on timings)"},
+       "off | hf (+2 on full accept, -1 otherwise) | cost (expected tokens per ms from measured costs, 0 = step "
+       "aside: plain decoding; NOT reproducible with temperature > 0 unless controller_costs fixes the costs)"},
+      {"controller_costs", "string", "",
+       "adaptive_gamma=cost: a cost table (JSON) written by controller_calibrate; the controller decides from it "
+       "and accept counts alone, so seeded runs are reproducible ('' = measure in this process)"},
+      {"controller_calibrate", "string", "",
+       "adaptive_gamma=cost: write the costs measured in this process to this file after each generation, for "
+       "controller_costs ('' = none); a calibrating run's own decisions are not reproducible"},
       {"verify", "string", "tokenwise",
        "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
       {"synthetic_acceptance", "string", "off",

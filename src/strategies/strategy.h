@@ -78,6 +78,12 @@ struct Stats {
   std::vector<double> synthetic_acceptance;
   std::vector<int64_t> accepted_per_position;  // [gamma_max]: rounds accepting position i
   std::vector<int64_t> drafted_per_position;   // [gamma_max]: rounds drafting position i
+  // The controller's decision of each round (speculative/controller.h): rounds by the draft
+  // length it chose, [gamma_max + 1] (index 0: stepped aside, a round of plain decoding), and
+  // the tokens emitted in the rounds at 0. The drafter may propose fewer tokens than chosen
+  // (an n-gram lookup without a match); those rounds count at the length chosen.
+  std::vector<int64_t> gamma_rounds;
+  int64_t n_aside_tokens = 0;
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }
   // Mean tokens per target forward that yields tokens, the bonus token included (Spec-Bench's
   // "mean accepted tokens"): per verification round, or 1.00 for autoregressive decoding.

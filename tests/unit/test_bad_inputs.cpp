@@ -455,6 +455,7 @@ std::vector<Case> cases() {
       {"repeat_min_run_zero", val("spec.yaml", set("strategies[0].params.repeat_min_run=0")), "repeat_min_run must be >= 1, got 0"},
       {"drafter_param_on_greedy", val("ok.yaml", set("strategies[0].params.ngram_max=4")), "unknown parameter 'ngram_max'"},
       {"adaptive_gamma_unknown", val("spec.yaml", set("strategies[0].params.adaptive_gamma=x")), "adaptive_gamma must be off, hf or cost"},
+      {"controller_costs_missing", val("spec.yaml", {"--set", "strategies[0].params.adaptive_gamma=cost", "--set", "strategies[0].params.controller_costs=no_such_costs.json"}), "controller_costs: no_such_costs.json: cannot open"},
       {"ngram_max_huge", val("spec.yaml", set("strategies[0].params.ngram_max=100000")), "ngram_max=100000"},
       {"param_unknown", val("ok.yaml", set("strategies[0].params.gamma=2")), "unknown parameter 'gamma'"},
       {"top_p_zero", val("ok.yaml", set("strategies[0].params.top_p=0")), "'top_p' must be in (0, 1], got 0"},

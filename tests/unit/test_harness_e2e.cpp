@@ -94,8 +94,15 @@ TEST(HarnessE2E, TinyExperimentRunsAndPassesChecks) {
       EXPECT_EQ(c["gamma"].get<int64_t>(), 3);
       EXPECT_EQ(c["acceptance_per_position"].size(), 3u);
       EXPECT_GT(c["target_step_ms"].get<double>(), 0);
+      // The controller's decisions (adaptive_gamma=off: every round chooses gamma, none steps aside).
+      ASSERT_EQ(c["gamma_rounds"].size(), 9u);  // 0..gamma_max
+      EXPECT_EQ(c["gamma_rounds"][3], c["n_rounds"]);
+      EXPECT_EQ(c["stepped_aside"]["rounds"].get<double>(), 0.0);
     }
   }
+  const std::string report = slurp(fs::path(out) / "report.md");
+  EXPECT_NE(report.find("| tau | stepped aside | c |"), std::string::npos);
+  EXPECT_NE(report.find("| 0.0% (0.0%) |"), std::string::npos);
   EXPECT_EQ(checks_seen, (std::set<std::string>{"greedy_equality", "first_token", "sequence"}));
   // one samples line per generation: 5 cells' measurements + the sampled cell's check runs
   std::ifstream in(fs::path(out) / "samples.jsonl");
@@ -236,6 +243,38 @@ TEST(HarnessE2E, BatchSizeSweepKeepsEveryTokenAndTimesTheBatch) {
     EXPECT_NEAR(c["tok_s"]["median"].get<double>(), 1000 * tokens / wall, 1e-6 * 1000 * tokens / wall) << c["key"];
   }
   fs::remove_all(out);
+}
+
+// The controller's decisions in metrics.json and report.md: a fixed cost table where drafting
+// cannot pay steps aside in every round (n-gram drafter, so the table's drafter is known).
+TEST(HarnessE2E, SteppedAsideRoundsReachMetricsAndReport) {
+  const fs::path dir = fresh_dir("specdec_e2e_aside");
+  const std::string costs = (dir / "costs.json").string();
+  std::ofstream(costs) << R"({"drafter": "ngram", "verify_ms": {"1": 10, "9": 11}, "draft_ms_per_token": 1000,
+                              "acceptance": 1})";
+  const std::string yaml = "name: aside\nmodels: {target: {name: tiny-llama, seed: 0}}\n" + std::string(R"(
+prompts: [the quick brown fox]
+strategies:
+  - {name: speculative, params: {temperature: 0, drafter: ngram, adaptive_gamma: cost, controller_costs: ')") +
+                           costs + R"('}}
+repeats: 1
+warmup: 0
+max_new_tokens: 8
+plots: false
+)";
+  std::string out;
+  const auto r = run_yaml(yaml, dir, out);
+  EXPECT_TRUE(r.checks_passed);  // greedy equality
+  const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
+  ASSERT_EQ(metrics["cells"].size(), 1u);
+  const auto& c = metrics["cells"][0];
+  EXPECT_GT(c["n_rounds"].get<int64_t>(), 0);
+  EXPECT_EQ(c["gamma_rounds"][0], c["n_rounds"]);
+  EXPECT_EQ(c["n_aside_tokens"], c["n_generated"]);
+  EXPECT_EQ(c["stepped_aside"]["rounds"].get<double>(), 1.0);
+  EXPECT_EQ(c["stepped_aside"]["tokens"].get<double>(), 1.0);
+  EXPECT_NE(slurp(fs::path(out) / "report.md").find("| 100.0% (100.0%) |"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 // Structured output through the harness: prompts with their own constraint (one that ends within

@@ -1,7 +1,10 @@
 // Strategies on tiny random models (no weights): registry and parameters, stop handling,
 // drafters, gamma control, greedy speculative == greedy, EOS inside an accepted block,
 // seeded reproducibility, streaming.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "core/error.h"
 #include "model/tiny.h"
@@ -10,6 +13,7 @@
 #include "tests/support/drafter_rig.h"
 #include "speculative/controller.h"
 #include "strategies/stop.h"
+#include "tests/support/command.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
@@ -137,14 +141,14 @@ TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentMatch) {
 }
 
 TEST(GammaController, HuggingFaceHeuristicIsBounded) {
-  GammaController c("hf", 4, 7);
+  GammaController c(GammaMode::hf, 4, 7);
   c.update(4, 4, 1, 1);
   EXPECT_EQ(c.next(), 6);
   c.update(6, 6, 1, 1);
   EXPECT_EQ(c.next(), 7);
   for (int i = 0; i < 10; ++i) c.update(c.next(), 0, 1, 1);
   EXPECT_EQ(c.next(), 1);
-  EXPECT_THROW(GammaController("fast", 4, 8), Error);
+  EXPECT_THROW(parse_gamma_mode("fast"), Error);
 }
 
 // The documented limit of adaptive_gamma=cost (help text, log line): the same accept counts
@@ -152,7 +156,7 @@ TEST(GammaController, HuggingFaceHeuristicIsBounded) {
 // draft positions, so seeded sampled tokens depend on timings. hf and off do not.
 TEST(GammaController, CostDependsOnTimingsHfAndOffDoNot) {
   auto gammas = [](const std::string& mode, double ms_draft_per_token) {
-    GammaController c(mode, 4, 8);
+    GammaController c(parse_gamma_mode(mode), 4, 8);
     std::vector<int64_t> seq;
     for (int i = 0; i < 12; ++i) {
       const int64_t k = c.next();
@@ -166,10 +170,10 @@ TEST(GammaController, CostDependsOnTimingsHfAndOffDoNot) {
 }
 
 TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
-  GammaController good("cost", 2, 8);  // cheap draft, high acceptance -> long drafts
+  GammaController good(GammaMode::cost, 2, 8);  // cheap draft, high acceptance -> long drafts
   for (int i = 0; i < 20; ++i) good.update(good.next(), good.next(), 0.05 * good.next(), 10 + good.next());
   EXPECT_GE(good.next(), 4);
-  GammaController bad("cost", 4, 8);  // draft costs as much as the target, never accepted -> 0
+  GammaController bad(GammaMode::cost, 4, 8);  // draft costs as much as the target, never accepted -> 0
   int n_zero = 0;
   for (int i = 0; i < 40; ++i) {
     const int64_t g = bad.next();
@@ -177,6 +181,142 @@ TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
     bad.update(g, 0, 10.0 * g, 10 + g);
   }
   EXPECT_GE(n_zero, 30);  // mostly plain decoding, with occasional 1-token probes
+}
+
+// ---- the controller's cost table (adaptive_gamma=cost; docs/controller.md) ------------------------
+// A table file in this program's folder; `body` is the JSON.
+std::string cost_table(const std::string& name, const std::string& body) {
+  static const testing_support::ProcessDir dir("specdec_controller_costs");
+  const std::string path = (dir.path / name).string();
+  std::ofstream(path) << body;
+  return path;
+}
+
+// With fixed costs the decisions are a function of the accept counts: timings that differ a
+// thousandfold give the same draft lengths, and other accept counts give other ones.
+TEST(GammaController, FixedCostsDecideFromAcceptCountsAlone) {
+  StepCosts c;
+  c.verify_ms = {{1, 10.0}, {9, 14.0}};
+  c.draft_ms_per_token = 3.0;
+  c.acceptance = 0.5;
+  const auto table = std::make_shared<CostTable>(c);
+  auto gammas = [&](double ms_scale, double accept_share) {
+    GammaController ctl(GammaMode::cost, 4, 8, table);
+    std::vector<int64_t> seq;
+    for (int i = 0; i < 24; ++i) {
+      const int64_t k = ctl.next();
+      seq.push_back(k);
+      ctl.update(k, static_cast<int64_t>(accept_share * double(k)), ms_scale * double(k), ms_scale * (10.0 + k));
+    }
+    return seq;
+  };
+  EXPECT_EQ(gammas(0.001, 0.75), gammas(1000.0, 0.75));
+  EXPECT_NE(gammas(1.0, 1.0), gammas(1.0, 0.0));
+  EXPECT_EQ(table->now().verify_ms, c.verify_ms);  // nothing measured into a fixed table
+}
+
+// Drafting that costs more than it can gain at any acceptance: every round steps aside (no
+// probes either), the output is greedy's token for token and the stats say 100 % aside. The
+// n-gram drafter's measured cost is near 0, so a controller that ignored the table would draft.
+TEST(Controller, ExpensiveDraftingStepsAsideEveryRound) {
+  Request req = tiny_request(11, 40);
+  const Result base = run("greedy", {}, req);
+  const std::string costs = cost_table(
+      "expensive.json",
+      R"({"drafter": "ngram", "verify_ms": {"1": 10, "9": 11}, "draft_ms_per_token": 1000, "acceptance": 1})");
+  const Result r = run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req);
+  EXPECT_EQ(r.tokens, base.tokens);
+  EXPECT_EQ(r.stats.n_drafted, 0);
+  ASSERT_FALSE(r.stats.gamma_rounds.empty());
+  EXPECT_EQ(r.stats.gamma_rounds[0], r.stats.n_rounds);
+  EXPECT_EQ(r.stats.n_aside_tokens, r.stats.n_generated);
+}
+
+// Free drafting and a draft that is the target: every round drafts gamma_max.
+TEST(Controller, FreeDraftingWithHighAcceptanceDrafts) {
+  Request req = tiny_request(11, 40);
+  const Result base = run("greedy", {}, req);
+  req.draft = tiny(11);
+  const std::string costs = cost_table(
+      "free.json",
+      R"({"drafter": "model", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0, "acceptance": 0.9})");
+  const Result r = run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req);
+  EXPECT_EQ(r.tokens, base.tokens);
+  ASSERT_EQ(r.stats.gamma_rounds.size(), 9u);
+  EXPECT_EQ(r.stats.gamma_rounds[8], r.stats.n_rounds);
+  EXPECT_EQ(r.stats.n_aside_tokens, 0);
+  EXPECT_DOUBLE_EQ(r.stats.alpha(), 1.0);
+}
+
+// With fixed costs a seeded sampled run repeats token for token, its decisions too, whatever
+// the process measured in between; greedy still equals greedy.
+TEST(Controller, FixedCostsMakeSeededSampledRunsReproducible) {
+  Request req = tiny_request(11, 40);
+  req.draft = tiny(12);
+  req.seed = 42;
+  const std::string costs = cost_table(
+      "mixed.json",
+      R"({"drafter": "model", "verify_ms": {"1": 10, "9": 14}, "draft_ms_per_token": 3, "acceptance": 0.5})");
+  const Params fixed = P({{"temperature", "0.9"}, {"adaptive_gamma", "cost"}, {"controller_costs", costs}});
+  const Result a = run("speculative", fixed, req);
+  run("speculative", P({{"temperature", "0.9"}, {"adaptive_gamma", "cost"}}), req);  // measures into the process's table
+  const Result b = run("speculative", fixed, req);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.stats.gamma_rounds, b.stats.gamma_rounds);
+  int64_t lengths = 0;  // the table's choices vary with acceptance here: more than one draft length
+  for (int64_t n : a.stats.gamma_rounds) lengths += n > 0;
+  EXPECT_GE(lengths, 2) << ::testing::PrintToString(a.stats.gamma_rounds);
+  const Result base = run("greedy", {}, req);
+  EXPECT_EQ(run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req).tokens,
+            base.tokens);
+}
+
+// A calibrating run writes the table its process measured; that table then fixes the costs.
+TEST(Controller, CalibratingRunWritesATableThatFixesTheCosts) {
+  Request req = tiny_request(11, 24);
+  req.draft = tiny(12);
+  const std::string path = cost_table("calibrated.json", "");
+  const Result base = run("greedy", {}, req);
+  const Result cal =
+      run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_calibrate", path}}), req);
+  EXPECT_EQ(cal.tokens, base.tokens);
+  const StepCosts c = StepCosts::read(path);
+  EXPECT_EQ(c.drafter, "model");
+  EXPECT_FALSE(c.verify_ms.empty());
+  EXPECT_GT(c.draft_prefill_ms_per_token, 0);  // the draft's prompt forward (5 tokens)
+  EXPECT_EQ(run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", path}}), req).tokens,
+            base.tokens);
+}
+
+TEST(Controller, BadCostTablesAndKeysAreNamedErrors) {
+  const auto error_of = [](const std::map<std::string, std::string>& p) {
+    try {
+      Request req = tiny_request(11, 8);
+      run("speculative", greedy_params(p), req);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const auto costs = [&](const std::string& file) {
+    return error_of({{"adaptive_gamma", "cost"}, {"controller_costs", file}});
+  };
+  const std::string good = R"("drafter": "ngram", "verify_ms": {"1": 10}, "draft_ms_per_token": 1)";
+  const std::string missing = cost_table("absent_dir", "") + "/none.json";
+  EXPECT_THAT(costs(missing), ::testing::HasSubstr(missing));
+  EXPECT_THAT(costs(cost_table("bad_json.json", "{")), ::testing::HasSubstr("bad_json.json"));
+  const std::string unknown = cost_table("unknown.json", "{" + good + R"(, "acceptance": 0.5, "verify": 3})");
+  EXPECT_THAT(costs(unknown), ::testing::AllOf(::testing::HasSubstr(unknown), ::testing::HasSubstr("key 'verify'")));
+  const std::string range = cost_table("range.json", "{" + good + R"(, "acceptance": 1.5})");
+  EXPECT_THAT(costs(range), ::testing::AllOf(::testing::HasSubstr("key 'acceptance' = 1.5"), ::testing::HasSubstr(range)));
+  EXPECT_THAT(costs(cost_table("no_acc.json", "{" + good + "}")), ::testing::HasSubstr("key 'acceptance' is missing"));
+  const std::string rows = cost_table("rows.json", R"({"drafter": "ngram", "verify_ms": {"x": 1}, "draft_ms_per_token": 1, "acceptance": 0.5})");
+  EXPECT_THAT(costs(rows), ::testing::HasSubstr("key 'verify_ms.x'"));
+  const std::string other = cost_table("other.json", R"({"drafter": "suffix", "verify_ms": {"1": 10}, "draft_ms_per_token": 1, "acceptance": 0.5})");
+  EXPECT_THAT(costs(other), ::testing::AllOf(::testing::HasSubstr("key 'drafter' = 'suffix'"), ::testing::HasSubstr("'ngram'")));
+  EXPECT_THAT(error_of({{"controller_costs", other}}), ::testing::HasSubstr("need adaptive_gamma=cost"));
+  EXPECT_THAT(error_of({{"adaptive_gamma", "cost"}, {"controller_costs", other}, {"controller_calibrate", "x.json"}}),
+              ::testing::HasSubstr("exclude each other"));
 }
 
 // ---- greedy speculative == greedy ---------------------------------------------------------------
