@@ -54,6 +54,9 @@ class Constraint {
   static std::shared_ptr<const Constraint> parse(const std::string& key, const std::string& value);
 
   const std::string& key() const;
+  // How many grammars this process has compiled to check that their language is not empty
+  // (parse() does, once per key and text: the same constraint parsed again reuses the answer).
+  static int64_t emptiness_probes();
   // A matcher for one sequence starting after `prompt`, for this tokenizer (vocabulary as its
   // token_bytes; special ids never admitted) with `eos_ids` as the ids that end the grammar
   // (empty: the tokenizer's eos_ids()).

@@ -165,6 +165,20 @@ TEST(SamplingGrammar, BadInputsAreNamedErrors) {
   EXPECT_THROW(Constraint::parse("regex", "a")->start(nullptr, {}, {}), Error);
 }
 
+// The emptiness check compiles a grammar once per process: the same constraint parsed again
+// (every prompt of a task set with one schema) compiles nothing.
+TEST(SamplingGrammar, EmptinessIsCheckedOncePerConstraint) {
+  const std::string schema = R"({"type": "object", "properties": {"probe_once": {"type": "integer"}}})";
+  const int64_t before = Constraint::emptiness_probes();
+  Constraint::parse("json_schema", schema);
+  EXPECT_EQ(Constraint::emptiness_probes(), before + 1);
+  for (int i = 0; i < 3; ++i) Constraint::parse("json_schema", schema);
+  Constraint::from_params({{"json_schema", schema}});
+  EXPECT_EQ(Constraint::emptiness_probes(), before + 1);
+  // Still named: an empty language parsed twice is an error both times.
+  for (int i = 0; i < 2; ++i) EXPECT_THROW(Constraint::parse("regex", "[^\\s\\S]"), Error);
+}
+
 TEST(SamplingGrammar, NoConstraintWhenNoneIsSet) {
   EXPECT_EQ(Constraint::from_params({}), nullptr);
   EXPECT_EQ(Constraint::from_params({{"json_schema", ""}, {"regex", ""}, {"response_format", "text"}}), nullptr);
