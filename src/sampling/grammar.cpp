@@ -363,6 +363,32 @@ ConstraintState::~ConstraintState() = default;
 bool ConstraintState::terminated() const { return impl_->ended; }
 int64_t ConstraintState::n_accepted() const { return static_cast<int64_t>(impl_->accepted.size()); }
 
+Tokens ConstraintState::forced(const Tokens& context, int64_t n_vocab, int64_t max) {
+  Impl& s = *impl_;
+  s.start_matcher(n_vocab);
+  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
+           s.compiled->n_vocab);
+  s.sync(context);
+  Tokens out;
+  if (s.ended) return out;
+  while (static_cast<int64_t>(out.size()) < max) {
+    fill_bitmask(*s.matcher, n_vocab, s.bitmask);
+    int64_t n_admitted = 0, only = -1;
+    for (size_t w = 0; w < s.bitmask.size() && n_admitted < 2; ++w) {
+      const auto bits = static_cast<uint32_t>(s.bitmask[w]);
+      if (bits == 0) continue;
+      n_admitted += __builtin_popcount(bits);
+      only = static_cast<int64_t>(w) * 32 + __builtin_ctz(bits);
+    }
+    if (n_admitted != 1 || s.is_stop(static_cast<TokenId>(only)) ||
+        !s.matcher->AcceptToken(static_cast<int32_t>(only)))
+      break;
+    out.push_back(static_cast<TokenId>(only));
+  }
+  if (!out.empty()) s.matcher->Rollback(static_cast<int>(out.size()));
+  return out;
+}
+
 void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,
                            const std::vector<int32_t>& parents) {
   Impl& s = *impl_;
