@@ -528,10 +528,10 @@ std::vector<Case> cases() {
       {"experiment_regex_malformed", val("ok.yaml", set("strategies=[{name: greedy, params: {regex: '(ab'}}]")), "regex: malformed regular expression: Regex parsing error at position 4"},
       // a tokenizer the grammar cannot be compiled for: none at all, or no end id to end it with
       {"experiment_regex_no_tokenizer", val("regex_no_tokenizer.yaml"), "regex_no_tokenizer.yaml: strategies[0].params: regex: cannot compile the grammar for this model: tiny-llama has no tokenizer"},
-      {"experiment_prompt_regex_no_tokenizer", runx("prompt_regex_no_tokenizer.yaml"), "prompt_regex_no_tokenizer.yaml: prompt 0: regex: cannot compile the grammar for this model: tiny-llama has no tokenizer"},
+      {"experiment_prompt_regex_no_tokenizer", runx("prompt_regex_no_tokenizer.yaml"), "prompt_regex_no_tokenizer.yaml: prompt p0: regex: cannot compile the grammar for this model: tiny-llama has no tokenizer"},
       {"generate_regex_no_end_id", g(good, {"--regex", "[a-z]+"}), "error: regex: cannot compile the grammar for this model: no end-of-sequence id to end it with"},
       // beam takes no constraint; response_format: text is none
-      {"experiment_beam_regex_prompt", val("beam_regex_prompt.yaml"), "strategies[0]: strategy 'beam' takes no structured output, but prompt 0 sets regex"},
+      {"experiment_beam_regex_prompt", val("beam_regex_prompt.yaml"), "strategies[0]: strategy 'beam' takes no structured output, but prompt p0 sets regex"},
       {"experiment_beam_text_prompt_runs", runx("beam_text_prompt.yaml"), "", 0},
       // a structure cut by max_new_tokens finishes with `length`
       {"generate_regex_cut_by_length", g("{in}/chat.gguf", {"--regex", "[a-z]{20}", "--max-new-tokens", "3"}), "3 tokens (length)", 0},

@@ -9,6 +9,15 @@
 // run here would raise. GrammarForcedLaw: the law at temperature > 0, exactly, in every verify
 // mode (tests/support/grammar_law.h: the exact enumeration of test_sampling_grammar.cpp with a
 // round that drafts the forced token first, through the real prepend_forced).
+//
+// Planted bugs (temporary changes, 2026-12-02): forced() forcing an admitted token where two are
+// admitted: SamplingGrammar.ForcedTokens and both GrammarForcedTiny runs fail (the loop names a
+// rejected forced token). The forced q rows appended after the drafter's instead of before:
+// GrammarForcedLaw fails (TV 0.27) and the tiny runs too. A tree's roots left at the root
+// instead of below the last forced token: only the direct prepend_forced test fails (the forced
+// child is tried first and always accepted, so the law holds and the tokens are greedy's).
+// Uniform q rows on the forced tokens: nothing fails, and nothing can: the masked target is
+// one-hot there, so min(1, p/q) = 1 for any q > 0 and no residual is ever drawn.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,20 +44,21 @@ const std::filesystem::path& root() {
   return dir.path;
 }
 
-// The target (chat: an end id, <|im_end|>, that closes the grammar) and a draft of another seed.
-const model::LoadedModel& tiny(bool draft) {
-  auto load = [](const std::string& name, uint32_t seed) {
+// The target (chat: an end id, <|im_end|>, that closes the grammar). It is its own draft model:
+// every token the drafter drafts after the forced ones is then the target's, and accepted at
+// T = 0, so a draft misplaced behind them (a tree's roots not below the last forced token)
+// shows as no accepted drafter token.
+const model::LoadedModel& tiny() {
+  static const model::LoadedModel target = [] {
     specdec::testing::TinyGgufOptions o;
     o.chat = true;
-    o.seed = seed;
     model::ModelSpec spec;
-    spec.name = name;
-    spec.path = specdec::testing::write_tiny_gguf((root() / name).string(), o);
+    spec.name = "target.gguf";
+    spec.path = specdec::testing::write_tiny_gguf((root() / "target.gguf").string(), o);
     spec.threads = 1;
     return model::load(spec);
-  };
-  static const model::LoadedModel target = load("target.gguf", 12345), other = load("draft.gguf", 777);
-  return draft ? other : target;
+  }();
+  return target;
 }
 
 const char* kSchema =
@@ -57,9 +67,9 @@ const char* kSchema =
 
 Request request(const std::string& prompt) {
   Request r;
-  r.target = tiny(false).model;
-  r.tokenizer = tiny(false).tokenizer;
-  r.draft = tiny(true).model;
+  r.target = tiny().model;
+  r.tokenizer = tiny().tokenizer;
+  r.draft = r.target;
   r.prompt = r.tokenizer->encode(prompt, true);
   r.stop.eos_ids = r.tokenizer->eos_ids();
   r.stop.max_new_tokens = 48;
@@ -91,6 +101,9 @@ TEST(GrammarForcedTiny, SpeculativeWithForcedTokensEqualsConstrainedGreedy) {
       // Keys, quotes, colons, commas and braces: far more than a third of this output.
       EXPECT_GT(3 * spec.stats.n_forced, spec.stats.n_generated) << what << ": " << spec.stats.n_forced << " of "
                                                                  << spec.stats.n_generated << " forced";
+      // The drafter's own tokens, after the forced ones (as its sequence and its tree's roots say),
+      // are accepted too.
+      EXPECT_GT(spec.stats.n_accepted - spec.stats.n_forced, 0) << what;
       std::printf("  %-22s %-12s forced %lld of %lld tokens, tau %.2f: %s\n", what.c_str(), prompt.c_str(),
                   (long long)spec.stats.n_forced, (long long)spec.stats.n_generated, spec.stats.tau(),
                   spec.text.c_str());
@@ -115,6 +128,34 @@ TEST(GrammarForcedTiny, BatchesForcePerSequence) {
     EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
     EXPECT_GT(batch[i].stats.n_forced, 0) << "request " << i;
   }
+}
+
+// prepend_forced and drafter_round on a tree: the forced chain first, the drafter's roots below
+// its last token, one-hot q rows first; the drafter is shown its own nodes and rows.
+TEST(GrammarForcedTiny, PrependForcedPutsTheDraftBelowTheForcedTokens) {
+  DraftProposal d;
+  d.tokens = {7, 8, 9};
+  d.parents = {-1, -1, 0};
+  d.q = at::rand({3, 10});
+  const at::Tensor q = d.q.clone();
+  prepend_forced(d, {4, 5});
+  EXPECT_EQ(d.tokens, (Tokens{4, 5, 7, 8, 9}));
+  EXPECT_EQ(d.parents, (std::vector<int32_t>{-1, 0, 1, 1, 2}));
+  ASSERT_EQ(d.q.size(0), 5);
+  EXPECT_TRUE(d.q.narrow(0, 2, 3).equal(q));
+  EXPECT_EQ(d.q[0][4].item<float>(), 1.0f);
+  EXPECT_EQ(d.q[1][5].item<float>(), 1.0f);
+  EXPECT_EQ(d.q.narrow(0, 0, 2).sum().item<float>(), 2.0f);
+  Round full;
+  full.n_valid = 20;
+  full.accepted = {0, 1, 2, 4};
+  full.rows.fed = {3, 4, 5, 7, 8, 9};
+  full.rows.parents = d.parents;
+  const Round mine = drafter_round(full, 2);
+  EXPECT_EQ(mine.n_valid, 20);
+  EXPECT_EQ(mine.accepted, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(mine.rows.fed, (Tokens{5, 7, 8, 9}));
+  EXPECT_EQ(mine.rows.parents, (std::vector<int32_t>{-1, -1, 0}));
 }
 
 // ---- the exact law with forced tokens ---------------------------------------------------------
