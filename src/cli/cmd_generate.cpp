@@ -75,6 +75,8 @@ void print_stats_line(const strategies::Result& r, const std::string& strategy) 
             << " tokens) | decode " << std::setprecision(2) << (s.n_generated ? ms_decode / s.n_generated : 0.0)
             << " ms/token | " << (ms_decode > 0 ? 1000.0 * s.n_generated / ms_decode : 0.0) << " tok/s";
   if (s.n_rounds > 0) std::cout << " | alpha " << std::setprecision(3) << s.alpha() << " tau " << s.tau();
+  if (s.n_forced > 0)  // structured output: the share of the output the grammar forced
+    std::cout << " | forced " << std::setprecision(1) << 100.0 * s.n_forced / s.n_generated << " %";
   std::cout << "\n";
 }
 

@@ -117,6 +117,7 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
                   {"n_aside_tokens", s.n_aside_tokens}, {"phase_ms", to_json(s.phase_ms)}};
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
     if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;
+    if (s.n_forced > 0) j["stats"]["n_forced"] = s.n_forced;  // structured output's forced tokens
   }
   return j;
 }

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "harness/model_catalog.h"
 #include "harness/report.h"
+#include "sampling/grammar.h"
 #include "strategies/registry.h"
 
 namespace specdec::harness {
@@ -64,11 +65,11 @@ std::vector<reg::Params> check_strategy_entries(const ExperimentConfig& cfg) {
     } catch (const Error& e) {
       fail(cfg.file, ": ", path, ".params: ", e.what());
     }
-    // A prompt's own constraint reaches every strategy on it.
+    // A prompt's own constraint reaches every strategy on it (response_format: text is none).
     for (const auto& p : cfg.prompts)
-      if (!p.constraint_params.empty() && !reg::takes_constraint(s.name))
+      if (p.constraint && !reg::takes_constraint(s.name))
         fail(cfg.file, ": ", path, ": strategy '", s.name, "' takes no structured output, but prompt ", p.id,
-             " sets ", p.constraint_params.begin()->first, " (greedy, sampling and speculative take one)");
+             " sets ", p.constraint->key(), " (greedy, sampling and speculative take one)");
     if (s.params.count(k_batch_size_param))
       parse_batch_size(s.params.at(k_batch_size_param), cfg.file + ": " + path + ".params");
   }
@@ -235,6 +236,17 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
   const bool tokenizerless = cfg.target.name.rfind("tiny-", 0) == 0;
   if (tokenizerless && !cfg.stop.empty())
     fail(cfg.file, ": stop: ", cfg.target.name, " has no tokenizer, so stop strings cannot match");
+  // Likewise a grammar, which is compiled for the target's tokenizer (sampling/grammar.h).
+  if (tokenizerless) {
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].constraint())
+        fail(cfg.file, ": strategies[", i, "].params: ", entries[i].constraint()->key(),
+             ": cannot compile the grammar for this model: ", cfg.target.name, " has no tokenizer");
+    for (const auto& p : cfg.prompts)
+      if (p.constraint)
+        fail(cfg.file, ": prompt ", p.id, ": ", p.constraint->key(), ": cannot compile the grammar for this model: ",
+             cfg.target.name, " has no tokenizer");
+  }
   Plan plan;
   for (auto& cell : expand_cells(cfg, strategy_accepts)) {
     PlannedCell pc;

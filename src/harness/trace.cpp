@@ -47,6 +47,7 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
       {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
   if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
   if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;  // not the target's tokens
+  if (s.n_forced > 0) j["n_forced"] = s.n_forced;  // structured output: drafted without the drafter
   return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
 }
 

@@ -139,18 +139,39 @@ void fill_bitmask(xgrammar::GrammarMatcher& matcher, int64_t n_vocab, std::vecto
 }
 
 // Whether the grammar's language is empty as far as its start shows: compiled for a vocabulary of
-// the 256 bytes and an end id, it admits neither a first byte nor the end. (This small compile is
-// the only one at parse time; the tokenizer's comes with the first mask.)
-bool admits_nothing(const xgrammar::Grammar& grammar) {
-  std::vector<std::string> bytes;
-  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
-  bytes.emplace_back("</s>");
-  const xgrammar::TokenizerInfo info(bytes, xgrammar::VocabType::RAW, 257, std::vector<int32_t>{256});
-  xgrammar::GrammarCompiler compiler(info, /*max_threads=*/1, /*cache_enabled=*/false);
-  xgrammar::GrammarMatcher matcher(compiler.CompileGrammar(grammar), std::vector<int32_t>{256});
+// the 256 bytes and an end id, it admits neither a first byte nor the end. That vocabulary and
+// its compiler are made once per process, and each grammar's answer is kept (by its key and
+// text; the newest k_probe_memo), so that the same constraint parsed again (every prompt of a
+// task set carrying one schema) compiles nothing again. This small compile is the only one at
+// parse time; the tokenizer's comes with the first mask.
+constexpr size_t k_probe_memo = 256;
+std::mutex g_probe_mu;
+int64_t g_probe_compiles = 0;
+
+bool admits_nothing(const std::string& name, const xgrammar::Grammar& grammar) {
+  static std::map<std::string, bool> memo;
+  static std::vector<std::string> order;  // memo's keys, oldest first
+  std::lock_guard<std::mutex> lock(g_probe_mu);
+  if (const auto it = memo.find(name); it != memo.end()) return it->second;
+  static xgrammar::GrammarCompiler* compiler = [] {
+    std::vector<std::string> bytes;
+    for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
+    bytes.emplace_back("</s>");
+    const xgrammar::TokenizerInfo info(bytes, xgrammar::VocabType::RAW, 257, std::vector<int32_t>{256});
+    return new xgrammar::GrammarCompiler(info, /*max_threads=*/1, /*cache_enabled=*/false);  // never freed
+  }();
+  ++g_probe_compiles;
+  xgrammar::GrammarMatcher matcher(compiler->CompileGrammar(grammar), std::vector<int32_t>{256});
   std::vector<int32_t> mask;
   fill_bitmask(matcher, 257, mask);
-  return std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; });
+  const bool empty = std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; });
+  if (order.size() >= k_probe_memo) {
+    memo.erase(order.front());
+    order.erase(order.begin());
+  }
+  memo.emplace(name, empty);
+  order.push_back(name);
+  return empty;
 }
 }  // namespace
 
@@ -186,7 +207,7 @@ std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, cons
       fail("structured output: unknown key '", key, "' (json_schema, regex, grammar, response_format)");
     }
     // Inside the try: an exception of xgrammar's while compiling it is a named error as well.
-    SD_CHECK(!admits_nothing(impl->grammar), key, ": ", file.empty() ? "" : "file '" + file + "': ",
+    SD_CHECK(!admits_nothing(key + '\0' + impl->source, impl->grammar), key, ": ", file.empty() ? "" : "file '" + file + "': ",
              "the ", key == "regex" ? "regular expression" : key == "json_schema" ? "schema" : "grammar",
              " matches nothing (no output can start it or end it)");
   } catch (const Error&) {
@@ -201,6 +222,11 @@ std::shared_ptr<const Constraint> Constraint::parse(const std::string& key, cons
 }
 
 const std::string& Constraint::key() const { return impl_->key; }
+
+int64_t Constraint::emptiness_probes() {
+  std::lock_guard<std::mutex> lock(g_probe_mu);
+  return g_probe_compiles;
+}
 
 // ---- ConstraintState ----------------------------------------------------------------------
 
@@ -243,8 +269,8 @@ void ConstraintState::Impl::compile(int64_t n_vocab) {
       return;
     }
   const int64_t n_tok = tok->vocab_size();
-  SD_CHECK(n_vocab >= n_tok, "structured output (", c.key, "): the logits have ", n_vocab,
-           " entries, fewer than the tokenizer's ", n_tok, " tokens");
+  SD_CHECK(n_vocab >= n_tok, c.key, ": cannot compile the grammar for this model: its logits have ", n_vocab,
+           " entries, fewer than its tokenizer's ", n_tok, " tokens");
   std::vector<std::string> vocab(n_tok);
   for (int64_t i = 0; i < n_tok; ++i) {
     const auto id = static_cast<TokenId>(i);
@@ -260,8 +286,7 @@ void ConstraintState::Impl::compile(int64_t n_vocab) {
     xgrammar::GrammarCompiler compiler(info, /*max_threads=*/2, /*cache_enabled=*/false);
     out->grammar = compiler.CompileGrammar(c.grammar);
   } catch (const std::exception& e) {
-    fail("structured output (", c.key, "): cannot compile the grammar for this tokenizer (", n_tok,
-         " tokens): ", message_of(e));
+    fail(c.key, ": cannot compile the grammar for this model's tokenizer (", n_tok, " tokens): ", message_of(e));
   }
   out->stop_ids = stop_ids;
   out->n_vocab = n_vocab;
@@ -307,8 +332,7 @@ void ConstraintState::Impl::fill(uint8_t* out, int64_t V) {
 
 std::shared_ptr<ConstraintState> Constraint::start(const tokenizer::Tokenizer* tok_ptr, const Tokens& prompt,
                                                    const std::vector<TokenId>& eos_ids) const {
-  SD_CHECK(tok_ptr != nullptr, "structured output (", impl_->key,
-           "): the model has no tokenizer, which the grammar is compiled for");
+  SD_CHECK(tok_ptr != nullptr, impl_->key, ": cannot compile the grammar for this model: it has no tokenizer");
   const tokenizer::Tokenizer& tok = *tok_ptr;
   auto s = std::make_unique<ConstraintState::Impl>();
   s->constraint = impl_;
@@ -317,8 +341,8 @@ std::shared_ptr<ConstraintState> Constraint::start(const tokenizer::Tokenizer* t
     if (id >= 0 && id < tok.vocab_size()) s->stop_ids.push_back(static_cast<int32_t>(id));
   std::sort(s->stop_ids.begin(), s->stop_ids.end());
   s->stop_ids.erase(std::unique(s->stop_ids.begin(), s->stop_ids.end()), s->stop_ids.end());
-  SD_CHECK(!s->stop_ids.empty(), "structured output (", impl_->key,
-           "): no end-of-sequence id to end the grammar with (the request and the tokenizer name none)");
+  SD_CHECK(!s->stop_ids.empty(), impl_->key, ": cannot compile the grammar for this model: no end-of-sequence id ",
+           "to end it with (neither the request nor the tokenizer names one)");
   s->prompt_len = prompt.size();
   return std::make_shared<ConstraintState>(std::move(s));
 }
@@ -338,6 +362,32 @@ ConstraintState::~ConstraintState() = default;
 
 bool ConstraintState::terminated() const { return impl_->ended; }
 int64_t ConstraintState::n_accepted() const { return static_cast<int64_t>(impl_->accepted.size()); }
+
+Tokens ConstraintState::forced(const Tokens& context, int64_t n_vocab, int64_t max) {
+  Impl& s = *impl_;
+  s.start_matcher(n_vocab);
+  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
+           s.compiled->n_vocab);
+  s.sync(context);
+  Tokens out;
+  if (s.ended) return out;
+  while (static_cast<int64_t>(out.size()) < max) {
+    fill_bitmask(*s.matcher, n_vocab, s.bitmask);
+    int64_t n_admitted = 0, only = -1;
+    for (size_t w = 0; w < s.bitmask.size() && n_admitted < 2; ++w) {
+      const auto bits = static_cast<uint32_t>(s.bitmask[w]);
+      if (bits == 0) continue;
+      n_admitted += __builtin_popcount(bits);
+      only = static_cast<int64_t>(w) * 32 + __builtin_ctz(bits);
+    }
+    if (n_admitted != 1 || s.is_stop(static_cast<TokenId>(only)) ||
+        !s.matcher->AcceptToken(static_cast<int32_t>(only)))
+      break;
+    out.push_back(static_cast<TokenId>(only));
+  }
+  if (!out.empty()) s.matcher->Rollback(static_cast<int>(out.size()));
+  return out;
+}
 
 void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,
                            const std::vector<int32_t>& parents) {

@@ -54,6 +54,9 @@ class Constraint {
   static std::shared_ptr<const Constraint> parse(const std::string& key, const std::string& value);
 
   const std::string& key() const;
+  // How many grammars this process has compiled to check that their language is not empty
+  // (parse() does, once per key and text: the same constraint parsed again reuses the answer).
+  static int64_t emptiness_probes();
   // A matcher for one sequence starting after `prompt`, for this tokenizer (vocabulary as its
   // token_bytes; special ids never admitted) with `eos_ids` as the ids that end the grammar
   // (empty: the tokenizer's eos_ids()).
@@ -88,6 +91,13 @@ class ConstraintState {
   // the verifier never reaches it, since its parent row gives that token probability 0.
   void mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft = {},
             const std::vector<int32_t>& parents = {});
+  // The tokens the grammar forces after `context` (issue 57, item 5): the one token it admits
+  // there, then the one it admits after that, and so on, at most `max`; it stops where it admits
+  // several, or only an end id (the target's own next token then). What follows `context` is
+  // left as it was. n_vocab: the logits' width, as for mask(). The masked target puts all its
+  // mass on each of them, so a round drafts them for free (speculative/proposer.h:
+  // prepend_forced) and accepts them in every verify mode.
+  Tokens forced(const Tokens& context, int64_t n_vocab, int64_t max);
   // The grammar has accepted an end-of-sequence id.
   bool terminated() const;
   // Tokens accepted so far after the prompt.

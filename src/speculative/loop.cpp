@@ -45,6 +45,8 @@ struct SpecSequence {
   Tokens seq;       // committed tokens; the cache holds all but the last
   Tokens prefill;   // a newcomer's prompt minus its last token, fed with its first round
   int64_t n = 0;    // seq's length when the round was drafted
+  Tokens forced;    // the grammar's forced tokens, the round's draft's first (prepend_forced)
+  Tokens ahead;     // seq + forced: what the drafter drafts after
   DraftProposal d;  // this round's draft
   at::Tensor logits, hidden;  // the target's rows after [last committed, draft...]: [k + 1, V], features [k + 1, d]
   at::Tensor p, top_ids, best;  // processed rows; the target's top tokens (drafter); argmax of p (synthetic)
@@ -202,19 +204,39 @@ void SpecLoop::gather() {
 
 double SpecLoop::draft() {
   std::vector<const Tokens*> seqs(B_, nullptr);
-  std::vector<int64_t> depth(B_, 0);
+  std::vector<int64_t> depth(B_, 0), room(B_, 0);
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     seqs[b] = &s.seq;
+    s.forced.clear();
     s.n = static_cast<int64_t>(s.seq.size());
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
     s.chosen = s.ctl->next();
-    depth[b] = std::min(s.chosen, s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1);
+    room[b] = s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1;
+    depth[b] = std::min(s.chosen, room[b]);
   }
   phase_.charge(&PhaseTimes::other);
+  // Structured output: the tokens the grammar forces come first, for free (mask work, charged as
+  // verify()'s); the drafter drafts after them, as if they were committed (not a drafter reading
+  // the target's features: it has none of theirs yet).
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    if (!s.grammar || !cfg_.forced_tokens || features_ || !cfg_.synthetic.empty()) continue;
+    s.forced = s.grammar->forced(s.seq, target_.config().n_vocab, std::min(room[b], cfg_.gamma_max));
+    if (s.forced.empty()) continue;
+    s.ahead = s.seq;
+    s.ahead.insert(s.ahead.end(), s.forced.begin(), s.forced.end());
+    seqs[b] = &s.ahead;
+    depth[b] = std::min(depth[b], room[b] - static_cast<int64_t>(s.forced.size()));
+  }
+  phase_.charge(&PhaseTimes::sample);
   PhaseTimes parts;
   std::vector<DraftProposal> drafts = drafters_->propose(seqs, depth, parts);
-  for (int64_t b : active_) spec_[b].d = std::move(drafts[b]);
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    s.d = std::move(drafts[b]);
+    prepend_forced(s.d, s.forced);
+  }
   // The batch's draft time, as the verify time is the batch's (gamma control).
   return phase_.charge_parts(parts, &PhaseTimes::draft);
 }
@@ -336,7 +358,8 @@ void SpecLoop::roll_back(int64_t b) {
   cache_.truncate(b, std::min(cache_.length(b), static_cast<int64_t>(s.seq.size()) - 1));
   s.prefill.clear();
   phase_.charge(&PhaseTimes::rollback);
-  s.drafter->observe(round_of(s));  // its own rollback and learning count as the drafter's time
+  // Its own rollback and learning count as the drafter's time; it sees its own nodes only.
+  s.drafter->observe(drafter_round(round_of(s), static_cast<int64_t>(s.forced.size())));
   phase_.charge(&PhaseTimes::draft);
 }
 
@@ -362,12 +385,17 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
   BatchSequence& q = *slots_[b];
   count_round(q.st, s.d, s.v);
   count_choice(q.st, s.chosen, static_cast<int64_t>(s.seq.size()) - s.n);
+  // The masked target puts all its mass on a forced token: every verify mode accepts it.
+  const auto m = static_cast<int64_t>(s.forced.size());
+  SD_CHECK(s.v.n_accepted() >= m, "structured output: the target rejected a token the grammar forces (",
+           s.v.n_accepted(), " of ", m, " forced tokens accepted): the mask and the forced tokens disagree");
+  q.st.n_forced += m;
   if (s.req->trace) {
     PhaseTimes so_far = phases_;  // the sequence's phase times so far
     so_far -= q.joined;
     s.req->trace->round(s.d, s.p, s.v.path, Tokens(s.seq.begin() + s.n, s.seq.end()), so_far);
   }
-  s.ctl->update(max_depth(s.d), s.v.n_accepted(), ms_draft, ms_verify);
+  s.ctl->update(max_depth(s.d) - m, std::max<int64_t>(0, s.v.n_accepted() - m), ms_draft, ms_verify);
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

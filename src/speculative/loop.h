@@ -27,6 +27,7 @@ struct SpecSetup {
   std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
   Params params;  // resolved: the drafter's name and its own parameters
   std::shared_ptr<const sampling::Constraint> constraint;  // structured output (sampling/grammar.h); null: none
+  bool forced_tokens = true;  // the grammar's forced tokens drafted without the drafter (prepend_forced)
 };
 
 // Speculative decoding of one or more requests (strategies/batch.h for slots, refill and

@@ -110,6 +110,40 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
   return out;
 }
 
+void prepend_forced(DraftProposal& d, const Tokens& forced) {
+  const auto m = static_cast<int64_t>(forced.size());
+  if (m == 0) return;
+  d.read_drawn(/*synced=*/false);
+  if (!d.parents.empty()) {
+    std::vector<int32_t> parents(m);
+    for (int64_t j = 0; j < m; ++j) parents[j] = static_cast<int32_t>(j - 1);
+    for (int32_t p : d.parents) parents.push_back(p < 0 ? static_cast<int32_t>(m - 1) : p + static_cast<int32_t>(m));
+    d.parents = std::move(parents);
+  }
+  if (d.q.defined()) {
+    const at::Tensor ids = at::tensor(std::vector<int64_t>(forced.begin(), forced.end()), at::kLong);
+    const at::Tensor one_hot = at::zeros({m, d.q.size(1)}, d.q.options()).scatter_(1, ids.to(d.q.device()).unsqueeze(1), 1.0);
+    d.q = at::cat({one_hot, d.q});
+  }
+  d.tokens.insert(d.tokens.begin(), forced.begin(), forced.end());
+}
+
+Round drafter_round(const Round& round, int64_t n_forced) {
+  if (n_forced == 0) return round;
+  Round r;
+  r.n_valid = round.n_valid;
+  for (int32_t node : round.accepted)
+    if (node >= n_forced) r.accepted.push_back(node - static_cast<int32_t>(n_forced));
+  const TargetRows& in = round.rows;
+  if (in.fed.empty()) return r;
+  r.rows.fed.assign(in.fed.begin() + n_forced, in.fed.end());
+  for (size_t j = static_cast<size_t>(n_forced); j < in.parents.size(); ++j)
+    r.rows.parents.push_back(in.parents[j] - static_cast<int32_t>(n_forced));
+  if (!in.topk.empty()) r.rows.topk.assign(in.topk.begin() + n_forced, in.topk.end());
+  if (in.hidden.defined()) r.rows.hidden = in.hidden.narrow(0, n_forced, in.hidden.size(0) - n_forced);
+  return r;
+}
+
 // Longest root-to-leaf path of a proposal (a chain: its length).
 int64_t max_depth(const DraftProposal& d) {
   int64_t deepest = 0;

@@ -281,6 +281,20 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
 void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
                 std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows);
 
+// Structured output's forced tokens (issue 57, item 5; sampling::ConstraintState::forced): the
+// tokens the grammar admits one at a time after the committed text are drafted without the
+// drafter, which proposes after them as if they were committed (it is shown committed text +
+// forced as its sequence). prepend_forced makes the round's proposal: the forced chain first,
+// the drafter's chain after it, or its tree's roots below the last forced token. Their q rows
+// are one-hot (their honest law: nothing was drawn) where the drafter's proposal has q; a
+// proposal without q (an n-gram lookup's, or none at all) stays tokens-only, which is lossless
+// whatever the tokens. The masked target puts all its mass on each forced token, so every
+// verify mode accepts them. An unread draft (DraftProposal::drawn) is read first.
+void prepend_forced(DraftProposal& d, const Tokens& forced);
+// The round as the drafter of such a proposal sees it: its own nodes (the accepted ones renumbered
+// from 0, its rows from the last forced token's on).
+Round drafter_round(const Round& round, int64_t n_forced);
+
 // Longest root-to-leaf path of a proposal (a chain: its length).
 int64_t max_depth(const DraftProposal& d);
 

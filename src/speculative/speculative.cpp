@@ -30,6 +30,7 @@ class Speculative : public Strategy {
     cfg_.verify.block_verify = verify_mode == "block";
     cfg_.verify.proc = processor_config(p);
     cfg_.constraint = p.constraint();
+    cfg_.forced_tokens = p.get_bool("forced_tokens");
     // The drafter name and every drafter's parameters, before any model is loaded.
     check_drafter_params(p);
     SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),
@@ -160,6 +161,9 @@ StrategyInfo speculative_info() {
        "controller_costs ('' = none); a calibrating run's own decisions are not reproducible"},
       {"verify", "string", "tokenwise",
        "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
+      {"forced_tokens", "bool", "true",
+       "structured output: the tokens the grammar forces (one admitted token) are drafted without the "
+       "drafter, before its own draft (lossless: the masked target puts all its mass there)"},
       {"synthetic_acceptance", "string", "off",
        "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
        "accepted at random instead of verified (chains position by position with a1; trees child by child, "

@@ -66,6 +66,10 @@ struct Stats {
   // speculative decoding
   int64_t n_drafted = 0;
   int64_t n_accepted = 0;
+  // Structured output: draft tokens the grammar forced, drafted without the drafter and always
+  // accepted (speculative/proposer.h: prepend_forced; n_drafted and n_accepted count them too);
+  // n_forced / n_generated is the forced-token share.
+  int64_t n_forced = 0;
   int64_t n_rounds = 0;                        // verification rounds
   int64_t n_tree_rounds = 0;                   // of which verified a token tree (not a chain)
   // Rounds per kernel mode that verified them ("greedy", "sampling", "tokens_only", "block"):

@@ -335,6 +335,11 @@ void make_inputs() {
   exp("strategy_list_bad.yaml", experiment("", "sl", "{greedy: 1}"));
   exp("gamma_huge.yaml", experiment("", "gh", "[{name: speculative, params: {drafter: ngram, gamma: 1000000000, "
                                               "gamma_max: 1000000000}}]"));
+  // structured output: a grammar on a model without a tokenizer; beam with prompts saying only text
+  exp("regex_no_tokenizer.yaml", experiment("", "rt", "[{name: greedy, params: {regex: 'a+'}}]"));
+  exp("prompt_regex_no_tokenizer.yaml", experiment("", "pt", "[greedy]", "[{text: hi, regex: 'a+'}]"));
+  exp("beam_text_prompt.yaml", experiment("", "bt", "[beam]", "[{text: hi, response_format: text}, hello]"));
+  exp("beam_regex_prompt.yaml", experiment("", "br", "[beam]", "[{text: hi, regex: 'a+'}]"));
   exp("draft_missing.yaml",
       "name: dm\nmodels: {target: tiny-llama, draft: nosuch-model}\nprompts: [hi]\nstrategies: [greedy]\n");
   write_file(in_dir() / "catalog_deep.yaml", "models: " + deep("[", "]", kDeep) + "\n");
@@ -522,6 +527,13 @@ std::vector<Case> cases() {
       {"generate_regex_empty_language", g(good, {"--regex", "[^\\s\\S]"}), "error: regex: the regular expression matches nothing"},
       {"generate_grammar_empty_language", g(good, {"--strategy", "speculative", "--set", "drafter=ngram", "--grammar", "root ::= [^\\x00-\\U0010FFFF]"}), "error: grammar: the grammar matches nothing"},
       {"experiment_regex_malformed", val("ok.yaml", set("strategies=[{name: greedy, params: {regex: '(ab'}}]")), "regex: malformed regular expression: Regex parsing error at position 4"},
+      // a tokenizer the grammar cannot be compiled for: none at all, or no end id to end it with
+      {"experiment_regex_no_tokenizer", val("regex_no_tokenizer.yaml"), "regex_no_tokenizer.yaml: strategies[0].params: regex: cannot compile the grammar for this model: tiny-llama has no tokenizer"},
+      {"experiment_prompt_regex_no_tokenizer", runx("prompt_regex_no_tokenizer.yaml"), "prompt_regex_no_tokenizer.yaml: prompt p0: regex: cannot compile the grammar for this model: tiny-llama has no tokenizer"},
+      {"generate_regex_no_end_id", g(good, {"--regex", "[a-z]+"}), "error: regex: cannot compile the grammar for this model: no end-of-sequence id to end it with"},
+      // beam takes no constraint; response_format: text is none
+      {"experiment_beam_regex_prompt", val("beam_regex_prompt.yaml"), "strategies[0]: strategy 'beam' takes no structured output, but prompt p0 sets regex"},
+      {"experiment_beam_text_prompt_runs", runx("beam_text_prompt.yaml"), "", 0},
       // a structure cut by max_new_tokens finishes with `length`
       {"generate_regex_cut_by_length", g("{in}/chat.gguf", {"--regex", "[a-z]{20}", "--max-new-tokens", "3"}), "3 tokens (length)", 0},
       {"generate_regex_cut_by_length_speculative", g("{in}/chat.gguf", {"--strategy", "speculative", "--set", "drafter=ngram", "--regex", "[a-z]{20}", "--max-new-tokens", "3"}), "3 tokens (length)", 0},

@@ -18,34 +18,14 @@
 
 #include "core/error.h"
 #include "sampling/grammar.h"
-#include "tests/reference/exact_law.h"
+#include "tests/support/grammar_law.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace specdec;
 using sampling::Constraint;
+using namespace specdec::testing_support::grammar_law;
 
 namespace {
-
-// id: 0 "<eos>" (special, the end id), 1 "a", 2 "b", 3 "c", 4 "ab", 5 "x", 6 "<pad>" (special)
-class TinyTokenizer : public tokenizer::Tokenizer {
- public:
-  Tokens encode(const std::string&, bool) const override { return {}; }
-  std::string decode(const Tokens& ids, bool) const override {
-    std::string s;
-    for (TokenId t : ids) s += token_bytes(t);
-    return s;
-  }
-  std::string token_bytes(TokenId id) const override { return is_special(id) ? "" : strings_[id]; }
-  const std::string& token_string(TokenId id) const override { return strings_[id]; }
-  int64_t vocab_size() const override { return static_cast<int64_t>(strings_.size()); }
-  TokenId bos_id() const override { return -1; }
-  std::vector<TokenId> eos_ids() const override { return {0}; }
-  bool is_special(TokenId id) const override { return id == 0 || id == 6; }
-  std::string apply_chat_template(const std::vector<tokenizer::ChatMessage>&, bool) const override { return ""; }
-
- private:
-  std::vector<std::string> strings_ = {"<eos>", "a", "b", "c", "ab", "x", "<pad>"};
-};
 
 constexpr int64_t kV = 8;  // the logits' width: one padding id beyond the tokenizer's 7
 
@@ -165,6 +145,34 @@ TEST(SamplingGrammar, BadInputsAreNamedErrors) {
   EXPECT_THROW(Constraint::parse("regex", "a")->start(nullptr, {}, {}), Error);
 }
 
+// The tokens the grammar forces (one admitted token at a time, never an end id), at most `max`;
+// the matcher is left after the committed text.
+TEST(SamplingGrammar, ForcedTokens) {
+  TinyTokenizer tok;
+  auto s = Constraint::parse("regex", "a[bc]cx(a|b)")->start(&tok, {5}, {0});
+  EXPECT_EQ(s->forced({5}, kV, 8), Tokens{});          // a, ab
+  EXPECT_EQ(s->forced({5, 1}, kV, 8), Tokens{});       // b, c
+  EXPECT_EQ(s->forced({5, 1, 2}, kV, 8), (Tokens{3, 5}));  // "c", "x", then a or b
+  EXPECT_EQ(s->forced({5, 1, 2}, kV, 1), Tokens{3});
+  EXPECT_EQ(admitted(*s, 1, {5, 1, 2}), (Rows{{3}}));  // the matcher is where the text is
+  EXPECT_EQ(s->forced({5, 1, 2, 3, 5, 1}, kV, 8), Tokens{});  // complete: the end id only
+  EXPECT_EQ(s->n_accepted(), 5);
+}
+
+// The emptiness check compiles a grammar once per process: the same constraint parsed again
+// (every prompt of a task set with one schema) compiles nothing.
+TEST(SamplingGrammar, EmptinessIsCheckedOncePerConstraint) {
+  const std::string schema = R"({"type": "object", "properties": {"probe_once": {"type": "integer"}}})";
+  const int64_t before = Constraint::emptiness_probes();
+  Constraint::parse("json_schema", schema);
+  EXPECT_EQ(Constraint::emptiness_probes(), before + 1);
+  for (int i = 0; i < 3; ++i) Constraint::parse("json_schema", schema);
+  Constraint::from_params({{"json_schema", schema}});
+  EXPECT_EQ(Constraint::emptiness_probes(), before + 1);
+  // Still named: an empty language parsed twice is an error both times.
+  for (int i = 0; i < 2; ++i) EXPECT_THROW(Constraint::parse("regex", "[^\\s\\S]"), Error);
+}
+
 TEST(SamplingGrammar, NoConstraintWhenNoneIsSet) {
   EXPECT_EQ(Constraint::from_params({}), nullptr);
   EXPECT_EQ(Constraint::from_params({{"json_schema", ""}, {"regex", ""}, {"response_format", "text"}}), nullptr);
@@ -177,105 +185,6 @@ TEST(SamplingGrammar, NoConstraintWhenNoneIsSet) {
 }
 
 // ---- the exact law with a constraint ----------------------------------------------------------
-
-namespace ref = specdec::reference;
-
-constexpr int kLawV = 7;  // the tokenizer's ids, no padding: the toy models' width
-
-// The text of each id for the automaton (0 "<eos>" and 6 "<pad>" are special: none).
-const char* const kText[kLawV] = {"", "a", "b", "c", "ab", "x", ""};
-
-// (ab|c)+ by hand, independent of xgrammar: 0 start, 1 complete (after "ab" or "c"), 2 after
-// "a"; -1 off the language. Special ids have no text and are never admitted.
-int walk(int state, int id) {
-  if (id == 0 || id == 6) return -1;
-  for (const char* ch = kText[id]; *ch && state >= 0; ++ch)
-    state = *ch == 'a' && state != 2 ? 2 : *ch == 'b' && state == 2 ? 1 : *ch == 'c' && state != 2 ? 1 : -1;
-  return state;
-}
-
-// The ids the language admits after `generated`: the end id where it is complete. A text off
-// the language (or past the end id) admits every id, as the implementation leaves such rows
-// (the true law never reaches one).
-ref::Mask automaton_admits(const ref::Tokens& generated) {
-  int state = 0;
-  for (int t : generated)
-    if ((state = walk(state, t)) < 0) return ref::Mask(kLawV, true);
-  ref::Mask m(kLawV);
-  for (int v = 0; v < kLawV; ++v) m[v] = v == 0 ? state == 1 : walk(state, v) >= 0;
-  return m;
-}
-
-// The real Constraint's masks of a round's rows, asked as SpecLoop::verify asks: the committed
-// text, the whole draft and its parents, one matcher across every round of the enumeration.
-std::function<std::vector<ref::Mask>(const ref::Tokens&, const std::vector<int>&)> real_masks(
-    std::shared_ptr<sampling::ConstraintState> state, const Tokens& context) {
-  return [state, context](const ref::Tokens& draft, const std::vector<int>& parents) {
-    at::Tensor logits = at::zeros({static_cast<int64_t>(draft.size()) + 1, kLawV});
-    state->mask(logits, context, Tokens(draft.begin(), draft.end()),
-                std::vector<int32_t>(parents.begin(), parents.end()));
-    std::vector<ref::Mask> out(draft.size() + 1, ref::Mask(kLawV));
-    const auto a = logits.accessor<float, 2>();
-    for (size_t r = 0; r < out.size(); ++r)
-      for (int v = 0; v < kLawV; ++v) out[r][v] = !std::isinf(a[r][v]);
-    return out;
-  };
-}
-
-
-struct GrammarLawCase {
-  std::string label;
-  ref::Setup setup;
-  ref::Mode mode;
-  int gamma = 0;             // chain length (parents empty)
-  std::vector<int> parents;  // a tree
-  int length = 0;            // L = max depth + 1
-};
-
-const char* law_mode_name(ref::Mode m) {
-  return m == ref::Mode::greedy ? "greedy" : m == ref::Mode::sampling ? "sampling" : m == ref::Mode::tokens_only ? "tokens_only" : "block";
-}
-
-// Every processor chain (the even ones through the regex key, the odd ones through the EBNF
-// key, the same language) x every chain mode, gamma 1..3, and tree mode, shapes [2], [3], [2,1].
-// The target has no -inf logits of its own (a row the mask leaves a single token keeps it); the
-// draft is unmasked, as in the loop: it drafts tokens off the grammar (x, <pad>, the end id too
-// early), which the masked target rejects.
-std::vector<GrammarLawCase> grammar_law_cases(uint64_t seed) {
-  static const TinyTokenizer tok;
-  const Tokens prompt = {5, 1, 2};  // "x", "a", "b": the penalty sees grammar tokens before the output
-  std::vector<GrammarLawCase> cases;
-  const std::vector<ref::Processors>& chains = ref::processor_chains();  // after the mask
-  for (size_t k = 0; k < chains.size(); ++k) {
-    const bool regex = k % 2 == 0;
-    ref::Setup s{{seed * 7 + 3, kLawV, /*zeros=*/false}, {seed * 13 + 1000, kLawV}, chains[k], {5, 1, 2}, ref::Plant::none};
-    s.eos = 0;
-    s.admits = [n = prompt.size()](const ref::Tokens& text) {
-      return automaton_admits(ref::Tokens(text.begin() + static_cast<std::ptrdiff_t>(n), text.end()));
-    };
-    const auto c = regex ? Constraint::parse("regex", "(ab|c)+") : Constraint::parse("grammar", "root ::= (\"ab\" | \"c\")+");
-    s.round_masks = real_masks(c->start(&tok, prompt, {0}), prompt);
-    const std::string head = std::string(regex ? "regex, " : "grammar, ") + chains[k].name + ", ";
-    for (ref::Mode m : {ref::Mode::greedy, ref::Mode::sampling, ref::Mode::tokens_only, ref::Mode::block})
-      for (int g = 1; g <= 3; ++g)
-        cases.push_back({head + law_mode_name(m) + " chain, gamma " + std::to_string(g), s, m, g, {}, g + 1});
-    for (ref::Mode m : {ref::Mode::greedy, ref::Mode::sampling, ref::Mode::tokens_only})
-      for (const std::vector<int>& shape : {std::vector<int>{2}, {3}, {2, 1}})
-        cases.push_back({head + law_mode_name(m) + " tree of " + std::to_string(ref::tree_parents(shape).size()) +
-                             " nodes, depth " + std::to_string(shape.size()),
-                         s, m, 0, ref::tree_parents(shape), static_cast<int>(shape.size()) + 1});
-  }
-  return cases;
-}
-
-ref::RoundLaw grammar_law(const GrammarLawCase& c, ref::Plant plant = ref::Plant::none) {
-  ref::Setup s = c.setup;
-  s.plant = plant;
-  return ref::round_law(s, c.length, c.mode == ref::Mode::greedy, [&](ref::Enumerator& e, ref::RowCache& rows) {
-    return c.parents.empty() ? ref::chain_round(e, rows, c.mode, c.gamma, plant)
-                             : ref::tree_round(e, rows, c.mode, c.parents, plant);
-  });
-}
 
 TEST(GrammarLaw, EveryModeReproducesTheConstrainedTarget) {
   double worst = 0;
