@@ -144,7 +144,7 @@ void CostTable::measure_round(int64_t k, int64_t a, double ms_draft, double ms_v
   drafted_ = drafted_ * decay + double(k);
   accepted_ = accepted_ * decay + double(a);
   costs_.acceptance = (accepted_ + 1.0) / (drafted_ + 2.0);
-  if (k > 0) blend(costs_.draft_ms_per_token, ms_draft / double(k));
+  if (k > 0 && ms_draft >= 0) blend(costs_.draft_ms_per_token, ms_draft / double(k));
   auto it = costs_.verify_ms.emplace(k + 1, -1.0).first;
   blend(it->second, ms_verify);
 }
@@ -174,8 +174,29 @@ double GammaController::alpha_estimate() const {
   return (accepted_ + prior_tokens * prior_) / (drafted_ + prior_tokens);
 }
 
+bool GammaController::defer_prefill() {
+  if (mode_ != GammaMode::cost) return false;
+  deferred_ = paused_ = true;
+  return true;
+}
+
+int64_t GammaController::next(int64_t remaining, int64_t behind) {
+  if (!deferred_ || gamma_ == 0) return gamma_;
+  const StepCosts c = costs_->now();
+  // Nothing measured yet (a measured table's first request): draft, so that it gets measured.
+  if (!c.verify_ms.empty() && remaining >= 0) {
+    const double a = probing_ ? 0.999 : std::min(alpha_estimate(), 0.999);
+    const double saved = double(remaining) * (ms_per_token(c, 0, a) - ms_per_token(c, gamma_, a));
+    if (saved <= std::max(0.0, c.draft_prefill_ms_per_token) * double(behind)) return 0;
+  }
+  deferred_ = false;  // this round's draft prefills
+  return gamma_;
+}
+
 void GammaController::update(int64_t k, int64_t a, double ms_draft, double ms_verify) {
   constexpr double decay = 0.95;
+  if (k > 0 && paused_) ms_draft = -1;  // a catch-up, not the cost of drafting
+  paused_ = k == 0;
   drafted_ = drafted_ * decay + double(k);
   accepted_ = accepted_ * decay + double(a);
   if (mode_ == GammaMode::hf) {
@@ -186,17 +207,21 @@ void GammaController::update(int64_t k, int64_t a, double ms_draft, double ms_ve
   }
 }
 
+double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a) const {
+  const double t_draft = std::max(0.0, c.draft_ms_per_token);  // unmeasured: free, so it is tried
+  const double expected = (1.0 - std::pow(a, double(g + 1))) / (1.0 - a);
+  return (double(g) * t_draft + c.verify_at(g + 1)) / expected;
+}
+
 void GammaController::choose_by_cost() {
   const StepCosts c = costs_->now();
   if (c.verify_ms.empty()) return;  // keep the start value until a verify step has been measured
-  const double t_draft = std::max(0.0, c.draft_ms_per_token);  // unmeasured: free, so it is tried
   const auto best_at = [&](double a) {
     int64_t best = 0;
-    double best_rate = 1.0 / c.verify_at(1);
+    double best_ms = ms_per_token(c, 0, a);
     for (int64_t g = 1; g <= gamma_max_; ++g) {
-      const double expected = (1.0 - std::pow(a, double(g + 1))) / (1.0 - a);
-      const double rate = expected / (double(g) * t_draft + c.verify_at(g + 1));
-      if (rate > best_rate) { best_rate = rate; best = g; }
+      const double ms = ms_per_token(c, g, a);
+      if (ms < best_ms) { best_ms = ms; best = g; }
     }
     return best;
   };
@@ -204,8 +229,8 @@ void GammaController::choose_by_cost() {
   n_zero_rounds_ = best == 0 ? n_zero_rounds_ + 1 : 0;
   // At gamma 0 nothing is drafted, so acceptance is never re-measured: probe now and then,
   // where a higher acceptance could make drafting pay.
-  const bool probe = best == 0 && n_zero_rounds_ % probe_every == 0 && best_at(0.999) > 0;
-  gamma_ = probe ? 1 : best;
+  probing_ = best == 0 && n_zero_rounds_ % probe_every == 0 && best_at(0.999) > 0;
+  gamma_ = probing_ ? 1 : best;
 }
 
 void count_choice(Stats& st, int64_t chosen, int64_t n_emitted) {

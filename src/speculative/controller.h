@@ -50,8 +50,8 @@ class CostTable {
                                             const std::shared_ptr<const void>& draft, const std::string& drafter);
   bool fixed() const { return fixed_; }
   StepCosts now() const;  // a copy
-  // A round that drafted k tokens and accepted a: the draft's ms (k > 0) and the target's ms
-  // over k + 1 rows. Ignored by a fixed table.
+  // A round that drafted k tokens and accepted a: the draft's ms (k > 0; < 0: not a measure of
+  // drafting, left out) and the target's ms over k + 1 rows. Ignored by a fixed table.
   void measure_round(int64_t k, int64_t a, double ms_draft, double ms_verify);
   // The draft's prefill of n prompt tokens. Ignored by a fixed table.
   void measure_prefill(int64_t n_tokens, double ms);
@@ -73,22 +73,39 @@ class CostTable {
 //        request's accept counts after a prior of the table's acceptance. g = 0 means plain
 //        decoding (speculation steps aside); every `probe_every` rounds at 0 it drafts one
 //        token to keep measuring a, unless drafting could not pay even at a = 1.
+//        Lazy draft prefill (defer_prefill): while the draft has not prefilled, a round drafts
+//        only if the time it is expected to save over the tokens left repays the draft's
+//        catch-up, draft_prefill_ms_per_token per committed token; else it steps aside.
 class GammaController {
  public:
   // costs: the table cost mode decides from (null: a measured table of its own).
   GammaController(GammaMode mode, int64_t gamma, int64_t gamma_max, std::shared_ptr<CostTable> costs = nullptr);
-  int64_t next() const { return gamma_; }
+  // The draft model's prefill waits for the first round that drafts (its drafter catches up
+  // then): true in cost mode, which then charges that catch-up to the first decision to draft;
+  // false otherwise (off, hf: the caller prefills as before).
+  bool defer_prefill();
+  // The next round's draft length. remaining: the tokens the request may still emit (< 0:
+  // unbounded); behind: the tokens a deferred draft would catch up (the committed sequence).
+  // Both matter only while the prefill is deferred; the first length > 0 returned ends that.
+  int64_t next(int64_t remaining = -1, int64_t behind = 0);
   // One round: drafted k, accepted a, draft time (ms) and target verify time (ms, k+1 rows).
+  // A round that drafted after a pause at 0 (or a deferred prefill) caught its draft up on
+  // every token emitted meanwhile: its draft time is not taken as the cost of drafting.
   void update(int64_t k, int64_t a, double ms_draft, double ms_verify);
   double alpha_estimate() const;
 
  private:
   void choose_by_cost();
+  // Expected ms per emitted token at draft length g and acceptance a (g = 0: plain decoding).
+  double ms_per_token(const StepCosts& c, int64_t g, double a) const;
 
   GammaMode mode_;
   int64_t gamma_, gamma_max_;
   std::shared_ptr<CostTable> costs_;  // cost mode only
   int64_t n_zero_rounds_ = 0;
+  bool probing_ = false;   // gamma_ is a probe's 1, not the best length
+  bool deferred_ = false;  // the draft has not prefilled yet (defer_prefill)
+  bool paused_ = false;    // the last round drafted nothing: the next draft catches up first
   double drafted_ = 0, accepted_ = 0;  // this request's, exponentially decayed
   double prior_ = 0.5;                 // the table's acceptance when the request started
   static constexpr int64_t probe_every = 8;

@@ -40,6 +40,7 @@ struct SpecSequence {
   Drafter* drafter = nullptr;          // its slot's, in the batch's BatchDrafter
   std::unique_ptr<GammaController> ctl;
   int64_t chosen = 0;                  // this round's draft length as the controller chose it
+  bool lazy = false;                   // its draft prefills with its first draft (GammaController::defer_prefill)
   std::shared_ptr<sampling::ConstraintState> grammar;  // structured output: this sequence's matcher
   const Request* req = nullptr;
   Tokens seq;       // committed tokens; the cache holds all but the last
@@ -156,6 +157,7 @@ void SpecLoop::join(int64_t b) {
   s.drafter = &drafters_->at(b);
   features_ = s.drafter->target_wants().features;
   s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max, costs_);
+  s.lazy = s.drafter->prefill_later() && s.ctl->defer_prefill();
   s.grammar = strategies::start_constraint(req, cfg_.constraint);
   Stats& st = slots_[b]->st;
   st.synthetic_acceptance = cfg_.synthetic;
@@ -173,7 +175,8 @@ void SpecLoop::join(int64_t b) {
 void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   if (newcomers.empty()) return;
   if (B_ > 1 && !features_) {
-    for (int64_t b : newcomers) spec_[b].drafter->prefill(spec_[b].prefill, {});
+    for (int64_t b : newcomers)
+      if (!spec_[b].lazy) spec_[b].drafter->prefill(spec_[b].prefill, {});
     return;
   }
   std::vector<Tokens> fed(B_);
@@ -184,6 +187,7 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   phase_.charge(&PhaseTimes::prefill);  // the target's
   for (int64_t b : newcomers) {
     const Tokens& head = fed[b];
+    if (spec_[b].lazy) continue;
     const bool seen = hidden.defined() && !head.empty();
     spec_[b].drafter->prefill(head, seen ? hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())) : at::Tensor());
     // The draft's, measured for the cost table where it is the slot's own (one slot).
@@ -211,8 +215,8 @@ double SpecLoop::draft() {
     s.forced.clear();
     s.n = static_cast<int64_t>(s.seq.size());
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
-    s.chosen = s.ctl->next();
     room[b] = s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1;
+    s.chosen = s.ctl->next(room[b] + 1, s.n);
     depth[b] = std::min(s.chosen, room[b]);
   }
   phase_.charge(&PhaseTimes::other);
@@ -237,8 +241,11 @@ double SpecLoop::draft() {
     s.d = std::move(drafts[b]);
     prepend_forced(s.d, s.forced);
   }
+  // A lazy draft's prefill (its first draft's catch-up), measured where it is the slot's own.
+  if (costs_ && B_ == 1 && parts.prefill > 0)
+    costs_->measure_prefill(static_cast<int64_t>(seqs[0]->size()), parts.prefill);
   // The batch's draft time, as the verify time is the batch's (gamma control).
-  return phase_.charge_parts(parts, &PhaseTimes::draft);
+  return phase_.charge_parts(parts, &PhaseTimes::draft) - parts.prefill;
 }
 
 // What the round's target forward feeds for a sequence in a batch: a newcomer's prompt (all but

@@ -162,6 +162,11 @@ class Drafter {
     (void)tokens;
     (void)features;
   }
+  // Whether prefill() may be skipped: propose() catches its state up from wherever it stands
+  // (a draft model's cache fed from its length), so its first proposal prefills the prompt.
+  // adaptive_gamma=cost then prefills only when the controller first drafts (docs/controller.md,
+  // "Lazy draft prefill"). Default false.
+  virtual bool prefill_later() const { return false; }
   // Whether its proposals carry q. The verifier reads each proposal's own q (tokens-only when
   // undefined), so this only describes the drafter; default false (a lookup: no q).
   virtual bool has_distribution() const { return false; }

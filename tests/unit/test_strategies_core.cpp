@@ -288,6 +288,126 @@ TEST(Controller, CalibratingRunWritesATableThatFixesTheCosts) {
             base.tokens);
 }
 
+// ---- lazy draft prefill (adaptive_gamma=cost; docs/controller.md) -----------------------------
+// Counts a draft model's forwards, and the tokens of each one fed from position 0 (a prefill:
+// prefill() feeds the prompt but its last token, a lazy draft's first catch-up the whole sequence).
+class CountingLM : public model::CausalLM {
+ public:
+  explicit CountingLM(std::shared_ptr<model::CausalLM> inner) : inner_(std::move(inner)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  model::KVCache make_cache(int64_t batch, int64_t max_seq) const override { return inner_->make_cache(batch, max_seq); }
+  using model::CausalLM::forward;
+  model::ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache,
+                               const model::ForwardOptions& options) override {
+    ++calls;
+    if (start_pos.at(0) == 0) prefills.push_back(tokens.size(1));
+    return inner_->forward(tokens, start_pos, cache, options);
+  }
+  int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  bool ragged_batches() const override { return inner_->ragged_batches(); }
+  int64_t calls = 0;
+  std::vector<int64_t> prefills;
+
+ private:
+  std::shared_ptr<model::CausalLM> inner_;
+};
+
+std::string model_costs(const std::string& name, double draft_ms, double prefill_ms, double acceptance,
+                        const std::string& drafter = "model") {
+  return cost_table(name, R"({"drafter": ")" + drafter + R"(", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": )" +
+                              std::to_string(draft_ms) + R"(, "draft_prefill_ms_per_token": )" +
+                              std::to_string(prefill_ms) + R"(, "acceptance": )" + std::to_string(acceptance) + "}");
+}
+
+// After a pause at 0 a draft model first feeds every token emitted meanwhile: that round's draft
+// time is not taken as the cost of drafting (a measured table keeps its figure); the next is.
+TEST(LazyPrefill, TheCatchUpAfterAPauseIsNotTheCostOfDrafting) {
+  const auto table = std::make_shared<CostTable>();
+  GammaController ctl(GammaMode::cost, 2, 8, table);
+  ctl.update(2, 1, 4.0, 12.0);  // 2 ms a drafted token
+  ctl.update(0, 0, 0.0, 10.0);  // stepped aside
+  ctl.update(1, 1, 500.0, 11.0);  // caught up, then drafted one token
+  EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, 2.0);
+  ctl.update(1, 1, 3.0, 11.0);
+  EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, 0.8 * 2.0 + 0.2 * 3.0);
+}
+
+// Drafting never pays: the draft model never runs, not even its prefill, and the output is
+// greedy's. adaptive_gamma=off still prefills eagerly (the prompt but its last token). Both
+// drafters over a draft model's cache: the chain (model) and the tree.
+TEST(LazyPrefill, DraftingThatNeverPaysNeverPrefillsTheDraft) {
+  for (const std::string drafter : {"model", "tree"}) {
+    SCOPED_TRACE(drafter);
+    Request req = tiny_request(11, 40);
+    const Result base = run("greedy", {}, req);
+    const auto draft = std::make_shared<CountingLM>(tiny(12));
+    req.draft = draft;
+    const std::string costs = model_costs("lazy_never_" + drafter + ".json", 1000, 0.5, 1, drafter);
+    const Result r = run("speculative",
+                         greedy_params({{"drafter", drafter}, {"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req);
+    EXPECT_EQ(r.tokens, base.tokens);
+    EXPECT_EQ(draft->calls, 0);
+    EXPECT_EQ(r.stats.gamma_rounds.at(0), r.stats.n_rounds);
+    run("speculative", greedy_params({{"drafter", drafter}, {"gamma", "4"}}), req);
+    EXPECT_EQ(draft->prefills, std::vector<int64_t>{5});
+  }
+}
+
+// Drafting pays: the draft prefills once, with the first round's draft (the whole sequence
+// from position 0), greedy equals greedy, and a seeded sampled run repeats token for token.
+TEST(LazyPrefill, DraftingThatPaysPrefillsOnceAtTheFirstDraft) {
+  for (const std::string drafter : {"model", "tree"}) {
+    SCOPED_TRACE(drafter);
+    Request req = tiny_request(11, 40);
+    const Result base = run("greedy", {}, req);
+    auto draft = std::make_shared<CountingLM>(tiny(11));
+    req.draft = draft;
+    const std::string costs = model_costs("lazy_pays_" + drafter + ".json", 0.1, 0.5, 0.9, drafter);
+    const Result r = run("speculative",
+                         greedy_params({{"drafter", drafter}, {"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req);
+    EXPECT_EQ(r.tokens, base.tokens);
+    EXPECT_EQ(r.stats.gamma_rounds.at(0), 0);  // drafts from the first round
+    EXPECT_EQ(draft->prefills, std::vector<int64_t>{6});
+    draft = std::make_shared<CountingLM>(tiny(12));  // a draft that disagrees: decisions vary
+    req.draft = draft;
+    req.seed = 7;
+    const Params sampled = P(
+        {{"drafter", drafter}, {"temperature", "0.9"}, {"adaptive_gamma", "cost"}, {"controller_costs", costs}});
+    const Result a = run("speculative", sampled, req);
+    const Result b = run("speculative", sampled, req);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.stats.gamma_rounds, b.stats.gamma_rounds);
+    EXPECT_EQ(draft->prefills, (std::vector<int64_t>{6, 6}));  // once a run
+  }
+}
+
+// Drafting pays per round (about 7 ms a token saved), but the prefill of a 6-token sequence at
+// 25 ms a token (150 ms) is more than 8 tokens can repay: the short request steps aside from
+// its first round and never runs the draft. Without the prefill's cost, or with 40 tokens to
+// repay it, the same request drafts.
+TEST(LazyPrefill, ThePrefillCostMakesAShortRequestStepAside) {
+  const auto run_with = [](int64_t max_new, double prefill_ms, const std::string& name) {
+    Request req = tiny_request(11, max_new);
+    const Result base = run("greedy", {}, req);
+    const auto draft = std::make_shared<CountingLM>(tiny(11));
+    req.draft = draft;
+    const std::string costs = model_costs(name, 1, prefill_ms, 0.9);
+    const Result r = run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req);
+    EXPECT_EQ(r.tokens, base.tokens) << name;
+    return std::make_pair(r, draft->calls);
+  };
+  const auto [aside, aside_calls] = run_with(8, 25, "lazy_short.json");
+  EXPECT_EQ(aside_calls, 0);
+  EXPECT_EQ(aside.stats.gamma_rounds.at(0), aside.stats.n_rounds);
+  EXPECT_EQ(aside.stats.n_aside_tokens, 8);
+  const auto [free_prefill, free_calls] = run_with(8, 0, "lazy_short_free.json");
+  EXPECT_GT(free_calls, 0);
+  EXPECT_EQ(free_prefill.stats.gamma_rounds.at(0), 0);
+  const auto [longer, longer_calls] = run_with(40, 25, "lazy_long.json");
+  EXPECT_GT(longer_calls, 0);
+  EXPECT_EQ(longer.stats.gamma_rounds.at(0), 0);
+}
+
 TEST(Controller, BadCostTablesAndKeysAreNamedErrors) {
   const auto error_of = [](const std::map<std::string, std::string>& p) {
     try {

@@ -116,7 +116,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
   }
   forward_slots(cache, slots, fed, start, row, out);
   // A forward that feeds a newcomer's prompt (a batch: the slots' prompts ride along with the
-  // catch-up) is prefill, as a batch-1 run's prefill() is.
+  // catch-up; a lazily prefilled draft: its first proposal) is prefill, as prefill() is.
   bool prompt = false;
   for (int64_t b = 0; b < B; ++b) prompt = prompt || (start[b] == 0 && fed[b].size() > 1);
   if (prompt)
@@ -166,6 +166,7 @@ class ModelDrafter : public Drafter {
   void observe(const Round& round) override {
     if (cache_.length(0) > round.n_valid) cache_.truncate(0, round.n_valid);
   }
+  bool prefill_later() const override { return true; }  // draft_slots feeds from the cache's length
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     if (max_depth <= 0) return {};
@@ -220,6 +221,7 @@ class ModelBatchDrafter : public BatchDrafter {
     void observe(const Round& round) override {
       if (owner_.cache_.length(slot_) > round.n_valid) owner_.cache_.truncate(slot_, round.n_valid);
     }
+    bool prefill_later() const override { return true; }
     bool has_distribution() const override { return true; }
 
    private:

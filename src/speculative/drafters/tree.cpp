@@ -140,6 +140,7 @@ class ModelTreeSource : public TreeSource {
   void prefill(const Tokens& tokens, const at::Tensor&) override {
     if (!tokens.empty()) forward_tokens(*model_, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
   }
+  int64_t cached() const override { return cache_.length(0); }
   at::Tensor root(const Tokens& seq, DraftProposal& out) override {
     const int64_t n = static_cast<int64_t>(seq.size()), n_cached = cache_.length(0);
     base_ = n;
@@ -189,6 +190,7 @@ class TreeDrafter : public Drafter {
   }
 
   void prefill(const Tokens& tokens, const at::Tensor& features) override { source_->prefill(tokens, features); }
+  bool prefill_later() const override { return source_->cached() >= 0; }
   TargetWants target_wants() const override { return {0, source_->wants_target_features()}; }
   bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
   void report(std::map<std::string, double>& out) const override;
@@ -497,8 +499,14 @@ std::vector<DraftProposal> TreeDrafter::grow(const std::vector<TreeDrafter*>& tr
   if (!any) return out;
   PhaseClock clock(ms);
   const Stopwatch round;
+  // A root that feeds a whole prompt (a lazily prefilled draft's first) is prefill, as prefill() is.
+  bool prompt = false;
+  for (size_t b = 0; b < B; ++b) prompt = prompt || (src[b] && src[b]->cached() == 0 && seqs[b]->size() > 1);
   const std::vector<at::Tensor> roots = any->roots(src, seqs, outs);  // [V] each; undefined: nothing to draft from
-  ms.draft_catchup += clock.charge(&PhaseTimes::draft);
+  if (prompt)
+    clock.charge(&PhaseTimes::prefill);
+  else
+    ms.draft_catchup += clock.charge(&PhaseTimes::draft);
   std::vector<int64_t> depth(B, 0);
   int64_t deepest = 0;
   for (size_t b = 0; b < B; ++b) {

@@ -25,6 +25,10 @@ class TreeSource {
     (void)tokens;
     (void)features;
   }
+  // The committed tokens its cache holds, from which root() catches up (a draft model's);
+  // -1: it keeps no such cache and needs prefill() (the default). A source with one may be
+  // prefilled lazily (Drafter::prefill_later): its first root() then feeds the whole sequence.
+  virtual int64_t cached() const { return -1; }
   // Catches up with the committed sequence; returns the draft logits [V] of its next token
   // (undefined: nothing to draft from yet). Counts its forwards in out.n_forwards.
   virtual at::Tensor root(const Tokens& seq, DraftProposal& out) = 0;
