@@ -15,13 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/metrics.h"
+#include "io/durable_file.h"
 
 namespace specdec::harness {
 
-// Appends `text` (one or more complete lines) to `path` with O_APPEND and fsyncs it.
-void append_durable(const std::string& path, const std::string& text);
-// Writes `text` to `path` atomically (temporary file + fsync + rename).
-void write_atomic(const std::string& path, const std::string& text);
+using io::append_durable;  // io/durable_file.h
+using io::write_atomic;
 
 class RunStore {
  public:

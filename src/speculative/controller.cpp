@@ -3,13 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/durable_file.h"
 #include "io/json_limits.h"
 #include "strategies/strategy.h"
 
@@ -101,14 +100,11 @@ void StepCosts::write(const std::string& path) const {
   // Only what was measured: a run that never drafted has no draft cost to give.
   if (draft_ms_per_token >= 0) j["draft_ms_per_token"] = draft_ms_per_token;
   if (draft_prefill_ms_per_token >= 0) j["draft_prefill_ms_per_token"] = draft_prefill_ms_per_token;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    SD_CHECK(out.good(), "controller_calibrate: cannot write ", tmp);
-    out << j.dump(2) << '\n';
-    SD_CHECK(out.good(), "controller_calibrate: cannot write ", tmp);
+  try {
+    io::write_atomic(path, j.dump(2) + "\n");
+  } catch (const Error& e) {
+    fail("controller_calibrate: ", e.what());
   }
-  SD_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "controller_calibrate: cannot move ", tmp, " to ", path);
 }
 
 CostTable::CostTable(StepCosts fixed) : costs_(std::move(fixed)), fixed_(true) {}
@@ -136,11 +132,18 @@ StepCosts CostTable::now() const {
   return costs_;
 }
 
+namespace {
+// An exponential moving average of measured ms; slot < 0: nothing measured yet.
+void blend(double& slot, double x) {
+  constexpr double ema = 0.2;
+  slot = slot < 0 ? x : (1 - ema) * slot + ema * x;
+}
+}  // namespace
+
 void CostTable::measure_round(int64_t k, int64_t a, double ms_draft, double ms_verify) {
   if (fixed_) return;
-  constexpr double decay = 0.99, ema = 0.2;
+  constexpr double decay = 0.99;
   std::lock_guard<std::mutex> lock(mu_);
-  const auto blend = [&](double& slot, double x) { slot = slot < 0 ? x : (1 - ema) * slot + ema * x; };
   drafted_ = drafted_ * decay + double(k);
   accepted_ = accepted_ * decay + double(a);
   costs_.acceptance = (accepted_ + 1.0) / (drafted_ + 2.0);
@@ -151,11 +154,8 @@ void CostTable::measure_round(int64_t k, int64_t a, double ms_draft, double ms_v
 
 void CostTable::measure_prefill(int64_t n_tokens, double ms) {
   if (fixed_ || n_tokens <= 0) return;
-  constexpr double ema = 0.2;
   std::lock_guard<std::mutex> lock(mu_);
-  double& slot = costs_.draft_prefill_ms_per_token;
-  const double x = ms / double(n_tokens);
-  slot = slot < 0 ? x : (1 - ema) * slot + ema * x;
+  blend(costs_.draft_prefill_ms_per_token, ms / double(n_tokens));
 }
 
 // ---- the controller ---------------------------------------------------------------------------
