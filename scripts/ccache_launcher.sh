@@ -8,9 +8,10 @@
 # missed in all of them. A .pch restored from another path's cache entry would not do either:
 # clang refuses it once that path is gone ("could not find file ... referenced by AST file").
 # So the header is built where it is used, and beside it this launcher writes <pch>.sum: a digest
-# of the compile command and of the header as preprocessed, both with the checkout's path
-# replaced by '@'. ccache hashes that file instead of the .pch (pch_external_checksum): the same
-# for every clone, and new whenever the header's text or flags change.
+# of the compile command and of the header as preprocessed (-E -dD: with its macro definitions
+# and line numbers), both with the checkout's path replaced by '@'. ccache hashes that file
+# instead of the .pch (pch_external_checksum): the same for every clone, and new whenever the
+# header's text or flags change.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
@@ -42,5 +43,5 @@ for a in "$@"; do
 done
 esc=$(printf '%s' "$root" | sed 's/[][\.*^$|]/\\&/g')
 { printf '%s\n' "$@" | sed "s|$esc|@|g"
-  "${cpp[@]}" -E -o - | sed "s|$esc|@|g"
+  "${cpp[@]}" -E -dD -o - | sed "s|$esc|@|g"
 } | sha256sum > "$out.sum.tmp" && mv "$out.sum.tmp" "$out.sum" || rm -f "$out.sum.tmp"
