@@ -6,12 +6,13 @@
 #   SPECDEC_TARGETS="specdec" scripts/build.sh   # only these targets (the quickstart builds the CLI)
 # With ccache installed (scripts/setup.sh) every compile goes through it, with paths taken
 # relative to the checkout (CCACHE_BASEDIR), so that a clone at another path hits the same
-# cache; SPECDEC_CCACHE=0 turns it off.
+# cache (C++ through scripts/ccache_launcher.sh, which also keeps clang's precompiled headers from
+# tying the cache to the path); SPECDEC_CCACHE=0 turns it off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 if [ "${SPECDEC_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
-  GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$PWD/scripts/ccache_launcher.sh" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 else

@@ -76,7 +76,7 @@ LINK="-Wl,--allow-shlib-undefined -Wl,-rpath-link,$CUDA_ROOT/lib64 -Wl,-rpath-li
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 # The compiler cache, as scripts/build.sh uses it (SPECDEC_CCACHE=0: off).
 if [ "${SPECDEC_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
-  GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$PWD/scripts/ccache_launcher.sh" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 fi
