@@ -3,6 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -224,11 +225,20 @@ class ProgressLine {
   Stopwatch clock_;
 };
 
-// LibTorch's own threads for the training steps (the engine keeps them at 1), restored after.
-class TorchThreads {
+// The engine's pool at n threads (0: all cores) for the training steps, restored after. LibTorch
+// stays single-threaded: the pool runs a batch's sequences side by side (train_head).
+class TrainingThreads {
  public:
-  explicit TorchThreads(int n) { at::set_num_threads(n > 0 ? n : parallel::hardware_threads()); }
-  ~TorchThreads() { at::set_num_threads(1); }
+  explicit TrainingThreads(int n) : before_(parallel::num_threads()) {
+    parallel::set_num_threads(n > 0 ? n : parallel::hardware_threads(), /*allow_oversubscribe=*/true);
+    at::set_num_threads(1);
+  }
+  ~TrainingThreads() { parallel::set_num_threads(before_, /*allow_oversubscribe=*/true); }
+  TrainingThreads(const TrainingThreads&) = delete;
+  TrainingThreads& operator=(const TrainingThreads&) = delete;
+
+ private:
+  int before_;
 };
 
 }  // namespace
@@ -473,7 +483,7 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
                    const std::function<void(int64_t, int64_t, const Metrics&)>& on_step, int64_t* resumed_at) {
   SD_CHECK(!data.empty(), "train-drafter: no training sequences");
   check_training_options(opt);
-  const TorchThreads threads(opt.threads);
+  const TrainingThreads threads(opt.threads);
   const OutputRows rows = output_rows(target, head.config());
   auto& params = head.params();
   std::map<std::string, at::Tensor> m1, m2;  // AdamW's first and second moments
@@ -512,6 +522,8 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
     io::write_safetensors(state, out, {{"step", std::to_string(step)}, {"n_steps", std::to_string(n_steps)}});
   };
   for (auto& [name, p] : params) p.requires_grad_(true);
+  std::vector<at::Tensor> leaves;  // the parameters in params' order
+  for (auto& [name, p] : params) leaves.push_back(p);
   const double b1 = 0.9, b2 = 0.95, eps = 1e-8, clip = 0.5;
   Stopwatch clock, since_save;
   Metrics running;  // an average over the last ~20 steps
@@ -520,8 +532,7 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
   while (step < n_steps) {
     // Sequence b of this step: position step * batch + b of the concatenated epoch orders,
     // each epoch a permutation seeded by (seed, epoch): a resumed run sees the same order.
-    at::Tensor loss_sum = at::zeros({}, at::kFloat);
-    Metrics m;
+    std::vector<int64_t> seq(opt.batch_seqs);
     for (int64_t b = 0; b < opt.batch_seqs; ++b) {
       const int64_t g = step * opt.batch_seqs + b, epoch = g / N;
       if (epoch != order_epoch) {
@@ -529,11 +540,41 @@ Metrics train_head(model::DraftHead& head, const model::CausalLM& target, const 
         order = at::randperm(N, order_gen, at::kLong);
         order_epoch = epoch;
       }
-      const int64_t idx = order[g % N].item<int64_t>();
-      auto noise = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 104729 + g);
-      const at::Tensor loss = sequence_loss(head, target, rows, data[idx], opt, &noise, &m) / opt.batch_seqs;
-      loss.backward();
-      loss_sum += loss.detach();
+      seq[b] = order[g % N].item<int64_t>();
+    }
+    // Each sequence's loss and gradients on their own, single-threaded, on the pool's threads side
+    // by side or on this thread alone, whichever parallel::Step finds faster lately (beside a busy
+    // process one thread can win: LibTorch's own OpenMP threads, which these steps used before,
+    // wait for each other at every operation). Then summed in sequence order, as backward()
+    // accumulated them one sequence after another: the head does not depend on the threads, the
+    // mode or the load.
+    std::vector<at::Tensor> losses(opt.batch_seqs);
+    std::vector<std::vector<at::Tensor>> grads(opt.batch_seqs);
+    std::vector<Metrics> ms(opt.batch_seqs);
+    {
+      const parallel::Step kind(&head, -1);
+      parallel::parallel_for(opt.batch_seqs, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          auto noise = at::make_generator<at::CPUGeneratorImpl>(opt.seed * 104729 + step * opt.batch_seqs + b);
+          const at::Tensor loss = sequence_loss(head, target, rows, data[seq[b]], opt, &noise, &ms[b]) / opt.batch_seqs;
+          grads[b] = torch::autograd::grad({loss}, leaves, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                           /*allow_unused=*/true);
+          losses[b] = loss.detach();
+        }
+      });
+    }
+    at::Tensor loss_sum = at::zeros({}, at::kFloat);
+    Metrics m;
+    for (int64_t b = 0; b < opt.batch_seqs; ++b) {
+      loss_sum += losses[b];
+      m.top1 += ms[b].top1;
+      m.n += ms[b].n;
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        if (!grads[b][i].defined()) continue;
+        at::Tensor& acc = leaves[i].mutable_grad();
+        if (acc.defined()) acc += grads[b][i];
+        else acc = grads[b][i];
+      }
     }
     {
       at::NoGradGuard no_grad;

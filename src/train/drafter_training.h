@@ -69,7 +69,7 @@ struct TrainOptions {
   uint64_t seed = 1;
   std::string out;                   // the head's directory (checkpoints in out/checkpoint)
   std::string target_name;           // recorded in head.json
-  int threads = 0;                   // LibTorch threads while training; 0: all cores
+  int threads = 0;                   // the engine's threads while training; 0: all cores
   bool progress = true;              // a progress line on stderr
 };
 

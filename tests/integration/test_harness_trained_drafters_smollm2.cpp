@@ -102,4 +102,33 @@ TEST(TrainedDrafters, ChatDataIsTheTargetsOwnGreedyAnswers) {
   EXPECT_GT(questions, answers);  // a conversation went on after an answer
 }
 
+// A head trained at 1 thread and at 2 is the same bit for bit: a step's sequences run side by
+// side on the pool, each on one thread, and their gradients are added in sequence order, so
+// neither the threads nor the mode parallel::Step picks under load changes the head. LibTorch's
+// own threads split its reductions by thread (a planted at::set_num_threads(2) in train_head's
+// TrainingThreads fails here). SmolLM2, not the tiny model: the tiny model's operations are too
+// small for LibTorch to split. 2 steps over 8 sequences, a few seconds.
+TEST(TrainedDrafters, TheHeadIsTheSameAtOneThreadAndTwo) {
+  model::CausalLM& target = *tut().model;
+  train::Dataset data;
+  for (size_t i = 0; i < 8; ++i) data.push_back(train::target_features(target, tut().train.at(i), tut().topk));
+  train::TrainOptions o = options("eagle");
+  o.epochs = 1;
+  std::vector<model::DraftHead> heads;
+  for (const int threads : {1, 2}) {
+    o.threads = threads;
+    heads.push_back(train::new_head(target, o));
+    train::train_head(heads.back(), target, data, o, "");
+  }
+  model::DraftHead fresh = train::new_head(target, o);
+  ASSERT_EQ(heads[0].params().size(), heads[1].params().size());
+  bool trained = false;
+  for (const auto& [name, p] : heads[0].params()) {
+    const at::Tensor& q = heads[1].params().at(name);
+    EXPECT_TRUE(at::equal(p, q)) << name << ": max |difference| " << (p - q).abs().max().item<double>();
+    trained = trained || !at::equal(p, fresh.params().at(name));
+  }
+  EXPECT_TRUE(trained) << "the steps changed no parameter";
+}
+
 }  // namespace
