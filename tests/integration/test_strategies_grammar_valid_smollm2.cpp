@@ -3,7 +3,10 @@
 // subset of the target, masking its own rows), every output that ended with `eos` validated by a
 // real JSON Schema validator (Python's jsonschema, scripts/setup.sh: python3-jsonschema). Outputs
 // cut by max_new_tokens (`length`) are counted apart, and specdec's own verdict on them
-// (Constraint::matches, the harness's `valid`) must agree with the validator's.
+// (Constraint::matches, the harness's `valid`) must agree with the validator's. First run
+// (2026-12-02, 101 s alone on 2 cores): 200 outputs, 13 cut (2 of them validating), the rest valid.
+// Planted bug (a temporary change to grammar.cpp, 2026-12-02): the end ids admitted in every
+// mask: 2 outputs end with `eos` mid-structure ("{") and the test fails.
 // ctest-heavy: *
 #include <gtest/gtest.h>
 
