@@ -14,6 +14,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libpcre2-dev                       # Unicode-aware regex for BPE pre-tokenisation
   python3-matplotlib python3-numpy python3-yaml python3-pip  # plots; fetch script
+  python3-jsonschema                 # the structured-output validity test (a real JSON Schema validator)
   python3-dev pybind11-dev python3-pytest  # the Python package (import specdec) and its tests
   clang libclang-rt-14-dev           # libFuzzer targets
   chromium                           # headless browser test of the trace page (specdec trace)

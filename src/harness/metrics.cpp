@@ -19,6 +19,8 @@ double CellMetrics::aside_round_share() const {
   return n ? double(gamma_rounds[0]) / double(n) : 0;
 }
 
+double CellMetrics::forced_share() const { return n_generated ? double(n_forced) / double(n_generated) : 0; }
+
 double CellMetrics::aside_token_share() const {
   return n_generated ? double(n_aside_tokens) / double(n_generated) : 0;
 }
@@ -116,6 +118,7 @@ json to_json(const CellMetrics& m) {
           {"acceptance_per_position", m.acceptance_per_position}, {"gamma_rounds", m.gamma_rounds},
           {"n_aside_tokens", m.n_aside_tokens},
           {"stepped_aside", {{"rounds", m.aside_round_share()}, {"tokens", m.aside_token_share()}}},
+          {"n_forced", m.n_forced}, {"forced_share", m.forced_share()},
           {"draft_step_ms", m.draft_step_ms},
           {"target_step_ms", m.target_step_ms}, {"cost_ratio", m.cost_ratio},
           {"predicted_speedup", m.predicted_speedup}, {"measured_over_predicted", m.measured_over_predicted},
@@ -159,6 +162,7 @@ CellMetrics cell_from_json(const json& j) {
     m.acceptance_per_position = j.at("acceptance_per_position").get<std::vector<double>>();
     m.gamma_rounds = j.value("gamma_rounds", std::vector<int64_t>{});  // absent from older records
     m.n_aside_tokens = j.value("n_aside_tokens", int64_t{0});
+    m.n_forced = j.value("n_forced", int64_t{0});
     m.draft_step_ms = j.at("draft_step_ms").get<double>();
     m.target_step_ms = j.at("target_step_ms").get<double>();
     m.cost_ratio = j.at("cost_ratio").get<double>();
@@ -200,6 +204,7 @@ struct Totals {
   PhaseBreakdown phases;
   std::vector<int64_t> accepted_pos, drafted_pos, gamma_rounds;
   int64_t n_aside_tokens = 0;
+  int64_t n_forced = 0;  // structured output's forced tokens (absent from lines without any)
   std::vector<double> ttft;
 
   // One measured generation, from its samples.jsonl line (see sample_line).
@@ -245,6 +250,7 @@ struct Totals {
     if (gamma_rounds.size() < chosen.size()) gamma_rounds.resize(chosen.size());
     for (size_t i = 0; i < chosen.size(); ++i) gamma_rounds[i] += chosen[i];
     n_aside_tokens += st.value("n_aside_tokens", int64_t{0});
+    n_forced += st.value("n_forced", int64_t{0});
   }
   double tau() const { return n_tau_forwards ? double(n_tau_tokens) / double(n_tau_forwards) : 0; }
 };
@@ -355,6 +361,7 @@ CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& 
   m.tau = ct.tau();
   m.gamma_rounds = ct.gamma_rounds;
   m.n_aside_tokens = ct.n_aside_tokens;
+  m.n_forced = ct.n_forced;
   for (size_t i = 0; i < ct.drafted_pos.size(); ++i)
     m.acceptance_per_position.push_back(ct.drafted_pos[i] ? double(ct.accepted_pos[i]) / double(ct.drafted_pos[i]) : 0);
   while (!m.acceptance_per_position.empty() && ct.drafted_pos[m.acceptance_per_position.size() - 1] == 0)

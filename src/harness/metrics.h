@@ -79,6 +79,10 @@ struct CellMetrics {
   int64_t n_aside_tokens = 0;
   double aside_round_share() const;  // rounds at 0 / rounds with a recorded decision (0 if none)
   double aside_token_share() const;  // n_aside_tokens / n_generated
+  // Structured output's forced tokens (strategies::Stats::n_forced: drafted without the drafter)
+  // summed over the measured generations; 0 without a constraint and in older records.
+  int64_t n_forced = 0;
+  double forced_share() const;  // n_forced / n_generated
   double draft_step_ms = 0, target_step_ms = 0, cost_ratio = 0;
   double predicted_speedup = 0, measured_over_predicted = 0;
   PhaseBreakdown phases;           // the candidate's

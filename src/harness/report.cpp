@@ -1,5 +1,6 @@
 #include "harness/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -118,9 +119,14 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
         "process; median [min, max] over repeats. Predicted = Leviathan et al. "
         "(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).\n\n"
      << "Stepped aside = the rounds whose draft length the controller chose 0 (plain decoding), and in "
-        "brackets the share of tokens they emitted.\n\n"
-     << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | stepped aside | c | "
-        "predicted | measured/predicted | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "brackets the share of tokens they emitted.\n\n";
+  // Structured output: the share of the output its grammar forced (drafted without the drafter),
+  // a column only where some cell has forced tokens.
+  const bool forced = std::any_of(cells.begin(), cells.end(), [](const CellMetrics& m) { return m.n_forced > 0; });
+  if (forced) os << "Forced = the share of the generated tokens the grammar forced (drafted without the drafter).\n\n";
+  os << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | stepped aside | "
+     << (forced ? "forced | " : "") << "c | predicted | measured/predicted | load |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (forced ? "---|" : "") << "\n";
   for (const auto& m : cells) {
     const bool spec = is_speculative(m);
     os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << fmt(m.tok_s.median) << " | "
@@ -130,7 +136,8 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
        << (spec && !m.gamma_rounds.empty()
                ? fmt(100 * m.aside_round_share(), 1) + "% (" + fmt(100 * m.aside_token_share(), 1) + "%)"
                : "-")
-       << " | " << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
+       << " | " << (!forced ? "" : m.n_forced > 0 ? fmt(100 * m.forced_share(), 1) + "% | " : "- | ")
+       << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
        << " | " << (spec && m.gamma > 0 ? fmt(m.measured_over_predicted, 3) : "-") << " | " << load_marker(m.load)
        << " |\n";
   }

@@ -250,6 +250,10 @@ struct ConstraintState::Impl {
   // does not admit it there. An end id is admitted where the grammar is complete, and ends it.
   bool accept(TokenId t);
   void sync(const Tokens& context);
+  // Rolls back what it accepted beyond its common prefix with `context` (which starts with the
+  // prompt), then accepts the rest; false where a token is refused (the state then follows
+  // `context` up to it).
+  bool follow(const Tokens& context);
   // The admitted tokens of the matcher's current state into row `out` ([V] bytes, 1 = admitted).
   void fill(uint8_t* out, int64_t V);
 };
@@ -325,6 +329,24 @@ void ConstraintState::Impl::sync(const Tokens& context) {
   }
 }
 
+bool ConstraintState::Impl::follow(const Tokens& context) {
+  SD_CHECK(context.size() >= prompt_len, "structured output (", constraint->key, "): a draft path of ", context.size(),
+           " tokens is shorter than the prompt (", prompt_len, ")");
+  size_t common = 0;
+  while (common < accepted.size() && prompt_len + common < context.size() &&
+         accepted[common] == context[prompt_len + common])
+    ++common;
+  // End ids were never given to the matcher: only the others roll back.
+  const auto n_back = std::count_if(accepted.begin() + static_cast<std::ptrdiff_t>(common), accepted.end(),
+                                    [this](TokenId t) { return !is_stop(t); });
+  if (n_back > 0) matcher->Rollback(static_cast<int>(n_back));
+  accepted.resize(common);
+  ended = !accepted.empty() && is_stop(accepted.back());
+  for (size_t i = prompt_len + common; i < context.size(); ++i)
+    if (!accept(context[i])) return false;
+  return true;
+}
+
 void ConstraintState::Impl::fill(uint8_t* out, int64_t V) {
   fill_bitmask(*matcher, V, bitmask);
   for (int64_t v = 0; v < V; ++v) out[v] = static_cast<uint8_t>((static_cast<uint32_t>(bitmask[v >> 5]) >> (v & 31)) & 1u);
@@ -387,6 +409,20 @@ Tokens ConstraintState::forced(const Tokens& context, int64_t n_vocab, int64_t m
   }
   if (!out.empty()) s.matcher->Rollback(static_cast<int>(out.size()));
   return out;
+}
+
+bool ConstraintState::mask_draft(const at::Tensor& row, const Tokens& path) {
+  Impl& s = *impl_;
+  const int64_t V = row.size(-1);
+  SD_CHECK(row.dim() == 1 || (row.dim() == 2 && row.size(0) == 1), "structured output: a draft row must be [V] or [1, V], got ",
+           row.sizes());
+  s.start_matcher(V);
+  SD_CHECK(V == s.compiled->n_vocab, "structured output: logits of width ", V, " after ", s.compiled->n_vocab);
+  if (!s.follow(path) || s.ended) return false;
+  at::Tensor allowed = at::empty({V}, at::kByte);
+  s.fill(allowed.data_ptr<uint8_t>(), V);
+  row.masked_fill_(allowed.eq(0).to(row.device()).view(row.sizes()), -std::numeric_limits<float>::infinity());
+  return true;
 }
 
 void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,

@@ -98,6 +98,14 @@ class ConstraintState {
   // mass on each of them, so a round drafts them for free (speculative/proposer.h:
   // prepend_forced) and accepts them in every verify mode.
   Tokens forced(const Tokens& context, int64_t n_vocab, int64_t max);
+  // A drafter's own row (issue 57, item 4): masks `row` ([V] or [1, V], any device, in place)
+  // after `path`, the prompt this state started after and any tokens after it, committed or not
+  // (a drafter's sequence and its draft so far). Meant for a state of the drafter's own, which
+  // follows its draft: what it accepted beyond `path`'s common prefix with them is rolled back,
+  // the rest of `path` accepted. Returns false, the row left as it is, where `path` leaves the
+  // grammar (a token it refuses, or anything after an end id) or has ended, as mask() leaves
+  // such rows. A drafter draws from the processed masked row, so its q is the law it drew from.
+  bool mask_draft(const at::Tensor& row, const Tokens& path);
   // The grammar has accepted an end-of-sequence id.
   bool terminated() const;
   // Tokens accepted so far after the prompt.

@@ -164,6 +164,9 @@ StrategyInfo speculative_info() {
       {"forced_tokens", "bool", "true",
        "structured output: the tokens the grammar forces (one admitted token) are drafted without the "
        "drafter, before its own draft (lossless: the masked target puts all its mass there)"},
+      {"draft_mask", "bool", "true",
+       "structured output: the draft-model drafters (model, layer_skip) mask their own rows with the grammar "
+       "after their draft path, so they propose only admitted tokens (q is the masked law they draw from)"},
       {"synthetic_acceptance", "string", "off",
        "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
        "accepted at random instead of verified (chains position by position with a1; trees child by child, "

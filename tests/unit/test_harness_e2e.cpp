@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -303,9 +304,11 @@ checks: {valid: true}
   EXPECT_TRUE(r.checks_passed);  // greedy equality of the speculative cell under the same constraints
   std::ifstream in(fs::path(out) / "samples.jsonl");
   int64_t n_lines = 0;
+  std::map<std::string, int64_t> forced_of;  // cell -> its candidate lines' n_forced, summed
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
     ++n_lines;
+    if (j["role"] == "candidate") forced_of[j["cell"]] += j["stats"].value("n_forced", int64_t{0});
     const std::string text = j["text"], prompt = j["prompt"], finish = j["finish"];
     if (prompt == "p0") {
       EXPECT_EQ(text, "ab");
@@ -327,8 +330,16 @@ checks: {valid: true}
   for (const auto& c : metrics["cells"]) {
     EXPECT_EQ(c["valid"]["n_constrained"].get<int64_t>(), 3) << c["key"];
     EXPECT_EQ(c["valid"]["n_valid"].get<int64_t>(), 2) << c["key"];
+    // The forced tokens, summed over prompts: the speculative cell drafts them for free (the
+    // regexes' letters and digits one admitted token at a time), greedy has none.
+    const int64_t forced = c["n_forced"].get<int64_t>(), generated = c["n_generated"].get<int64_t>();
+    EXPECT_EQ(forced, forced_of[c["key"]]) << c["key"];
+    EXPECT_NEAR(c["forced_share"].get<double>(), double(forced) / double(generated), 1e-12) << c["key"];
+    if (c["strategy"] == "speculative") EXPECT_GT(forced, 0) << c["key"];
+    else EXPECT_EQ(forced, 0) << c["key"];
   }
   const std::string report = slurp(fs::path(out) / "report.md");
+  EXPECT_NE(report.find("| stepped aside | forced | c |"), std::string::npos) << report;
   EXPECT_NE(report.find("## Structured output (checks.valid)"), std::string::npos);
   EXPECT_NE(report.find("| 2 | 3 | 0.667 |"), std::string::npos) << report;
   fs::remove_all(dir);

@@ -106,8 +106,7 @@ std::vector<int64_t> layers_to_keep(const DrafterContext& ctx) {
 }
 
 std::unique_ptr<Drafter> make_layer_skip(const DrafterContext& ctx) {
-  return make_model_drafter(model::make_layer_subset(ctx.request.target, layers_to_keep(ctx)), ctx.proc, ctx.rng,
-                            ctx.capacity);
+  return make_model_drafter(model::make_layer_subset(ctx.request.target, layers_to_keep(ctx)), ctx);
 }
 
 // In a batch, sequences whose searches keep the same layers draft with one subset view, so

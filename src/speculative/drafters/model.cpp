@@ -6,10 +6,18 @@
 // In a batch (speculative/loop.cpp) the sequences' drafts share one KV cache, a slot each, and
 // every draft forward serves all slots at once (ragged: each feeds only its own tokens). Each
 // row of the packed engine is computed alone, so every slot drafts exactly what it drafts alone.
+//
+// Structured output (issue 57, item 4; draft_mask, on by default): a slot's matcher of its own
+// (sampling::ConstraintState::mask_draft) follows its draft, and each draft row is masked after
+// the slot's sequence and the tokens drafted before it, before the processors, as the target's
+// rows are: the drafter proposes only tokens the grammar admits, and q is the masked law it drew
+// from. The matcher needs each drafted token on the host before the next row: a read per draft
+// token (without a constraint the tokens stay unread until the verdict).
 #include <algorithm>
 
 #include "core/error.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
 #include "speculative/proposer.h"
@@ -23,7 +31,14 @@ namespace {
 struct DraftSlot {
   std::shared_ptr<model::CausalLM> model;
   Rng* rng = nullptr;
+  std::shared_ptr<sampling::ConstraintState> grammar;  // its rows' mask; null: none
 };
+
+// The slot's matcher for its rows: the request's constraint, unless draft_mask is off.
+std::shared_ptr<sampling::ConstraintState> draft_constraint(const DrafterContext& ctx) {
+  if (!constraint_for(ctx.request, ctx.params.constraint())) return nullptr;
+  return ctx.params.get_bool("draft_mask") ? start_constraint(ctx.request, ctx.params.constraint()) : nullptr;
+}
 
 // One forward per distinct model among the slots that feed something (in practice one):
 // slot b feeds fed[b] from cache position start[b]. Stores each fed slot's last logits row
@@ -103,6 +118,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
   std::vector<std::vector<at::Tensor>> q_rows(B);  // [1, V] each
   std::vector<std::vector<at::Tensor>> drafted(B);  // [1] int64 on the draft's device each
   std::vector<std::vector<double>> u(B);           // slot b's uniforms, in the order it draws them
+  std::vector<Tokens> path(B);                      // a masked slot's sequence + its draft so far
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= 0) continue;
@@ -131,6 +147,12 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
     }
     for (int64_t b = 0; b < B; ++b) {
       if (depth[b] <= i) continue;
+      const auto& grammar = slots[b].grammar;
+      if (grammar) {  // the row after the slot's sequence and its draft so far (read here)
+        if (i == 0) path[b] = *seqs[b];
+        else path[b].push_back(static_cast<TokenId>(drafted[b].back().item<int64_t>()));
+        grammar->mask_draft(row[b], path[b]);
+      }
       pick_draft(row[b], cfg, *seqs[b], drafted[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]);
     }
     clock.charge(&PhaseTimes::sample);
@@ -153,9 +175,10 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
 // A batch-1 run's drafter: a cache of its own.
 class ModelDrafter : public Drafter {
  public:
-  ModelDrafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& cfg, Rng& rng,
-               int64_t max_seq)
-      : slot_{std::move(draft), &rng}, cfg_(cfg), cache_(slot_.model->make_cache(1, max_seq)) {}
+  ModelDrafter(std::shared_ptr<model::CausalLM> draft, const DrafterContext& ctx)
+      : slot_{std::move(draft), &ctx.rng, draft_constraint(ctx)},
+        cfg_(ctx.proc),
+        cache_(slot_.model->make_cache(1, ctx.capacity)) {}
 
   void prefill(const Tokens& tokens, const at::Tensor&) override {
     if (tokens.empty()) return;
@@ -193,7 +216,7 @@ class ModelBatchDrafter : public BatchDrafter {
   }
 
   void join(int64_t slot, const DrafterContext& ctx) override {
-    slots_.at(slot) = {model_of_(ctx), &ctx.rng};
+    slots_.at(slot) = {model_of_(ctx), &ctx.rng, draft_constraint(ctx)};
     cache_.truncate(slot, 0);  // the slot's earlier sequence
   }
   Drafter& at(int64_t slot) override { return *views_.at(slot); }
@@ -238,9 +261,8 @@ class ModelBatchDrafter : public BatchDrafter {
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const sampling::ProcessorConfig& proc,
-                                            Rng& rng, int64_t capacity) {
-  return std::make_unique<ModelDrafter>(std::move(draft), proc, rng, capacity);
+std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<model::CausalLM> draft, const DrafterContext& ctx) {
+  return std::make_unique<ModelDrafter>(std::move(draft), ctx);
 }
 
 std::unique_ptr<BatchDrafter> make_model_batch_drafter(DraftModelOf model_of,
@@ -258,7 +280,7 @@ DrafterInfo model_drafter_info() {
   info.needs_draft_model = true;
   info.chains_with_q = true;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<ModelDrafter>(ctx.request.draft, ctx.proc, ctx.rng, ctx.capacity);
+    return std::make_unique<ModelDrafter>(ctx.request.draft, ctx);
   };
   info.batch_factory = [](const Request& first, const Params&, const sampling::ProcessorConfig& proc, int64_t batch,
                           int64_t capacity) {

@@ -1,0 +1,174 @@
+// Structured output's masked drafts (issue 57, item 4; speculative/drafters/model.cpp, draft_mask):
+// the draft-model drafter masks its own rows with the grammar after its own draft path, on a tiny
+// Llama with a byte-level tokenizer (tests/support/tiny_gguf.h), in about a second.
+//  - At temperature 0 speculative decoding equals constrained greedy token for token with the
+//    drafter's rows masked and unmasked (chains, block verification, a batch of two). The target
+//    is its own draft model, so a masked drafter proposes the masked target's argmax and has
+//    nothing rejected but what follows an end, while an unmasked one proposes tokens the grammar
+//    refuses and has them rejected.
+//  - At temperature > 0 each proposal's q row is the masked law: no mass on a token the grammar
+//    refuses after that row's path (an independent matcher's mask, as the loop asks it for the
+//    target's rows), rows summing to 1, each drafted token admitted with q > 0.
+//
+// Planted bugs (temporary changes to model.cpp, 2026-12-02): q taken from the unmasked row while
+// the token is drawn from the masked one: QIsTheMaskedLawItDrewFrom fails (q mass on refused
+// tokens; the T = 0 test cannot see it, greedy reads no q). The draw unmasked while q is masked:
+// QIsTheMaskedLawItDrewFrom fails (drafted tokens refused, q 0 on them) and the T = 0 test too (a
+// rejection where a masked drafter has none). Each row masked after the sequence only (the draft
+// so far left out of the path): both tests fail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "model/causal_lm.h"
+#include "sampling/grammar.h"
+#include "speculative/proposer.h"
+#include "strategies/registry.h"
+#include "tests/support/command.h"
+#include "tests/support/tiny_gguf.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace specdec;
+using namespace specdec::strategies;
+
+namespace {
+
+const std::filesystem::path& root() {
+  static const testing_support::ProcessDir dir("specdec_grammar_drafts_tiny");
+  return dir.path;
+}
+
+// The target (chat: an end id that closes the grammar), its own draft model.
+const model::LoadedModel& tiny() {
+  static const model::LoadedModel target = [] {
+    specdec::testing::TinyGgufOptions o;
+    o.chat = true;
+    model::ModelSpec spec;
+    spec.name = "target.gguf";
+    spec.path = specdec::testing::write_tiny_gguf((root() / "target.gguf").string(), o);
+    spec.threads = 1;
+    return model::load(spec);
+  }();
+  return target;
+}
+
+const char* kSchema =
+    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},)"
+    R"( "count": {"type": "integer"}, "valid": {"type": "boolean"}}, "required": ["name", "count", "valid"]})";
+
+Request request(const std::string& prompt) {
+  Request r;
+  r.target = tiny().model;
+  r.tokenizer = tiny().tokenizer;
+  r.draft = r.target;
+  r.prompt = r.tokenizer->encode(prompt, true);
+  r.stop.eos_ids = r.tokenizer->eos_ids();
+  r.stop.max_new_tokens = 48;
+  return r;
+}
+
+Params params(std::map<std::string, std::string> extra = {}) {
+  if (!extra.count("temperature")) extra["temperature"] = "0";
+  extra["json_schema"] = kSchema;
+  return Params(extra);
+}
+
+TEST(GrammarDraftsTiny, MaskedDraftsEqualConstrainedGreedyAndAreAccepted) {
+  const std::vector<std::map<std::string, std::string>> setups = {
+      {{"drafter", "model"}, {"gamma", "3"}},
+      {{"drafter", "model"}, {"gamma", "3"}, {"verify", "block"}},
+      {{"drafter", "model"}, {"gamma", "4"}, {"forced_tokens", "false"}},
+  };
+  for (const std::string& prompt : {"A person: ", "JSON please"}) {
+    const Request req = request(prompt);
+    const Result base = create("greedy", params())->generate(req, {});
+    ASSERT_GT(base.tokens.size(), 20u) << base.text;
+    for (const auto& setup : setups) {
+      std::string what = "gamma " + setup.at("gamma");
+      for (const char* k : {"verify", "forced_tokens"})
+        if (setup.count(k)) what += std::string(" ") + k + "=" + setup.at(k);
+      auto off = setup;
+      off["draft_mask"] = "false";
+      const Result masked = create("speculative", params(setup))->generate(req, {});
+      const Result plain = create("speculative", params(off))->generate(req, {});
+      EXPECT_EQ(masked.tokens, base.tokens) << what << "\n-- greedy: " << base.text << "\n-- spec: " << masked.text;
+      EXPECT_EQ(masked.finish, base.finish) << what;
+      EXPECT_EQ(plain.tokens, base.tokens) << what << " draft_mask=false";
+      const int64_t rejected = masked.stats.n_drafted - masked.stats.n_accepted;
+      const int64_t rejected_plain = plain.stats.n_drafted - plain.stats.n_accepted;
+      std::printf("  %-32s %-12s masked: %lld of %lld drafted accepted, %lld rounds; unmasked: %lld of %lld, %lld rounds\n",
+                  what.c_str(), prompt.c_str(), (long long)masked.stats.n_accepted, (long long)masked.stats.n_drafted,
+                  (long long)masked.stats.n_rounds, (long long)plain.stats.n_accepted,
+                  (long long)plain.stats.n_drafted, (long long)plain.stats.n_rounds);
+      // The drafter is the target: masked, it drafts the masked target's argmax, and only the
+      // last round's tokens after the end can be rejected (at most gamma).
+      EXPECT_LE(rejected, std::stoll(setup.at("gamma"))) << what;
+      EXPECT_GT(rejected_plain, rejected) << what << ": the unmasked drafter had no more rejected than the masked";
+      EXPECT_LT(masked.stats.n_rounds, plain.stats.n_rounds) << what;
+    }
+  }
+}
+
+// A batch (the model drafter's shared cache, a matcher per slot): each sequence is its own
+// constrained greedy run, and a masked drafter has nothing rejected but after an end.
+TEST(GrammarDraftsTiny, BatchesMaskEachSlotsRows) {
+  std::vector<Request> reqs = {request("A person: "), request("JSON please"), request("x")};
+  const std::vector<Result> batch =
+      create("speculative", params({{"drafter", "model"}, {"gamma", "3"}, {"forced_tokens", "false"}}))
+          ->generate_batch(reqs, BatchOptions{2, 0}, {});
+  ASSERT_EQ(batch.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Result alone = create("greedy", params())->generate(reqs[i], {});
+    EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
+    EXPECT_LE(batch[i].stats.n_drafted - batch[i].stats.n_accepted, 3) << "request " << i;
+  }
+}
+
+// At temperature > 0 every q row is the masked law it drew from: the drafter built through the
+// registry, as the loop builds it, proposing after prefixes of a constrained output.
+TEST(GrammarDraftsTiny, QIsTheMaskedLawItDrewFrom) {
+  const Request req = request("A person: ");
+  const Result base = create("greedy", params())->generate(req, {});
+  ASSERT_GT(base.tokens.size(), 20u) << base.text;
+  const Params p = resolve("speculative", params({{"temperature", "1"}, {"drafter", "model"}}));
+  const sampling::ProcessorConfig proc = processor_config(p);
+  Rng rng(7);
+  const std::unique_ptr<Drafter> drafter =
+      make_drafter("model", DrafterContext{req, p, proc, rng, 512, p.get_int("gamma_max")});
+  const auto constraint = sampling::Constraint::parse("json_schema", kSchema);
+  int64_t rows = 0, refused_mass_rows = 0;
+  for (int repeat = 0; repeat < 4; ++repeat)
+    for (size_t cut = 0; cut + 4 < base.tokens.size(); cut += 3) {
+      Tokens seq = req.prompt;
+      seq.insert(seq.end(), base.tokens.begin(), base.tokens.begin() + static_cast<std::ptrdiff_t>(cut));
+      drafter->observe(Round{static_cast<int64_t>(req.prompt.size()) - 1, {}, {}});  // its cache: the prompt's
+      DraftProposal d = drafter->propose(seq, 4);
+      d.read_drawn(/*synced=*/false);
+      ASSERT_EQ(d.q.size(0), 4);
+      const int64_t V = d.q.size(1);
+      at::Tensor admitted = at::zeros({5, V});  // -inf: refused after that row's path, as the loop asks
+      constraint->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids)->mask(admitted, seq, d.tokens);
+      const at::Tensor q = d.q.to(at::kDouble);
+      bool ended = false;  // rows after an end id are left unmasked (no grammar there)
+      for (int64_t i = 0; i < 4 && !ended; ++i, ++rows) {
+        const at::Tensor refused = admitted[i].isinf();
+        const double off_mass = q[i].masked_select(refused).sum().item<double>();
+        EXPECT_EQ(off_mass, 0.0) << "row " << i << " after " << cut << " tokens";
+        refused_mass_rows += off_mass > 0;
+        EXPECT_NEAR(q[i].sum().item<double>(), 1.0, 1e-5);
+        const TokenId t = d.tokens[i];
+        EXPECT_FALSE(refused[t].item<bool>()) << "drafted token " << t << " is refused, row " << i;
+        EXPECT_GT(q[i][t].item<double>(), 0.0) << "row " << i;
+        ended = std::find(req.stop.eos_ids.begin(), req.stop.eos_ids.end(), t) != req.stop.eos_ids.end();
+      }
+    }
+  std::printf("  %lld q rows checked, %lld with mass on refused tokens\n", (long long)rows, (long long)refused_mass_rows);
+  EXPECT_GT(rows, 40);
+}
+
+}  // namespace
