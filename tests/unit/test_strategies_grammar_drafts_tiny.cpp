@@ -29,48 +29,17 @@
 #include "sampling/grammar.h"
 #include "speculative/proposer.h"
 #include "strategies/registry.h"
-#include "tests/support/command.h"
-#include "tests/support/tiny_gguf.h"
+#include "tests/support/grammar_tiny.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
+namespace grammar_tiny = specdec::testing_support::grammar_tiny;
 
 namespace {
 
-const std::filesystem::path& root() {
-  static const testing_support::ProcessDir dir("specdec_grammar_drafts_tiny");
-  return dir.path;
-}
-
-// The target (chat: an end id that closes the grammar), its own draft model.
-const model::LoadedModel& tiny() {
-  static const model::LoadedModel target = [] {
-    specdec::testing::TinyGgufOptions o;
-    o.chat = true;
-    model::ModelSpec spec;
-    spec.name = "target.gguf";
-    spec.path = specdec::testing::write_tiny_gguf((root() / "target.gguf").string(), o);
-    spec.threads = 1;
-    return model::load(spec);
-  }();
-  return target;
-}
-
-const char* kSchema =
-    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},)"
-    R"( "count": {"type": "integer"}, "valid": {"type": "boolean"}}, "required": ["name", "count", "valid"]})";
-
-Request request(const std::string& prompt) {
-  Request r;
-  r.target = tiny().model;
-  r.tokenizer = tiny().tokenizer;
-  r.draft = r.target;
-  r.prompt = r.tokenizer->encode(prompt, true);
-  r.stop.eos_ids = r.tokenizer->eos_ids();
-  r.stop.max_new_tokens = 48;
-  return r;
-}
+using grammar_tiny::kSchema;
+using grammar_tiny::request;
 
 Params params(std::map<std::string, std::string> extra = {}) {
   if (!extra.count("temperature")) extra["temperature"] = "0";

@@ -29,52 +29,22 @@
 #include "model/causal_lm.h"
 #include "speculative/proposer.h"
 #include "strategies/registry.h"
-#include "tests/support/command.h"
 #include "tests/support/grammar_law.h"
-#include "tests/support/tiny_gguf.h"
+#include "tests/support/grammar_tiny.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace specdec;
 using namespace specdec::strategies;
+namespace grammar_tiny = specdec::testing_support::grammar_tiny;
 
 namespace {
 
-const std::filesystem::path& root() {
-  static const testing_support::ProcessDir dir("specdec_grammar_forced_tiny");
-  return dir.path;
-}
-
-// The target (chat: an end id, <|im_end|>, that closes the grammar). It is its own draft model:
+// The target (tests/support/grammar_tiny.h) is its own draft model:
 // every token the drafter drafts after the forced ones is then the target's, and accepted at
 // T = 0, so a draft misplaced behind them (a tree's roots not below the last forced token)
 // shows as no accepted drafter token.
-const model::LoadedModel& tiny() {
-  static const model::LoadedModel target = [] {
-    specdec::testing::TinyGgufOptions o;
-    o.chat = true;
-    model::ModelSpec spec;
-    spec.name = "target.gguf";
-    spec.path = specdec::testing::write_tiny_gguf((root() / "target.gguf").string(), o);
-    spec.threads = 1;
-    return model::load(spec);
-  }();
-  return target;
-}
-
-const char* kSchema =
-    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},)"
-    R"( "count": {"type": "integer"}, "valid": {"type": "boolean"}}, "required": ["name", "count", "valid"]})";
-
-Request request(const std::string& prompt) {
-  Request r;
-  r.target = tiny().model;
-  r.tokenizer = tiny().tokenizer;
-  r.draft = r.target;
-  r.prompt = r.tokenizer->encode(prompt, true);
-  r.stop.eos_ids = r.tokenizer->eos_ids();
-  r.stop.max_new_tokens = 48;
-  return r;
-}
+using grammar_tiny::kSchema;
+using grammar_tiny::request;
 
 // The drafter's own rows unmasked (draft_mask=false): the target, its own draft, would otherwise
 // draft the skeleton itself in rounds that begin elsewhere (test_strategies_grammar_drafts_tiny),
