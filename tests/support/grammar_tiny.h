@@ -5,6 +5,7 @@
 // own draft model, so that at T = 0 every token its drafter proposes is the target's; a JSON
 // schema; and a request. Loaded once per test program. Tests only.
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "model/causal_lm.h"
@@ -43,6 +44,13 @@ inline strategies::Request request(const std::string& prompt) {
   r.stop.eos_ids = r.tokenizer->eos_ids();
   r.stop.max_new_tokens = 48;
   return r;
+}
+
+// The strategy parameters `extra` with the schema, at temperature 0 unless `extra` sets one.
+inline strategies::Params params(std::map<std::string, std::string> extra = {}) {
+  if (!extra.count("temperature")) extra["temperature"] = "0";
+  extra["json_schema"] = kSchema;
+  return strategies::Params(extra);
 }
 
 }  // namespace specdec::testing_support::grammar_tiny

@@ -39,13 +39,8 @@ namespace grammar_tiny = specdec::testing_support::grammar_tiny;
 namespace {
 
 using grammar_tiny::kSchema;
+using grammar_tiny::params;
 using grammar_tiny::request;
-
-Params params(std::map<std::string, std::string> extra = {}) {
-  if (!extra.count("temperature")) extra["temperature"] = "0";
-  extra["json_schema"] = kSchema;
-  return Params(extra);
-}
 
 TEST(GrammarDraftsTiny, MaskedDraftsEqualConstrainedGreedyAndAreAccepted) {
   const std::vector<std::map<std::string, std::string>> setups = {

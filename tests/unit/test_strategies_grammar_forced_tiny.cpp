@@ -43,17 +43,14 @@ namespace {
 // every token the drafter drafts after the forced ones is then the target's, and accepted at
 // T = 0, so a draft misplaced behind them (a tree's roots not below the last forced token)
 // shows as no accepted drafter token.
-using grammar_tiny::kSchema;
 using grammar_tiny::request;
 
 // The drafter's own rows unmasked (draft_mask=false): the target, its own draft, would otherwise
 // draft the skeleton itself in rounds that begin elsewhere (test_strategies_grammar_drafts_tiny),
 // and the forced share this file measures would shrink.
 Params params(std::map<std::string, std::string> extra = {}) {
-  extra["temperature"] = "0";
-  extra["json_schema"] = kSchema;
   if (extra.count("drafter")) extra["draft_mask"] = "false";  // speculative's parameter
-  return Params(extra);
+  return grammar_tiny::params(extra);
 }
 
 TEST(GrammarForcedTiny, SpeculativeWithForcedTokensEqualsConstrainedGreedy) {
