@@ -4,13 +4,14 @@
 #
 # Depend mode (CCACHE_DEPEND): on a miss ccache takes the list of headers from the dependency
 # file that the compiler writes anyway (-MD, from CMake) instead of running the preprocessor
-# first and hashing its output. With the torch headers that preprocessor run and its hashing cost
-# ~1.2 s more per file than depend mode (docs/ci.md, "fifth sitting"), most of an empty cache's
-# extra time. Hits are as before, at any path. The key is the headers' bytes rather than the
-# preprocessor's output, so a header edited only in a comment is a miss here.
+# first and hashing its output. With the torch headers that took ~1.2 s a file before the compile
+# began, and it made an empty cache slower than no cache; with depend mode and the digests below
+# it is not (docs/ci.md, "fifth sitting"). Hits are as before, at any path. The key is the
+# headers' bytes rather than the preprocessor's output, so a header edited only in a comment is
+# a miss here.
 #
 # Precompiled headers: ccache hashes a .gch (GCC) or .pch (clang) into the key of every file that
-# uses it, and those are big (GCC's with torch: 270-360 MB, ~0.4 s to hash, each time). clang's
+# uses it, and those are big (GCC's with torch: 270-360 MB, ~0.36 s to hash, each time). clang's
 # also holds absolute paths: clang (the ASan build) writes the path of CMake's cmake_pch.hxx into
 # the .pch, so a clone at another path made other bytes, and ccache missed in every file that used
 # it. A .pch restored from another path's cache entry would not do either: clang refuses it once
