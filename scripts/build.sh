@@ -7,7 +7,9 @@
 # With ccache installed (scripts/setup.sh) every compile goes through it, with paths taken
 # relative to the checkout (CCACHE_BASEDIR), so that a clone at another path hits the same
 # cache (C++ through scripts/ccache_launcher.sh, which also keeps clang's precompiled headers from
-# tying the cache to the path); SPECDEC_CCACHE=0 turns it off.
+# tying the cache to the path). ccache runs in depend mode: on a miss it takes the headers from
+# the compiler's -MD output rather than running the preprocessor first, which made an empty
+# cache cost more than no cache (docs/ci.md, "fifth sitting"). SPECDEC_CCACHE=0 turns it off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
@@ -15,6 +17,7 @@ if [ "${SPECDEC_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
   GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$PWD/scripts/ccache_launcher.sh" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  export CCACHE_DEPEND=true  # for nvcc too: no preprocessor run on a miss (ccache_launcher.sh)
 else
   GEN+=(-UCMAKE_CXX_COMPILER_LAUNCHER -UCMAKE_CUDA_COMPILER_LAUNCHER)
 fi
