@@ -156,8 +156,12 @@ class Params {
     if (it == typed_.end()) fail_not_resolved(typeid(T).name());
     return *static_cast<const T*>(it->second.get());
   }
+  // The typed value of T, or null when none was parsed (another strategy's params).
   template <class T>
-  bool has_typed() const { return typed_.count(std::type_index(typeid(T))) != 0; }
+  const T* find_typed() const {
+    const auto it = typed_.find(std::type_index(typeid(T)));
+    return it == typed_.end() ? nullptr : static_cast<const T*>(it->second.get());
+  }
   template <class T>
   void set_typed(T value) {
     typed_[std::type_index(typeid(T))] = std::make_shared<const T>(std::move(value));
