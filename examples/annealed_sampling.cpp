@@ -7,19 +7,22 @@
 #include "core/rng.h"
 #include "sampling/processors.h"
 #include "strategies/common.h"
+#include "strategies/param_table.h"
 #include "strategies/registry.h"
 
 namespace specdec::strategies {
 namespace {
 
+// The strategy's parameters: a struct, each field declared once in annealed_info()'s table.
+struct AnnealedParams {
+  double t_start = 0, t_end = 0;
+};
+
 class Annealed : public Strategy {
  public:
+  // p: resolved, its AnnealedParams parsed and checked by the registry.
   explicit Annealed(const Params& p)
-      : cfg_(processor_config(p)), t_start_(p.get_float("t_start")), t_end_(p.get_float("t_end")) {
-    // Checked at creation, so `specdec validate` and `generate` report it before loading a model.
-    SD_CHECK(t_start_ >= 0 && t_end_ >= 0, "annealed: t_start and t_end must be >= 0, got t_start=", t_start_,
-             " t_end=", t_end_);
-  }
+      : cfg_(processor_config(p)), t_start_(p.typed<AnnealedParams>().t_start), t_end_(p.typed<AnnealedParams>().t_end) {}
 
   Result generate(const Request& req, const TokenCallback& on_token) override {
     Rng rng(req.seed);  // randomness is an input: same seed, same tokens
@@ -43,13 +46,21 @@ class Annealed : public Strategy {
 }  // namespace
 
 StrategyInfo annealed_info() {
-  return {"annealed",
-          "sampling with a temperature falling linearly from t_start to t_end",
-          {
-              {"t_start", "float", "1.2", "temperature of the first token"},
-              {"t_end", "float", "0.2", "temperature of the last token"},
-          },
-          [](const Params& p) { return std::make_unique<Annealed>(p); }};
+  StrategyInfo info;
+  info.name = "annealed";
+  info.description = "sampling with a temperature falling linearly from t_start to t_end";
+  // The schema and the parser from one table; the checks run in resolve(), so `specdec validate`
+  // and `generate` report a bad value before loading a model.
+  declare_params(info, ParamTable<AnnealedParams>()
+                           .field("t_start", &AnnealedParams::t_start, "1.2", "temperature of the first token")
+                           .field("t_end", &AnnealedParams::t_end, "0.2", "temperature of the last token")
+                           .finish([](AnnealedParams& a) {
+                             SD_CHECK(a.t_start >= 0 && a.t_end >= 0,
+                                      "annealed: t_start and t_end must be >= 0, got t_start=", a.t_start,
+                                      " t_end=", a.t_end);
+                           }));
+  info.factory = [](const Params& p) { return std::make_unique<Annealed>(p); };
+  return info;
 }
 
 }  // namespace specdec::strategies

@@ -10,6 +10,11 @@
 namespace specdec::strategies {
 namespace {
 
+// The drafter's parameters: a struct, each field declared once in the table below.
+struct RepeatLastParams {
+  int64_t min_run = 0;
+};
+
 class RepeatLastDrafter : public Drafter {
  public:
   explicit RepeatLastDrafter(int64_t min_run) : min_run_(min_run) {}
@@ -38,13 +43,17 @@ DrafterInfo repeat_last_drafter_info() {
   info.description = "example: after a run of one token, proposes that token again (see docs/adding.md)";
   // Parameter names share one namespace with the speculative strategy and the other drafters:
   // prefix them with the drafter's name.
-  info.params = {{"repeat_min_run", "int", "2", "run length of the last token before repeat_last proposes it"}};
-  info.check = [](const Params& p) {
-    const int64_t run = p.get_int("repeat_min_run");
-    SD_CHECK(run >= 1, "drafter repeat_last: repeat_min_run must be >= 1, got ", run);
-  };
+  // declare_params sets info.params (the schema) and info.parse: the registry parses and checks
+  // the struct once, when the speculative params are resolved, before any model is loaded.
+  declare_params(info, ParamTable<RepeatLastParams>()
+                           .field("repeat_min_run", &RepeatLastParams::min_run, "2",
+                                  "run length of the last token before repeat_last proposes it")
+                           .finish([](RepeatLastParams& p) {
+                             SD_CHECK(p.min_run >= 1, "drafter repeat_last: repeat_min_run must be >= 1, got ",
+                                      p.min_run);
+                           }));
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<RepeatLastDrafter>(ctx.params.get_int("repeat_min_run"));
+    return std::make_unique<RepeatLastDrafter>(ctx.params.typed<RepeatLastParams>().min_run);
   };
   return info;
 }

@@ -20,6 +20,7 @@
 #include "model/causal_lm.h"
 #include "sampling/processors.h"
 #include "strategies/phases.h"
+#include "strategies/param_table.h"
 #include "strategies/strategy.h"
 
 namespace specdec::tokenizer { class Tokenizer; }
@@ -188,7 +189,8 @@ uint64_t drafter_seed(uint64_t request_seed);
 // What a drafter is built from.
 struct DrafterContext {
   const Request& request;                // target, draft model (may be null), tokenizers, prompt
-  const Params& params;                  // the speculative strategy's resolved parameters
+  const Params& params;                  // the speculative strategy's resolved parameters: a
+                                         // drafter reads its own struct, params.typed<T>()
   const sampling::ProcessorConfig& proc; // the strategy's logits processors (q is processed alike)
   Rng& rng;                              // the drafter's own generator (its draws from q), seeded
                                          // with drafter_seed(request.seed): never the verifier's
@@ -221,6 +223,12 @@ struct DrafterInfo {
   std::string name;
   std::string description;               // one line
   std::vector<ParamSpec> params;         // the drafter's own parameters, with defaults
+  // Parses the resolved text into the drafter's struct, with its range checks, and keeps it in
+  // the params (Params::set_typed), once, when the speculative params are resolved (before any
+  // model is loaded, so `specdec validate` and `generate` report a bad value at once); the
+  // factories read params.typed<T>(). declare_params (strategies/param_table.h) sets it and
+  // `params` from one ParamTable. Empty: no parameters.
+  std::function<void(Params& resolved)> parse;
   bool needs_draft_model = false;        // true: Request::draft must be set
   // Non-empty: the drafter drafts with a head of kind head_kind (model/draft_heads.h) trained for
   // the target, whose directory the parameter head_param names (eagle: eagle_head).
@@ -235,10 +243,6 @@ struct DrafterInfo {
   std::function<std::unique_ptr<BatchDrafter>(const Request& first, const Params& params,
                                               const sampling::ProcessorConfig& proc, int64_t batch,
                                               int64_t capacity)> batch_factory;
-  // Addition (owner: drafter registry): range checks of the drafter's parameters (resolved
-  // speculative params). Run when the speculative strategy is created, before any model is
-  // loaded, so `specdec validate` and `generate` report a bad value at once. Empty: none.
-  std::function<void(const Params& resolved)> check;
 };
 
 // The registered drafters, in registry order: the built-in ones, then those added at run time.
@@ -269,9 +273,10 @@ std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterCont
 std::unique_ptr<BatchDrafter> make_batch_drafter(const std::string& name, const Request& first, const Params& params,
                                                  const sampling::ProcessorConfig& proc, int64_t batch,
                                                  int64_t capacity);
-// Addition (owner: drafter registry): the `drafter` parameter is "auto" or a registered name
-// (else an error listing them), and every drafter's `check` passes on these resolved params.
-void check_drafter_params(const Params& resolved);
+// Part of resolving the speculative params (speculative_info's parse): `drafter`, the parameter's
+// value, is "auto" or a registered name (else an error listing them), and every drafter's
+// struct is parsed and checked (DrafterInfo::parse), the chosen one's or not.
+void parse_drafter_params(Params& resolved, const std::string& drafter);
 
 // A drafter parameter holding a comma-separated list of integers ("4,2,2,1"), each in [lo, hi].
 // Throws specdec::Error naming the drafter, the key, the whole value and the bad entry.

@@ -9,49 +9,34 @@
 #include "core/log.h"
 #include "sampling/grammar.h"
 #include "speculative/loop.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "speculative/verifier.h"
 #include "strategies/common.h"
+#include "strategies/param_table.h"
 #include "strategies/registry.h"
 
 namespace specdec::strategies {
 namespace {
 
+constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
+
 class Speculative : public Strategy {
  public:
+  // p: resolved (parse_speculative has checked everything here).
   explicit Speculative(const Params& p) {
+    const SpeculativeParams& s = p.typed<SpeculativeParams>();
     cfg_.params = p;
-    cfg_.gamma = p.get_int("gamma");
-    cfg_.gamma_max = p.get_int("gamma_max");
-    cfg_.adaptive = parse_gamma_mode(p.get_string("adaptive_gamma"));
-    const std::string verify_mode = p.get_string("verify");
-    SD_CHECK(verify_mode == "tokenwise" || verify_mode == "block",
-             "speculative: verify must be tokenwise or block, got '", verify_mode, "'");
-    cfg_.verify.block_verify = verify_mode == "block";
+    cfg_.gamma = s.gamma;
+    cfg_.gamma_max = s.gamma_max;
+    cfg_.adaptive = s.adaptive;
+    cfg_.verify.block_verify = s.block_verify;
     cfg_.verify.proc = processor_config(p);
     cfg_.constraint = p.constraint();
-    cfg_.forced_tokens = p.get_bool("forced_tokens");
-    // The drafter name and every drafter's parameters, before any model is loaded.
-    check_drafter_params(p);
-    SD_CHECK(cfg_.gamma >= 0 && cfg_.gamma_max >= std::max<int64_t>(cfg_.gamma, 1),
-             "speculative: need 0 <= gamma <= gamma_max and gamma_max >= 1, got gamma=", cfg_.gamma,
-             " gamma_max=", cfg_.gamma_max);
-    // Each round sizes buffers and the KV cache by gamma_max: bound it before anything is allocated.
-    SD_CHECK(cfg_.gamma_max <= k_max_gamma, "speculative: gamma_max=", cfg_.gamma_max, " (gamma=", cfg_.gamma,
-             ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
-    resolve_costs(p);
-    if (const std::string syn = p.get_string("synthetic_acceptance"); syn != "off")
-      cfg_.synthetic = parse_synthetic(syn);
-    // verify=block with a drafter that never proposes chains with q, known before any model is
-    // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
-    // whether a draft model is given.
-    const std::string drafter = p.get_string("drafter");
-    if (cfg_.verify.block_verify && !cfg_.verify.proc.greedy() && drafter != "auto" &&
-        !find_drafter(drafter).chains_with_q)
-      refuse_block_verify(drafter, "proposes none at temperature " + p.get_string("temperature"));
+    cfg_.forced_tokens = s.forced_tokens;
+    cfg_.synthetic = s.synthetic;
+    resolve_costs(s);
   }
-
-  static constexpr int64_t k_max_gamma = 256;  // far beyond any useful draft length (4-8 typical)
 
   // One request: the round loop with one slot (speculative/loop.cpp).
   Result generate(const Request& req, const TokenCallback& on_token) override {
@@ -83,16 +68,10 @@ class Speculative : public Strategy {
   // adaptive_gamma=cost's costs: fixed from controller_costs (read here, once), or measured in
   // this process (and written to controller_calibrate). Each mode says in the log whether its
   // decisions can be reproduced.
-  void resolve_costs(const Params& p) {
-    costs_path_ = p.get_string("controller_costs");
-    cfg_.calibrate = p.get_string("controller_calibrate");
-    if (cfg_.adaptive != GammaMode::cost) {
-      SD_CHECK(costs_path_.empty() && cfg_.calibrate.empty(), "speculative: controller_costs and "
-               "controller_calibrate need adaptive_gamma=cost, got adaptive_gamma=", p.get_string("adaptive_gamma"));
-      return;
-    }
-    SD_CHECK(costs_path_.empty() || cfg_.calibrate.empty(), "speculative: controller_costs (fixed costs, '",
-             costs_path_, "') and controller_calibrate (measured costs, '", cfg_.calibrate, "') exclude each other");
+  void resolve_costs(const SpeculativeParams& s) {
+    costs_path_ = s.controller_costs;
+    cfg_.calibrate = s.controller_calibrate;
+    if (cfg_.adaptive != GammaMode::cost) return;
     if (!costs_path_.empty()) {
       cfg_.fixed_costs = std::make_shared<CostTable>(StepCosts::read(costs_path_));
       log::info("adaptive_gamma=cost with the fixed costs of ", costs_path_,
@@ -133,8 +112,73 @@ StrategyNeeds speculative_needs(const Params& resolved, bool have_draft_model) {
   StrategyNeeds needs;
   needs.drafter = resolve_drafter_name(resolved, have_draft_model);
   needs.draft_model = find_drafter(needs.drafter).needs_draft_model;
-  needs.draft_length = resolved.get_int("gamma");
+  needs.draft_length = resolved.typed<SpeculativeParams>().gamma;
   return needs;
+}
+
+// The strategy's own parameters, each declared once; the drafters' join them (speculative_info).
+ParamTable<SpeculativeParams> speculative_table() {
+  using S = SpeculativeParams;
+  return ParamTable<S>()
+      .field("gamma", &S::gamma, "4", "draft tokens per round (start value when adaptive)")
+      .field("gamma_max", &S::gamma_max, "8", "upper bound for adaptive gamma")
+      .field("drafter", &S::drafter, "auto", drafter_help())
+      .field("adaptive_gamma", &S::adaptive_gamma, "off",
+             "off | hf (+2 on full accept, -1 otherwise) | cost (expected tokens per ms from measured costs, 0 = "
+             "step aside: plain decoding; NOT reproducible with temperature > 0 unless controller_costs fixes the "
+             "costs)")
+      .field("controller_costs", &S::controller_costs, "",
+             "adaptive_gamma=cost: a cost table (JSON) written by controller_calibrate; the controller decides from "
+             "it and accept counts alone, so seeded runs are reproducible ('' = measure in this process)")
+      .field("controller_calibrate", &S::controller_calibrate, "",
+             "adaptive_gamma=cost: write the costs measured in this process to this file after each generation, "
+             "for controller_costs ('' = none); a calibrating run's own decisions are not reproducible")
+      .field("verify", &S::verify, "tokenwise",
+             "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)")
+      .field("forced_tokens", &S::forced_tokens, "true",
+             "structured output: the tokens the grammar forces (one admitted token) are drafted without the "
+             "drafter, before its own draft (lossless: the masked target puts all its mass there)")
+      .field("draft_mask", &S::draft_mask, "true",
+             "structured output: the draft-model drafters (model, layer_skip) mask their own rows with the "
+             "grammar after their draft path, so they propose only admitted tokens (q is the masked law they "
+             "draw from)")
+      .field("synthetic_acceptance", &S::synthetic_acceptance, "off",
+             "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
+             "accepted at random instead of verified (chains position by position with a1; trees child by child, "
+             "the i-th child tried at a node with ai, the last value for all later ones); the tokens are NOT the "
+             "target's, and every output carries synthetic_acceptance");
+}
+
+// StrategyInfo::parse: the strategy's struct and every drafter's, each checked once, before any
+// model is loaded (`specdec validate` reports a bad value).
+void parse_speculative(const ParamTable<SpeculativeParams>& table, Params& p) {
+  SpeculativeParams s = table.parse(p);
+  s.adaptive = parse_gamma_mode(s.adaptive_gamma);
+  SD_CHECK(s.verify == "tokenwise" || s.verify == "block", "speculative: verify must be tokenwise or block, got '",
+           s.verify, "'");
+  s.block_verify = s.verify == "block";
+  // The drafter name and every drafter's parameters.
+  parse_drafter_params(p, s.drafter);
+  SD_CHECK(s.gamma >= 0 && s.gamma_max >= std::max<int64_t>(s.gamma, 1),
+           "speculative: need 0 <= gamma <= gamma_max and gamma_max >= 1, got gamma=", s.gamma,
+           " gamma_max=", s.gamma_max);
+  // Each round sizes buffers and the KV cache by gamma_max: bound it before anything is allocated.
+  SD_CHECK(s.gamma_max <= k_max_gamma, "speculative: gamma_max=", s.gamma_max, " (gamma=", s.gamma,
+           ") exceeds the limit of ", k_max_gamma, " draft tokens per round");
+  if (s.adaptive != GammaMode::cost)
+    SD_CHECK(s.controller_costs.empty() && s.controller_calibrate.empty(), "speculative: controller_costs and "
+             "controller_calibrate need adaptive_gamma=cost, got adaptive_gamma=", s.adaptive_gamma);
+  else
+    SD_CHECK(s.controller_costs.empty() || s.controller_calibrate.empty(), "speculative: controller_costs (fixed "
+             "costs, '", s.controller_costs, "') and controller_calibrate (measured costs, '", s.controller_calibrate,
+             "') exclude each other");
+  if (s.synthetic_acceptance != "off") s.synthetic = parse_synthetic(s.synthetic_acceptance);
+  // verify=block with a drafter that never proposes chains with q, known before any model is
+  // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
+  // whether a draft model is given.
+  if (s.block_verify && !processor_config(p).greedy() && s.drafter != "auto" && !find_drafter(s.drafter).chains_with_q)
+    refuse_block_verify(s.drafter, "proposes none at temperature " + p.values().at("temperature"));
+  p.set_typed(std::move(s));
 }
 
 }  // namespace
@@ -146,33 +190,9 @@ StrategyInfo speculative_info() {
   info.name = "speculative";
   info.description = "speculative decoding: a drafter (draft model, n-gram or suffix lookup, ...) proposes "
                      "up to gamma tokens, the target verifies";
-  info.params = {
-      {"gamma", "int", "4", "draft tokens per round (start value when adaptive)"},
-      {"gamma_max", "int", "8", "upper bound for adaptive gamma"},
-      {"drafter", "string", "auto", drafter_help()},
-      {"adaptive_gamma", "string", "off",
-       "off | hf (+2 on full accept, -1 otherwise) | cost (expected tokens per ms from measured costs, 0 = step "
-       "aside: plain decoding; NOT reproducible with temperature > 0 unless controller_costs fixes the costs)"},
-      {"controller_costs", "string", "",
-       "adaptive_gamma=cost: a cost table (JSON) written by controller_calibrate; the controller decides from it "
-       "and accept counts alone, so seeded runs are reproducible ('' = measure in this process)"},
-      {"controller_calibrate", "string", "",
-       "adaptive_gamma=cost: write the costs measured in this process to this file after each generation, for "
-       "controller_costs ('' = none); a calibrating run's own decisions are not reproducible"},
-      {"verify", "string", "tokenwise",
-       "tokenwise | block (block verification of chains with a draft distribution, Sun et al. 2025)"},
-      {"forced_tokens", "bool", "true",
-       "structured output: the tokens the grammar forces (one admitted token) are drafted without the "
-       "drafter, before its own draft (lossless: the masked target puts all its mass there)"},
-      {"draft_mask", "bool", "true",
-       "structured output: the draft-model drafters (model, layer_skip) mask their own rows with the grammar "
-       "after their draft path, so they propose only admitted tokens (q is the masked law they draw from)"},
-      {"synthetic_acceptance", "string", "off",
-       "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
-       "accepted at random instead of verified (chains position by position with a1; trees child by child, "
-       "the i-th child tried at a node with ai, the last value for all later ones); the tokens are NOT the "
-       "target's, and every output carries synthetic_acceptance"},
-  };
+  const ParamTable<SpeculativeParams> table = speculative_table();
+  info.params = table.specs();
+  info.parse = [table](Params& p) { parse_speculative(table, p); };
   for (const auto& p : drafter_params()) {
     for (const auto& own : info.params)
       SD_CHECK(own.name != p.name, "drafter parameter '", p.name, "' clashes with a speculative parameter");

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "model/device.h"
 #include "strategies/common.h"
+#include "strategies/param_table.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,8 +41,24 @@ struct BeamConfig {
   int64_t num_beams = 4, num_return = 1;
   double length_penalty = 1.0;
   std::string early_stopping = "false";
-  sampling::ProcessorConfig proc;
+  sampling::ProcessorConfig proc;  // not a parameter of its own: processor_config
 };
+
+ParamTable<BeamConfig> beam_params() {
+  using B = BeamConfig;
+  return ParamTable<B>()
+      .field("num_beams", &B::num_beams, "4", "number of beams")
+      .field("length_penalty", &B::length_penalty, "1.0", "finished score = sum logprob / n_generated ** length_penalty")
+      .field("early_stopping", &B::early_stopping, "false", "true | false | never (as Hugging Face)")
+      .field("num_return_sequences", &B::num_return, "1", "sequences returned (<= num_beams), best first")
+      .finish([](B& b) {
+        SD_CHECK(b.num_beams >= 1, "beam: num_beams must be >= 1, got ", b.num_beams);
+        SD_CHECK(b.num_return >= 1 && b.num_return <= b.num_beams,
+                 "beam: num_return_sequences must be in [1, num_beams], got ", b.num_return);
+        SD_CHECK(b.early_stopping == "true" || b.early_stopping == "false" || b.early_stopping == "never",
+                 "beam: early_stopping must be true, false or never, got '", b.early_stopping, "'");
+      });
+}
 
 // Indices of the `k` largest values, largest first; equal values keep their index order.
 std::vector<int64_t> top_indices(const std::vector<float>& values, int64_t k) {
@@ -54,18 +71,7 @@ std::vector<int64_t> top_indices(const std::vector<float>& values, int64_t k) {
 
 class Beam : public Strategy {
  public:
-  explicit Beam(const Params& p) {
-    cfg_.num_beams = p.get_int("num_beams");
-    cfg_.num_return = p.get_int("num_return_sequences");
-    cfg_.length_penalty = p.get_float("length_penalty");
-    cfg_.early_stopping = p.get_string("early_stopping");
-    cfg_.proc = processor_config(p);
-    SD_CHECK(cfg_.num_beams >= 1, "beam: num_beams must be >= 1, got ", cfg_.num_beams);
-    SD_CHECK(cfg_.num_return >= 1 && cfg_.num_return <= cfg_.num_beams,
-             "beam: num_return_sequences must be in [1, num_beams], got ", cfg_.num_return);
-    SD_CHECK(cfg_.early_stopping == "true" || cfg_.early_stopping == "false" || cfg_.early_stopping == "never",
-             "beam: early_stopping must be true, false or never, got '", cfg_.early_stopping, "'");
-  }
+  explicit Beam(const Params& p) : cfg_(p.typed<BeamConfig>()) { cfg_.proc = processor_config(p); }
 
   Result generate(const Request& req, const TokenCallback& on_token) override;
 
@@ -259,15 +265,12 @@ Result Beam::generate(const Request& req, const TokenCallback& on_token) {
 }  // namespace
 
 StrategyInfo beam_info() {
-  return {"beam",
-          "beam search with Hugging Face semantics (length penalty, early stopping)",
-          {
-              {"num_beams", "int", "4", "number of beams"},
-              {"length_penalty", "float", "1.0", "finished score = sum logprob / n_generated ** length_penalty"},
-              {"early_stopping", "string", "false", "true | false | never (as Hugging Face)"},
-              {"num_return_sequences", "int", "1", "sequences returned (<= num_beams), best first"},
-          },
-          [](const Params& p) { return std::make_unique<Beam>(p); }};
+  StrategyInfo info;
+  info.name = "beam";
+  info.description = "beam search with Hugging Face semantics (length penalty, early stopping)";
+  declare_params(info, beam_params());
+  info.factory = [](const Params& p) { return std::make_unique<Beam>(p); };
+  return info;
 }
 
 }  // namespace specdec::strategies

@@ -63,6 +63,10 @@ bool Params::get_bool(const std::string& key) const {
   fail("strategy parameter '", key, "': expected true/false, got '", v, "'");
 }
 
+void Params::fail_not_resolved(const char* type) {
+  fail("strategy parameters: no typed value of ", type, " (the parameters were not resolved: strategies::resolve)");
+}
+
 // ---- helpers -----------------------------------------------------------------------------
 void check_request(const Request& req) {
   SD_CHECK(req.target != nullptr, "request has no target model");

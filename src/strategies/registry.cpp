@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "sampling/grammar.h"
+#include "strategies/param_table.h"
 
 #define SPECDEC_STRATEGY_LIST(X) \
   X(greedy)                      \
@@ -47,36 +48,43 @@ void check_type(const std::string& strategy, const ParamSpec& spec, const Params
 
 }  // namespace
 
+namespace {
+// The logits processors: a ParamTable like any strategy's, whose struct is the chain's config.
+const ParamTable<sampling::ProcessorConfig>& processor_table() {
+  using C = sampling::ProcessorConfig;
+  static const ParamTable<C> table =
+      ParamTable<C>()
+          .field("temperature", &C::temperature, "1.0", "softmax temperature; 0 = greedy (argmax)")
+          .field("top_k", &C::top_k, "0", "keep the k most likely tokens (ties kept); 0 = off")
+          .field("top_p", &C::top_p, "1.0", "nucleus: keep the smallest set with mass >= top_p; 1 = off")
+          .field("min_p", &C::min_p, "0.0", "drop tokens below min_p * max probability; 0 = off")
+          .field("repetition_penalty", &C::repetition_penalty, "1.0",
+                 "HF: divide positive / multiply negative logits of seen tokens")
+          // Structured output (sampling/grammar.h): at most one; greedy, sampling and speculative.
+          // resolve() parses them into Params::constraint.
+          .text("json_schema", "", "structured output: a JSON Schema, inline JSON or a file path ('' = none)")
+          .text("regex", "", "structured output: a regular expression the whole output matches ('' = none)")
+          .text("grammar", "", "structured output: an EBNF/GBNF grammar (root ::= ...), inline or a file ('' = none)")
+          .text("response_format", "text", "structured output: json (any JSON value) | text (none)")
+          .finish([](C& c) {
+            SD_CHECK(c.temperature >= 0, "strategy parameter 'temperature' must be >= 0, got ", c.temperature);
+            SD_CHECK(c.top_k >= 0, "strategy parameter 'top_k' must be >= 0, got ", c.top_k);
+            SD_CHECK(c.top_p > 0 && c.top_p <= 1, "strategy parameter 'top_p' must be in (0, 1], got ", c.top_p);
+            SD_CHECK(c.min_p >= 0 && c.min_p <= 1, "strategy parameter 'min_p' must be in [0, 1], got ", c.min_p);
+            SD_CHECK(c.repetition_penalty > 0, "strategy parameter 'repetition_penalty' must be > 0, got ",
+                     c.repetition_penalty);
+          });
+  return table;
+}
+}  // namespace
+
 const std::vector<ParamSpec>& processor_params() {
-  static const std::vector<ParamSpec> specs = {
-      {"temperature", "float", "1.0", "softmax temperature; 0 = greedy (argmax)"},
-      {"top_k", "int", "0", "keep the k most likely tokens (ties kept); 0 = off"},
-      {"top_p", "float", "1.0", "nucleus: keep the smallest set with mass >= top_p; 1 = off"},
-      {"min_p", "float", "0.0", "drop tokens below min_p * max probability; 0 = off"},
-      {"repetition_penalty", "float", "1.0", "HF: divide positive / multiply negative logits of seen tokens"},
-      // Structured output (sampling/grammar.h): at most one; greedy, sampling and speculative.
-      {"json_schema", "string", "", "structured output: a JSON Schema, inline JSON or a file path ('' = none)"},
-      {"regex", "string", "", "structured output: a regular expression the whole output matches ('' = none)"},
-      {"grammar", "string", "", "structured output: an EBNF/GBNF grammar (root ::= ...), inline or a file ('' = none)"},
-      {"response_format", "string", "text", "structured output: json (any JSON value) | text (none)"},
-  };
+  static const std::vector<ParamSpec> specs = processor_table().specs();
   return specs;
 }
 
-sampling::ProcessorConfig processor_config(const Params& resolved) {
-  sampling::ProcessorConfig c;
-  c.temperature = resolved.get_float("temperature");
-  c.top_k = resolved.get_int("top_k");
-  c.top_p = resolved.get_float("top_p");
-  c.min_p = resolved.get_float("min_p");
-  c.repetition_penalty = resolved.get_float("repetition_penalty");
-  SD_CHECK(c.temperature >= 0, "strategy parameter 'temperature' must be >= 0, got ", c.temperature);
-  SD_CHECK(c.top_k >= 0, "strategy parameter 'top_k' must be >= 0, got ", c.top_k);
-  SD_CHECK(c.top_p > 0 && c.top_p <= 1, "strategy parameter 'top_p' must be in (0, 1], got ", c.top_p);
-  SD_CHECK(c.min_p >= 0 && c.min_p <= 1, "strategy parameter 'min_p' must be in [0, 1], got ", c.min_p);
-  SD_CHECK(c.repetition_penalty > 0, "strategy parameter 'repetition_penalty' must be > 0, got ",
-           c.repetition_penalty);
-  return c;
+const sampling::ProcessorConfig& processor_config(const Params& resolved) {
+  return resolved.typed<sampling::ProcessorConfig>();
 }
 
 namespace {
@@ -137,17 +145,20 @@ Params resolve(const std::string& name, const Params& given) {
     fail("strategy '", name, "': unknown parameter '", key, "' (= '", value, "'); valid parameters: ",
          join_names(names));
   }
-  Params out = given;
+  Params out(given.values());  // typed values are parsed afresh below
   for (const auto& s : specs)
     if (!out.has(s.name)) out.set(s.name, s.default_value);
   for (const auto& s : specs) check_type(name, s, out);
-  processor_config(out);  // range checks
+  out.set_typed(processor_table().parse(out));  // range checks
   // Structured output: parsed here, once (params resolved before keep their parse), so that a
   // malformed schema or grammar is named before any model loads; the strategy takes the parse.
   out.set_constraint(sampling::Constraint::from_params(out.values(), given.constraint()));
   if (out.constraint())
     SD_CHECK(takes_constraint(name), "strategy '", name, "': structured output (", out.constraint()->key(),
              ") is supported by greedy, sampling and speculative only");
+  // The strategy's own struct, parsed and checked once; its factory reads it.
+  if (info.parse) info.parse(out);
+  out.set_resolved_for(name);
   return out;
 }
 
@@ -156,6 +167,7 @@ bool takes_constraint(const std::string& name) {
 }
 
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given) {
+  if (given.resolved_for() == name) return find(name).factory(given);
   return find(name).factory(resolve(name, given));
 }
 

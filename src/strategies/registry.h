@@ -23,16 +23,22 @@ struct StrategyInfo {
   std::string name;
   std::string description;              // one line
   std::vector<ParamSpec> params;        // strategy-specific parameters with defaults
+  // Built from resolved params: it reads its typed struct (Params::typed<T>()), not the text.
   std::function<std::unique_ptr<Strategy>(const Params&)> factory;
   // From the resolved parameters and whether a draft model is configured (a drafter named
   // "auto" depends on it). Empty: the strategy needs nothing (StrategyNeeds{}).
   std::function<StrategyNeeds(const Params& resolved, bool have_draft_model)> needs = nullptr;
+  // Parses the resolved text into the strategy's typed struct, with its range checks, and keeps
+  // it in the params (Params::set_typed), once, in resolve(). declare_params (param_table.h)
+  // sets it and `params` from one ParamTable. Empty: no struct of its own.
+  std::function<void(Params& resolved)> parse = nullptr;
 };
 
 // Logits-processor parameters shared by every strategy (temperature, top_k, top_p, min_p,
-// repetition_penalty) with their defaults.
+// repetition_penalty, and the structured-output keys) with their defaults.
 const std::vector<ParamSpec>& processor_params();
-sampling::ProcessorConfig processor_config(const Params& resolved);
+// The processors resolve() parsed and range-checked (Params::typed<sampling::ProcessorConfig>).
+const sampling::ProcessorConfig& processor_config(const Params& resolved);
 
 const std::vector<StrategyInfo>& all();
 // Adds a strategy from outside the library (examples/register.cpp) after the built-in ones. The
@@ -44,11 +50,14 @@ const StrategyInfo& find(const std::string& name);
 // Checks every key against the strategy's schema (+ processor params), fills defaults and
 // checks that values parse. An unknown key is an error listing the valid ones. The structured-
 // output keys are parsed into Params::constraint (kept from `given` when their values match).
+// Then, once, the typed values: the processors (processor_config) and the strategy's own struct
+// (StrategyInfo::parse, with its range checks), kept beside the text (Params::typed<T>()).
 Params resolve(const std::string& name, const Params& given);
 // Whether strategy `name` decodes under a structured-output constraint (greedy, sampling,
 // speculative).
 bool takes_constraint(const std::string& name);
-// resolve() + factory.
+// resolve() + factory; params already resolved for `name` (Params::resolved_for) are not
+// resolved again.
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given);
 // find(name).needs(resolved, have_draft_model), or StrategyNeeds{} for a strategy without one.
 StrategyNeeds strategy_needs(const std::string& name, const Params& resolved, bool have_draft_model);

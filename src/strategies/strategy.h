@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeindex>
 #include <vector>
 
 #include "core/types.h"
@@ -128,7 +129,12 @@ class Params {
  public:
   Params() = default;
   explicit Params(std::map<std::string, std::string> values) : values_(std::move(values)) {}
-  void set(const std::string& key, const std::string& value) { values_[key] = value; }
+  // Changes a value; the typed values parsed from the old ones are dropped (resolve again).
+  void set(const std::string& key, const std::string& value) {
+    values_[key] = value;
+    typed_.clear();
+    resolved_for_.clear();
+  }
   bool has(const std::string& key) const { return values_.count(key) != 0; }
   const std::map<std::string, std::string>& values() const { return values_; }
   // Typed getters; throw specdec::Error naming key and value when it does not parse.
@@ -141,10 +147,35 @@ class Params {
   // parsed value; resolving the params again reuses it while those keys keep their values.
   const std::shared_ptr<const sampling::Constraint>& constraint() const { return constraint_; }
   void set_constraint(std::shared_ptr<const sampling::Constraint> c) { constraint_ = std::move(c); }
+  // The typed values resolve() parsed from the text, once (strategies/param_table.h): the
+  // strategy's struct, each drafter's, sampling::ProcessorConfig. typed<T>() of a struct not
+  // parsed (params not resolved) is a specdec::Error.
+  template <class T>
+  const T& typed() const {
+    const auto it = typed_.find(std::type_index(typeid(T)));
+    if (it == typed_.end()) fail_not_resolved(typeid(T).name());
+    return *static_cast<const T*>(it->second.get());
+  }
+  // The typed value of T, or null when none was parsed (another strategy's params).
+  template <class T>
+  const T* find_typed() const {
+    const auto it = typed_.find(std::type_index(typeid(T)));
+    return it == typed_.end() ? nullptr : static_cast<const T*>(it->second.get());
+  }
+  template <class T>
+  void set_typed(T value) {
+    typed_[std::type_index(typeid(T))] = std::make_shared<const T>(std::move(value));
+  }
+  // The strategy these values were resolved for (resolve()); "" when not resolved, or changed since.
+  const std::string& resolved_for() const { return resolved_for_; }
+  void set_resolved_for(std::string name) { resolved_for_ = std::move(name); }
 
  private:
+  [[noreturn]] static void fail_not_resolved(const char* type);
   std::map<std::string, std::string> values_;
   std::shared_ptr<const sampling::Constraint> constraint_;
+  std::map<std::type_index, std::shared_ptr<const void>> typed_;  // shared: copies of Params are cheap
+  std::string resolved_for_;
 };
 
 // Batched generation (strategies/batch.h): several requests decoded together.

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/verify_math.h"
 #include "model/device.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
@@ -25,7 +26,8 @@ TraceRecorder::TraceRecorder(std::shared_ptr<tokenizer::Tokenizer> tokenizer, co
     : tokenizer_(std::move(tokenizer)), proc_(processor_config(resolved)), top_k_(top_k) {
   SD_CHECK(tokenizer_ != nullptr, "trace: needs the target's tokenizer to show token text");
   SD_CHECK(top_k_ >= 1, "trace: top_k must be >= 1, got ", top_k_);
-  block_verify_ = resolved.has("verify") && resolved.get_string("verify") == "block";
+  const SpeculativeParams* spec = resolved.find_typed<SpeculativeParams>();  // null: not speculative
+  block_verify_ = spec && spec->block_verify;
 }
 
 nlohmann::json TraceRecorder::token_json(TokenId id) const {

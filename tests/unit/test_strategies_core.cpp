@@ -12,6 +12,7 @@
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
 #include "speculative/controller.h"
+#include "speculative/params.h"
 #include "strategies/stop.h"
 #include "tests/support/command.h"
 
@@ -84,6 +85,25 @@ TEST(Params, TypedGettersNameKeyAndValue) {
     EXPECT_NE(std::string(e.what()).find("'d'"), std::string::npos);
   }
   EXPECT_THROW(p.get_float("missing"), Error);
+}
+
+// Resolving parses each struct once and keeps it beside the text: the schema and the parser come
+// from one ParamTable, a changed value drops the parse, and unresolved params have none.
+TEST(Params, ResolveKeepsTheTypedStructsBesideTheText) {
+  const Params p = resolve("speculative", P({{"gamma", "6"}, {"verify", "block"}, {"temperature", "0.5"}}));
+  const SpeculativeParams& s = p.typed<SpeculativeParams>();
+  EXPECT_EQ(s.gamma, 6);
+  EXPECT_EQ(s.gamma_max, 8);  // the default, from the same table as the schema
+  EXPECT_TRUE(s.block_verify);
+  EXPECT_EQ(s.drafter, "auto");
+  EXPECT_DOUBLE_EQ(processor_config(p).temperature, 0.5);
+  EXPECT_EQ(p.resolved_for(), "speculative");
+  Params changed = p;
+  changed.set("gamma", "3");
+  EXPECT_EQ(changed.resolved_for(), "");
+  EXPECT_THROW(changed.typed<SpeculativeParams>(), Error);
+  EXPECT_THROW(processor_config(P({{"temperature", "0"}})), Error);
+  EXPECT_EQ(resolve("greedy", {}).find_typed<SpeculativeParams>(), nullptr);
 }
 
 // ---- stop handling -----------------------------------------------------------------------------

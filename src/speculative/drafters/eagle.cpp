@@ -37,6 +37,10 @@
 namespace specdec::strategies {
 namespace {
 
+struct EagleParams {
+  std::string head, shape;  // eagle_head, eagle_shape (chain | tree)
+};
+
 // The head, its cache and the target's features: a tree source (chains are trees too).
 class EagleSource : public TreeSource {
  public:
@@ -232,7 +236,7 @@ class EagleSource : public TreeSource {
 
 // The head named by ctx's eagle_head, for ctx's target, with a cache of ctx's capacity.
 std::unique_ptr<EagleSource> make_source(const DrafterContext& ctx) {
-  auto head = head_for("eagle", "eagle_head", ctx.params.get_string("eagle_head"), "eagle", ctx.request);
+  auto head = head_for("eagle", "eagle_head", ctx.params.typed<EagleParams>().head, "eagle", ctx.request);
   return std::make_unique<EagleSource>(std::move(head), ctx.request.target, ctx.capacity);
 }
 
@@ -343,9 +347,9 @@ class EagleBatchDrafter : public BatchDrafter {
   std::vector<std::unique_ptr<EagleChainDrafter>> slots_;
 };
 
-void check_eagle_params(const Params& p) {
-  const std::string shape = p.get_string("eagle_shape");
-  SD_CHECK(shape == "chain" || shape == "tree", "drafter eagle: eagle_shape must be chain or tree, got '", shape, "'");
+void check_eagle_params(EagleParams& p) {
+  SD_CHECK(p.shape == "chain" || p.shape == "tree", "drafter eagle: eagle_shape must be chain or tree, got '",
+           p.shape, "'");
 }
 
 }  // namespace
@@ -354,24 +358,25 @@ DrafterInfo eagle_drafter_info() {
   DrafterInfo info;
   info.name = "eagle";
   info.description = "a trained EAGLE head (specdec train-drafter --kind eagle) drafts from the target's own features";
-  info.params = {{"eagle_head", "string", "", "directory of a trained EAGLE head (head.json + head.safetensors)"},
-                 {"eagle_shape", "string", "chain",
-                  "chain | tree (shaped by tree_branching, tree_budget and tree_topk, as the tree drafter: "
-                  "tree_budget > 0 is EAGLE-2's dynamic tree)"}};
+  declare_params(info, ParamTable<EagleParams>()
+                           .field("eagle_head", &EagleParams::head, "",
+                                  "directory of a trained EAGLE head (head.json + head.safetensors)")
+                           .field("eagle_shape", &EagleParams::shape, "chain",
+                                  "chain | tree (shaped by tree_branching, tree_budget and tree_topk, as the tree "
+                                  "drafter: tree_budget > 0 is EAGLE-2's dynamic tree)")
+                           .finish(check_eagle_params));
   info.chains_with_q = true;
   info.head_param = "eagle_head";
   info.head_kind = "eagle";
-  info.check = check_eagle_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    check_eagle_params(ctx.params);
-    if (ctx.params.get_string("eagle_shape") == "chain") return EagleBatchDrafter::make_chain(ctx);
+    if (ctx.params.typed<EagleParams>().shape == "chain") return EagleBatchDrafter::make_chain(ctx);
     return make_tree_drafter(make_source(ctx), ctx);
   };
   // A batch's chains (draft_chains) and trees (the tree drafter's lockstep over EagleSource's
   // roots and feed_all) share the head's forwards between the slots.
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {
-    if (params.get_string("eagle_shape") == "chain") return std::make_unique<EagleBatchDrafter>(batch);
+    if (params.typed<EagleParams>().shape == "chain") return std::make_unique<EagleBatchDrafter>(batch);
     return make_tree_batch_drafter(make_source, batch);
   };
   return info;

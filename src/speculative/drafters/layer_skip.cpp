@@ -84,25 +84,25 @@ std::vector<int64_t> search_keep(const DrafterContext& ctx, double ratio, int64_
 
 // Ranges and the skip list's syntax before any model is loaded (the layer count is checked
 // against the target in make_layer_skip).
-void check_layer_skip_params(const Params& p) {
-  const double ratio = p.get_float("skip_ratio");
-  const int64_t n_candidates = p.get_int("skip_search");
-  SD_CHECK(ratio >= 0 && ratio < 1, "layer_skip: skip_ratio = ", ratio, " must be in [0, 1)");
-  SD_CHECK(n_candidates >= 1 && n_candidates <= 256, "layer_skip: skip_search = ", n_candidates,
+struct LayerSkipParams {
+  std::string skip_layers;  // as given ('' = search); checked against the target's layers when built
+  double ratio = 0;
+  int64_t n_candidates = 0;
+};
+
+void check_layer_skip_params(LayerSkipParams& p) {
+  SD_CHECK(p.ratio >= 0 && p.ratio < 1, "layer_skip: skip_ratio = ", p.ratio, " must be in [0, 1)");
+  SD_CHECK(p.n_candidates >= 1 && p.n_candidates <= 256, "layer_skip: skip_search = ", p.n_candidates,
            " must be in [1, 256]");
-  const std::string given = p.get_string("skip_layers");
-  if (!given.empty()) parse_skip(given, model::k_max_layers);
+  if (!p.skip_layers.empty()) parse_skip(p.skip_layers, model::k_max_layers);
 }
 
 // The layers this request's draft keeps: given, or searched on its prompt.
 std::vector<int64_t> layers_to_keep(const DrafterContext& ctx) {
   SD_CHECK(ctx.request.target != nullptr, "layer_skip: needs a target model");
-  check_layer_skip_params(ctx.params);
+  const LayerSkipParams& p = ctx.params.typed<LayerSkipParams>();
   const int64_t L = ctx.request.target->config().n_layers;
-  const std::string given = ctx.params.get_string("skip_layers");
-  const double ratio = ctx.params.get_float("skip_ratio");
-  const int64_t n_candidates = ctx.params.get_int("skip_search");
-  return given.empty() ? search_keep(ctx, ratio, n_candidates) : parse_skip(given, L);
+  return p.skip_layers.empty() ? search_keep(ctx, p.ratio, p.n_candidates) : parse_skip(p.skip_layers, L);
 }
 
 std::unique_ptr<Drafter> make_layer_skip(const DrafterContext& ctx) {
@@ -132,12 +132,13 @@ DrafterInfo layer_skip_drafter_info() {
   info.chains_with_q = true;
   info.description = "self-speculation: the target with some layers skipped drafts (shared weights; skip set "
                      "given or searched on the prompt, SWIFT-style)";
-  info.params = {
-      {"skip_layers", "string", "", "comma-separated layer indices to skip; empty = search on the prompt"},
-      {"skip_ratio", "float", "0.4", "search: fraction of layers to skip"},
-      {"skip_search", "int", "12", "search: candidate skip sets scored on the prompt"},
-  };
-  info.check = check_layer_skip_params;
+  using L = LayerSkipParams;
+  declare_params(info, ParamTable<L>()
+                           .field("skip_layers", &L::skip_layers, "",
+                                  "comma-separated layer indices to skip; empty = search on the prompt")
+                           .field("skip_ratio", &L::ratio, "0.4", "search: fraction of layers to skip")
+                           .field("skip_search", &L::n_candidates, "12", "search: candidate skip sets scored on the prompt")
+                           .finish(check_layer_skip_params));
   info.factory = make_layer_skip;
   info.batch_factory = make_layer_skip_batch;
   return info;

@@ -40,13 +40,11 @@ namespace {
 constexpr int64_t k_max_ngram_n = 16, k_max_window = 64, k_max_verify = 64, k_max_pool = 1024;
 
 struct LookaheadConfig {
-  int64_t n, w, g, pool;
-  bool prompt_ngrams;
+  int64_t n = 0, w = 0, g = 0, pool = 0;
+  bool prompt_ngrams = true;
 };
 
-LookaheadConfig lookahead_config(const Params& p) {
-  const LookaheadConfig c{p.get_int("lookahead_ngram"), p.get_int("lookahead_window"), p.get_int("lookahead_verify"),
-                          p.get_int("lookahead_pool"), p.get_bool("lookahead_prompt_ngrams")};
+void check_lookahead_config(LookaheadConfig& c) {
   SD_CHECK(c.n >= 2 && c.n <= k_max_ngram_n, "drafter lookahead: lookahead_ngram must be in [2, ", k_max_ngram_n,
            "], got ", c.n);
   SD_CHECK(c.w >= 1 && c.w <= k_max_window, "drafter lookahead: lookahead_window must be in [1, ", k_max_window,
@@ -58,7 +56,6 @@ LookaheadConfig lookahead_config(const Params& p) {
   const int64_t nodes = c.w + c.g * (c.n - 1);
   SD_CHECK(nodes <= k_max_draft_nodes, "drafter lookahead: lookahead_window + lookahead_verify * (lookahead_ngram - 1) = ",
            c.w, " + ", c.g, " * ", c.n - 1, " = ", nodes, " nodes, more than the limit of ", k_max_draft_nodes);
-  return c;
 }
 
 // Tokens at absolute positions [start, start + size).
@@ -231,16 +228,19 @@ DrafterInfo lookahead_drafter_info() {
   info.name = "lookahead";
   info.description = "Lookahead decoding: a Jacobi window of guesses plus n-grams collected from its trajectory, "
                      "verified as one tree (no draft model)";
-  info.params = {
-      {"lookahead_ngram", "int", "4", "lookahead: n-gram size N (candidates propose N-1 tokens)"},
-      {"lookahead_window", "int", "4", "lookahead: Jacobi window W (guess tokens fed per round; cut to gamma)"},
-      {"lookahead_verify", "int", "4", "lookahead: pooled n-grams G verified per round"},
-      {"lookahead_pool", "int", "8", "lookahead: n-grams kept per start token (newest kept)"},
-      {"lookahead_prompt_ngrams", "bool", "true", "lookahead: seed the pool with the prompt's n-grams"},
-  };
-  info.check = [](const Params& p) { lookahead_config(p); };
+  using C = LookaheadConfig;
+  declare_params(info,
+                 ParamTable<C>()
+                     .field("lookahead_ngram", &C::n, "4", "lookahead: n-gram size N (candidates propose N-1 tokens)")
+                     .field("lookahead_window", &C::w, "4",
+                            "lookahead: Jacobi window W (guess tokens fed per round; cut to gamma)")
+                     .field("lookahead_verify", &C::g, "4", "lookahead: pooled n-grams G verified per round")
+                     .field("lookahead_pool", &C::pool, "8", "lookahead: n-grams kept per start token (newest kept)")
+                     .field("lookahead_prompt_ngrams", &C::prompt_ngrams, "true",
+                            "lookahead: seed the pool with the prompt's n-grams")
+                     .finish(check_lookahead_config));
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<LookaheadDrafter>(lookahead_config(ctx.params), ctx.request.seed);
+    return std::make_unique<LookaheadDrafter>(ctx.params.typed<C>(), ctx.request.seed);
   };
   return info;
 }

@@ -30,6 +30,10 @@
 namespace specdec::strategies {
 namespace {
 
+struct MedusaParams {
+  std::string head, shape;  // medusa_head, medusa_shape (chain | tree)
+};
+
 // The heads over the newest feature: row i is head i's draft logits.
 class MedusaRows {
  public:
@@ -156,16 +160,15 @@ class MedusaSource : public TreeSource {
   at::Tensor logits_;  // [heads, V]: this round's rows
 };
 
-void check_medusa_params(const Params& p) {
-  const std::string shape = p.get_string("medusa_shape");
-  SD_CHECK(shape == "chain" || shape == "tree", "drafter medusa: medusa_shape must be chain or tree, got '", shape, "'");
+void check_medusa_params(MedusaParams& p) {
+  SD_CHECK(p.shape == "chain" || p.shape == "tree", "drafter medusa: medusa_shape must be chain or tree, got '",
+           p.shape, "'");
 }
 
 // The heads named by ctx's medusa_head, for ctx's target.
 std::shared_ptr<MedusaRows> make_rows(const DrafterContext& ctx) {
-  check_medusa_params(ctx.params);
   return std::make_shared<MedusaRows>(
-      head_for("medusa", "medusa_head", ctx.params.get_string("medusa_head"), "medusa", ctx.request));
+      head_for("medusa", "medusa_head", ctx.params.typed<MedusaParams>().head, "medusa", ctx.request));
 }
 std::unique_ptr<TreeSource> make_source(const DrafterContext& ctx) {
   return std::make_unique<MedusaSource>(make_rows(ctx));
@@ -204,21 +207,23 @@ DrafterInfo medusa_drafter_info() {
   info.name = "medusa";
   info.description = "trained Medusa heads (specdec train-drafter --kind medusa) draft a chain or a tree from the "
                      "target's last feature";
-  info.params = {{"medusa_head", "string", "", "directory of trained Medusa heads (head.json + head.safetensors)"},
-                 {"medusa_shape", "string", "chain",
-                  "chain | tree (shaped by tree_branching, tree_budget and tree_topk, as the tree drafter; "
-                  "depth at most the number of heads)"}};
+  declare_params(info, ParamTable<MedusaParams>()
+                           .field("medusa_head", &MedusaParams::head, "",
+                                  "directory of trained Medusa heads (head.json + head.safetensors)")
+                           .field("medusa_shape", &MedusaParams::shape, "chain",
+                                  "chain | tree (shaped by tree_branching, tree_budget and tree_topk, as the tree "
+                                  "drafter; depth at most the number of heads)")
+                           .finish(check_medusa_params));
   info.chains_with_q = true;
   info.head_param = "medusa_head";
   info.head_kind = "medusa";
-  info.check = check_medusa_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    if (ctx.params.get_string("medusa_shape") == "tree") return make_tree_drafter(make_source(ctx), ctx);
+    if (ctx.params.typed<MedusaParams>().shape == "tree") return make_tree_drafter(make_source(ctx), ctx);
     return std::make_unique<MedusaDrafter>(make_rows(ctx), ctx.proc, ctx.rng);
   };
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {
-    if (params.get_string("medusa_shape") == "tree") return make_tree_batch_drafter(make_source, batch);
+    if (params.typed<MedusaParams>().shape == "tree") return make_tree_batch_drafter(make_source, batch);
     return std::make_unique<MedusaBatchDrafter>(batch);
   };
   return info;

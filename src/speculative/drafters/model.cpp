@@ -20,6 +20,7 @@
 #include "sampling/grammar.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/model.h"
 
@@ -37,7 +38,7 @@ struct DraftSlot {
 // The slot's matcher for its rows: the request's constraint, unless draft_mask is off.
 std::shared_ptr<sampling::ConstraintState> draft_constraint(const DrafterContext& ctx) {
   if (!constraint_for(ctx.request, ctx.params.constraint())) return nullptr;
-  return ctx.params.get_bool("draft_mask") ? start_constraint(ctx.request, ctx.params.constraint()) : nullptr;
+  return ctx.params.typed<SpeculativeParams>().draft_mask ? start_constraint(ctx.request, ctx.params.constraint()) : nullptr;
 }
 
 // One forward per distinct model among the slots that feed something (in practice one):

@@ -36,10 +36,19 @@ class NgramDrafter : public Drafter {
   int64_t min_n_, max_n_;
 };
 
-void check_ngram_params(const Params& p) {
-  const int64_t lo = p.get_int("ngram_min"), hi = p.get_int("ngram_max");
-  SD_CHECK(lo >= 1 && hi >= lo && hi <= k_max_ngram, "drafter ngram: need 1 <= ngram_min <= ngram_max <= ",
-           k_max_ngram, ", got ngram_min=", lo, " ngram_max=", hi);
+struct NgramParams {
+  int64_t min = 0, max = 0;
+};
+
+ParamTable<NgramParams> ngram_params() {
+  return ParamTable<NgramParams>()
+      .field("ngram_min", &NgramParams::min, "1", "shortest suffix the n-gram drafter matches")
+      .field("ngram_max", &NgramParams::max, "3", "longest suffix the n-gram drafter matches")
+      .finish([](NgramParams& p) {
+        SD_CHECK(p.min >= 1 && p.max >= p.min && p.max <= k_max_ngram,
+                 "drafter ngram: need 1 <= ngram_min <= ngram_max <= ", k_max_ngram, ", got ngram_min=", p.min,
+                 " ngram_max=", p.max);
+      });
 }
 
 }  // namespace
@@ -48,13 +57,10 @@ DrafterInfo ngram_drafter_info() {
   DrafterInfo info;
   info.name = "ngram";
   info.description = "prompt lookup: copies what followed the latest earlier occurrence of the last n tokens";
-  info.params = {
-      {"ngram_min", "int", "1", "shortest suffix the n-gram drafter matches"},
-      {"ngram_max", "int", "3", "longest suffix the n-gram drafter matches"},
-  };
-  info.check = check_ngram_params;
+  declare_params(info, ngram_params());
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<NgramDrafter>(ctx.params.get_int("ngram_min"), ctx.params.get_int("ngram_max"));
+    const NgramParams& p = ctx.params.typed<NgramParams>();
+    return std::make_unique<NgramDrafter>(p.min, p.max);
   };
   return info;
 }

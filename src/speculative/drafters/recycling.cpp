@@ -39,13 +39,20 @@ int64_t shape_nodes(const std::vector<int64_t>& shape) {
   return total;
 }
 
-void check_recycling_params(const Params& p) {
-  const int64_t k = p.get_int("recycle_k");
+struct RecyclingParams {
+  int64_t k = 0;
+  std::string shape_text;      // recycle_shape as given
+  std::vector<int64_t> shape;  // parsed
+  bool prompt_bigrams = true;
+};
+
+void check_recycling_params(RecyclingParams& p) {
+  const int64_t k = p.k;
   SD_CHECK(k >= 1 && k <= k_max_recycle_k, "drafter recycling: recycle_k must be in [1, ", k_max_recycle_k, "], got ",
            k);
-  const std::string text = p.get_string("recycle_shape");
-  const int64_t nodes = shape_nodes(parse_recycle_shape(text, k));
-  SD_CHECK(nodes <= k_max_draft_nodes, "drafter recycling: recycle_shape = '", text, "' makes ", nodes,
+  p.shape = parse_recycle_shape(p.shape_text, k);
+  const int64_t nodes = shape_nodes(p.shape);
+  SD_CHECK(nodes <= k_max_draft_nodes, "drafter recycling: recycle_shape = '", p.shape_text, "' makes ", nodes,
            " nodes, more than the limit of ", k_max_draft_nodes);
 }
 
@@ -150,17 +157,18 @@ DrafterInfo recycling_drafter_info() {
   info.name = "recycling";
   info.description = "Token Recycling: a static tree grown through a table of the target's past top-k "
                      "successors of each token (no draft model)";
-  info.params = {
-      {"recycle_k", "int", "8", "recycling: successors kept per token (table width, <= 8)"},
-      {"recycle_shape", "string", "4,2,2,1",
-       "recycling: children per node at each depth, each <= recycle_k (its length caps depth)"},
-      {"recycle_prompt_bigrams", "bool", "true", "recycling: seed the table with the prompt's bigrams"},
-  };
-  info.check = check_recycling_params;
+  using R = RecyclingParams;
+  declare_params(info, ParamTable<R>()
+                           .field("recycle_k", &R::k, "8", "recycling: successors kept per token (table width, <= 8)")
+                           .field("recycle_shape", &R::shape_text, "4,2,2,1",
+                                  "recycling: children per node at each depth, each <= recycle_k (its length caps "
+                                  "depth)")
+                           .field("recycle_prompt_bigrams", &R::prompt_bigrams, "true",
+                                  "recycling: seed the table with the prompt's bigrams")
+                           .finish(check_recycling_params));
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    const int64_t k = ctx.params.get_int("recycle_k");
-    return std::make_unique<RecyclingDrafter>(k, parse_recycle_shape(ctx.params.get_string("recycle_shape"), k),
-                                              ctx.params.get_bool("recycle_prompt_bigrams"));
+    const R& p = ctx.params.typed<R>();
+    return std::make_unique<RecyclingDrafter>(p.k, p.shape, p.prompt_bigrams);
   };
   return info;
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,9 +51,9 @@ void check_draft_model(const std::string& drafter, const Request& req) {
   if (req.tokenizer && req.draft_tokenizer) check_tokenizers_compatible(*req.tokenizer, *req.draft_tokenizer);
 }
 
-// The `drafter` parameter: "auto" or a registered name.
-std::string checked_choice(const Params& params) {
-  const std::string name = params.get_string("drafter");
+// The `drafter` parameter: "auto" or a registered name (checked again at each use: the table
+// may have changed since the params were resolved).
+std::string checked_choice(const std::string& name) {
   bool known = name == "auto";
   for (const auto& info : all_drafters()) known = known || info.name == name;
   SD_CHECK(known, "speculative: unknown drafter '", name, "' (parameter 'drafter'); valid values: ",
@@ -61,8 +62,8 @@ std::string checked_choice(const Params& params) {
 }
 
 // What make_drafter checks before building a drafter for a request.
+// (Its parameters were checked when they were resolved: parse_drafter_params.)
 void check_drafter_request(const DrafterInfo& info, const DrafterContext& ctx) {
-  if (info.check) info.check(ctx.params);
   if (info.needs_draft_model) check_draft_model(info.name, ctx.request);
 }
 
@@ -206,17 +207,17 @@ std::vector<ParamSpec> drafter_params() {
 }
 
 std::string resolve_drafter_name(const Params& params, bool have_draft_model) {
-  const std::string name = checked_choice(params);
+  const std::string name = checked_choice(params.typed<SpeculativeParams>().drafter);
   if (name == "auto") return have_draft_model ? "model" : "ngram";
   return name;
 }
 
-void check_drafter_params(const Params& resolved) {
-  checked_choice(resolved);
+void parse_drafter_params(Params& resolved, const std::string& drafter) {
+  checked_choice(drafter);
   // Every drafter's values, not only the chosen one's: a bad value is a mistake even when
   // "auto" happens not to pick its drafter in this run.
   for (const auto& info : all_drafters())
-    if (info.check) info.check(resolved);
+    if (info.parse) info.parse(resolved);
 }
 
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx) {

@@ -203,14 +203,27 @@ class SuffixDrafter : public Drafter {
   SuffixIndex index_;
 };
 
-void check_suffix_params(const Params& p) {
-  const int64_t lo = p.get_int("suffix_min_match"), hi = p.get_int("suffix_max_match");
-  const int64_t width = p.get_int("suffix_tree_width");
+struct SuffixParams {
+  int64_t min_match = 0, max_match = 0, tree_width = 0;
+};
+
+void check_suffix_params(SuffixParams& p) {
+  const int64_t lo = p.min_match, hi = p.max_match, width = p.tree_width;
   SD_CHECK(lo >= 1 && hi >= lo && hi <= k_max_suffix_match,
            "drafter suffix: need 1 <= suffix_min_match <= suffix_max_match <= ", k_max_suffix_match,
            ", got suffix_min_match=", lo, " suffix_max_match=", hi);
   SD_CHECK(width >= 1 && width <= k_max_tree_width, "drafter suffix: suffix_tree_width must be in [1, ",
            k_max_tree_width, "], got ", width);
+}
+
+ParamTable<SuffixParams> suffix_params() {
+  using S = SuffixParams;
+  return ParamTable<S>()
+      .field("suffix_min_match", &S::min_match, "1", "shortest earlier match (tokens) the suffix drafter uses")
+      .field("suffix_max_match", &S::max_match, "32", "longest match the suffix drafter looks for (caps per-token work)")
+      .field("suffix_tree_width", &S::tree_width, "1",
+             "earlier occurrences whose continuations form the draft (> 1: a trie)")
+      .finish(check_suffix_params);
 }
 
 }  // namespace
@@ -220,16 +233,10 @@ DrafterInfo suffix_drafter_info() {
   info.name = "suffix";
   info.description =
       "retrieval over prompt + output: continues the longest earlier match found by a suffix automaton";
-  info.params = {
-      {"suffix_min_match", "int", "1", "shortest earlier match (tokens) the suffix drafter uses"},
-      {"suffix_max_match", "int", "32", "longest match the suffix drafter looks for (caps per-token work)"},
-      {"suffix_tree_width", "int", "1", "earlier occurrences whose continuations form the draft (> 1: a trie)"},
-  };
-  info.check = check_suffix_params;
+  declare_params(info, suffix_params());
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<SuffixDrafter>(ctx.params.get_int("suffix_min_match"),
-                                           ctx.params.get_int("suffix_max_match"),
-                                           ctx.params.get_int("suffix_tree_width"));
+    const SuffixParams& p = ctx.params.typed<SuffixParams>();
+    return std::make_unique<SuffixDrafter>(p.min_match, p.max_match, p.tree_width);
   };
   return info;
 }

@@ -119,16 +119,23 @@ struct Node {
   int64_t fed = -1;   // feed order in the draft cache (slot base + fed), -1 = never fed
 };
 
-// Shape, budget and width, before any model is loaded (DrafterInfo::check).
-void check_tree_params(const Params& p) {
-  const std::vector<int64_t> branching = parse_branching(p.get_string("tree_branching"));
-  const int64_t budget = parse_budget(p.get_string("tree_budget"));
-  const int64_t topk = p.get_int("tree_topk");
-  SD_CHECK(topk >= 1 && topk <= 16, "tree drafter: tree_topk = ", topk, " must be in [1, 16]");
+// The tree's shape (tree, eagle and medusa trees read it), parsed and checked once.
+struct TreeParams {
+  std::string branching_text, budget_text;  // as given
+  std::vector<int64_t> branching;           // children per node at each depth
+  int64_t budget = 0;                       // 0 static, > 0 fixed, -1 (auto) chosen per round
+  int64_t topk = 0;
+};
+
+// Shape, budget and width, before any model is loaded.
+void check_tree_params(TreeParams& p) {
+  p.branching = parse_branching(p.branching_text);
+  p.budget = parse_budget(p.budget_text);
+  SD_CHECK(p.topk >= 1 && p.topk <= 16, "tree drafter: tree_topk = ", p.topk, " must be in [1, 16]");
   int64_t level = 1, total = 0;
-  for (int64_t k : branching) total += (level = std::min<int64_t>(level * k, int64_t{1} << 40));
-  SD_CHECK(budget != 0 || total <= k_max_draft_nodes, "tree drafter: tree_branching = '",
-           p.get_string("tree_branching"), "' makes ", total, " nodes, more than the limit of ", k_max_draft_nodes);
+  for (int64_t k : p.branching) total += (level = std::min<int64_t>(level * k, int64_t{1} << 40));
+  SD_CHECK(p.budget != 0 || total <= k_max_draft_nodes, "tree drafter: tree_branching = '", p.branching_text,
+           "' makes ", total, " nodes, more than the limit of ", k_max_draft_nodes);
 }
 
 // The draft model as a tree source: its own KV cache, the tree's nodes fed level by level
@@ -182,10 +189,10 @@ class TreeDrafter : public Drafter {
  public:
   TreeDrafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx)
       : source_(std::move(source)), cfg_(ctx.proc), rng_(ctx.rng) {
-    check_tree_params(ctx.params);
-    branching_ = parse_branching(ctx.params.get_string("tree_branching"));
-    budget_ = parse_budget(ctx.params.get_string("tree_budget"));
-    topk_ = ctx.params.get_int("tree_topk");
+    const TreeParams& p = ctx.params.typed<TreeParams>();
+    branching_ = p.branching;
+    budget_ = p.budget;
+    topk_ = p.topk;
     if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
   }
 
@@ -663,15 +670,17 @@ DrafterInfo tree_drafter_info() {
   info.name = "tree";
   info.description = "the draft model expands a token tree: static top-k/sampled branching per depth, or "
                      "EAGLE-2-style dynamic growth under a node budget; verified in one target forward";
-  info.params = {
-      {"tree_branching", "string", "4,2,2,1", "static tree: children per node at each depth (its length caps depth)"},
-      {"tree_budget", "string", "0",
-       "dynamic tree: keep this many most likely nodes; auto = the count maximising predicted tokens/s from "
-       "the measured verify cost (0 = static tree_branching)"},
-      {"tree_topk", "int", "4", "dynamic tree: nodes expanded per depth and children per expanded node"},
-  };
+  declare_params(info,
+                 ParamTable<TreeParams>()
+                     .field("tree_branching", &TreeParams::branching_text, "4,2,2,1",
+                            "static tree: children per node at each depth (its length caps depth)")
+                     .field("tree_budget", &TreeParams::budget_text, "0",
+                            "dynamic tree: keep this many most likely nodes; auto = the count maximising predicted "
+                            "tokens/s from the measured verify cost (0 = static tree_branching)")
+                     .field("tree_topk", &TreeParams::topk, "4",
+                            "dynamic tree: nodes expanded per depth and children per expanded node")
+                     .finish(check_tree_params));
   info.needs_draft_model = true;
-  info.check = check_tree_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     return make_tree_drafter(std::make_unique<ModelTreeSource>(ctx.request.draft, ctx.capacity), ctx);
   };
