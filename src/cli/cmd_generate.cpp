@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "harness/metrics.h"
 #include "harness/model_catalog.h"
 #include "harness/trace.h"
@@ -142,12 +143,21 @@ int run_generate(const GenerateOptions& o) {
   if (!o.trace.empty()) req.trace = std::make_shared<strategies::TraceRecorder>(tgt.tokenizer, resolved);
   // Text streams as it becomes final; with --json it goes to stderr so stdout is one JSON line.
   std::ostream& stream = o.json ? std::cerr : std::cout;
+  const parallel::StepCounts steps0 = parallel::step_counts();
   const strategies::Result r = strategy->generate(req, [&stream](const Tokens&, const std::string& chunk) {
     stream << chunk << std::flush;
   });
   stream << "\n";
   // Invalid UTF-8 (a generation cut inside a multi-byte character) becomes U+FFFD.
-  if (o.json) std::cout << harness::generation_json(r, o.strategy).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (o.json) {
+    nlohmann::json j = harness::generation_json(r, o.strategy);
+    // Which mode parallel::Step chose for the generation's forwards (prefill included).
+    const parallel::StepCounts steps = parallel::step_counts();
+    j["parallel"] = {{"steps_pool", steps.pool - steps0.pool},
+                     {"steps_alone", steps.alone - steps0.alone},
+                     {"flips", steps.flips - steps0.flips}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
   else print_stats_line(r, o.strategy);
   if (o.stats && !o.json) print_phase_table(r.stats);
   if (!r.stats.synthetic_acceptance.empty())

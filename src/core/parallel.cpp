@@ -11,10 +11,12 @@
 #include "core/parallel.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -62,6 +64,11 @@ std::atomic<int> g_spin_us{[] {
   return e && *e ? std::max(0, std::atoi(e)) : 50;
 }()};
 std::atomic<Backend> g_backend{Backend::kPool};
+std::atomic<int64_t> g_steps[2] = {0, 0}, g_flips{0};
+const bool g_step_trace = [] {
+  const char* e = std::getenv("SPECDEC_STEP_TRACE");
+  return e && *e && *e != '0';
+}();
 thread_local bool t_in_region = false;  // inside a chunk (or a worker): nested loops run inline
 thread_local bool t_solo = false;       // the last Step on this thread ran its loops alone
 
@@ -289,28 +296,35 @@ void run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
 namespace detail {
 
 int ModeChooser::pick() {
-  if (n_[0] == 0) return 0;
-  if (n_[1] == 0) return 1;
-  return --until_retry_ <= 0 ? 1 - preferred_ : preferred_;  // now and then, the other
+  if (trial_left_ == 0 && until_trial_-- <= 0) {  // time for a trial of the other mode
+    trial_left_ = kTrial;
+    n_[1 - preferred_] = next_[1 - preferred_] = 0;  // its older times are of another load
+  }
+  return trial_left_ > 0 ? 1 - preferred_ : preferred_;
 }
 
 void ModeChooser::record(int mode, double ms) {
-  const bool retry = n_[0] > 0 && n_[1] > 0 && mode != preferred_;
-  if (retry) n_[mode] = next_[mode] = 0;  // its older times are of another load
   ms_[mode][next_[mode]] = ms;
   next_[mode] = (next_[mode] + 1) % kHeld;
   n_[mode] = std::min(n_[mode] + 1, kHeld);
-  if (n_[0] == 0 || n_[1] == 0) return;
-  // The other mode takes over when 5 % faster: a margin, so that noise does not flip it back
-  // and forth (each flip runs a few steps in the slower mode).
+  const bool trial = mode != preferred_;
+  if (trial && --trial_left_ > 0) return;  // the trial goes on
   const int other = 1 - preferred_;
+  if (n_[other] == 0) return;  // the first steps: nothing to compare with yet
+  // The other mode takes over when 5 % faster: a margin, so that noise does not flip the choice
+  // back and forth. Compared after each step, so that stalls that slow the preferred mode down
+  // hand over to the other at once (by the times of its last trial).
   const bool flip = mean(other) < 0.95 * mean(preferred_);
-  if (flip) preferred_ = other;
-  if (!flip && !retry) return;
-  // After a flip (the load changed) the other is retried in 8 steps, after a lost retry at a
-  // spacing that keeps retries near 1 % of the time: 100 steps per unit of its excess, 8 .. 128.
+  if (flip) {
+    preferred_ = other;
+    g_flips.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!flip && !trial) return;
+  // After a flip (the load changed) the other is tried again in 8 steps; after a lost trial, at
+  // a spacing that keeps trials near 1 % of the time: 100 steps per unit of the trial's excess
+  // per step of the trial, 8 .. 128.
   const double excess = mean(1 - preferred_) / std::max(mean(preferred_), 1e-9) - 1;
-  until_retry_ = flip ? 8 : static_cast<int>(std::clamp(100 * excess, 8.0, 128.0));
+  until_trial_ = flip ? 8 : static_cast<int>(std::clamp(100.0 * kTrial * excess, 8.0, 128.0));
 }
 
 double ModeChooser::mean(int mode) const {
@@ -333,6 +347,10 @@ detail::ModeChooser& chooser_of(const void* who, int64_t kind) {
 }
 }  // namespace
 
+StepCounts step_counts() {
+  return {g_steps[0].load(), g_steps[1].load(), g_flips.load()};
+}
+
 Step::Step(const void* who, int64_t kind) {
   if (t_in_region || t_in_step) return;  // inside a chunk or another Step: that one decides
   t_solo = false;                        // a Step that does not choose leaves the pool as usual
@@ -342,11 +360,24 @@ Step::Step(const void* who, int64_t kind) {
   t_in_step = true;
   t_solo = mode_ == 1;
   t0_ = std::chrono::steady_clock::now();
+  if (g_step_trace) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    cpu0_ = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  }
 }
 
 Step::~Step() {
   if (!chooser_) return;
-  chooser_->record(mode_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  chooser_->record(mode_, ms);
+  g_steps[mode_].fetch_add(1, std::memory_order_relaxed);
+  if (g_step_trace) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    const double cpu = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    std::fprintf(stderr, "step %p %d %.3f %.3f %d\n", static_cast<const void*>(chooser_), mode_, ms, cpu - cpu0_, sched_getcpu());
+  }
   t_in_step = false;  // t_solo stays: the loops between forwards follow the last one's choice
 }
 

@@ -48,14 +48,17 @@ void set_spin_us(int us);
 int spin_us();
 
 namespace detail {
-// Step's choice for one kind of step, from its last five times in each mode (0: the pool, 1:
-// the calling thread alone). Their means decide, not their medians: under contention the
-// pool's cost is in its rare long stalls. The other mode takes over when its mean is 5 % lower
-// (a margin against flipping on noise). The mode not preferred is retried (its older times
-// dropped, as they belong to another load) 8 steps after a flip, then at a spacing that keeps
-// the retries' cost near 1 % of the time (8 .. 128 steps): a quiet machine pays little for them,
-// and a change of load is seen within a few steps where the two modes are close, within 128
-// where they are far apart.
+// Step's choice for one kind of step (0: the pool, 1: the calling thread alone). It runs the
+// preferred mode and, now and then, a trial of the other: kTrial steps in a row. The other mode
+// takes over when the mean of its times held (its last trial) is 5 % lower than the mean of the
+// preferred mode's last five, checked after every step (a margin against flipping on noise;
+// means, not medians: under contention the pool's cost is in its rare long stalls). A trial has
+// several steps, not one: beside a busy process a pool step without a stall takes about as long
+// as one alone, and a single lucky pool step won the pool back until its next stalls. A kind's
+// first kTrial steps run on the pool, the next kTrial alone. Trials come 8 steps after a flip,
+// else at a spacing that keeps their cost near 1 % of the time (8 .. 128 steps): a quiet machine
+// pays little for them, and a change of load is seen within a few steps where the two modes are
+// close, within 128 where they are far apart.
 class ModeChooser {
  public:
   int pick();                        // the mode for the next step
@@ -63,16 +66,27 @@ class ModeChooser {
   double mean(int mode) const;       // of the times held (0 before any)
 
  private:
-  static constexpr int kHeld = 5;  // times held per mode
+  static constexpr int kHeld = 5;   // times held per mode
+  static constexpr int kTrial = 3;  // steps of a trial
   double ms_[2][kHeld] = {};
   int n_[2] = {0, 0}, next_[2] = {0, 0};
-  int preferred_ = 0, until_retry_ = 8;
+  int preferred_ = 0, until_trial_ = kTrial, trial_left_ = 0;
 };
 }  // namespace detail
 
+// How many Steps (of every thread, since the start) ran their loops on the pool and on the
+// calling thread alone, and how often a chooser changed its preferred mode: `generate --json`
+// reports them for the generation ("parallel"), to explain a speed figure. For a closer look,
+// SPECDEC_STEP_TRACE=1 prints a line per Step to stderr: "step CHOOSER MODE WALL_MS
+// THREAD_CPU_MS CORE" (the calling thread's CPU time and the core it ended on).
+struct StepCounts {
+  int64_t pool = 0, alone = 0, flips = 0;
+};
+StepCounts step_counts();
+
 // One step of a recurring kind (a model's forward over N rows): its parallel loops run either
 // on the pool or on the calling thread alone, whichever was faster the last times this kind of
-// step ran, with the other retried now and then. On a quiet machine the pool wins and stays;
+// step ran, with the other tried now and then. On a quiet machine the pool wins and stays;
 // beside a busy process two threads can lose to one (a descheduled thread holds up every loop
 // it has a chunk of, and a memory-bound step gains little from the second core), and then the
 // step runs alone until the pool wins again. Results do not depend on the mode (parallel_for's
@@ -91,6 +105,7 @@ class Step {
   detail::ModeChooser* chooser_ = nullptr;
   int mode_ = 0;
   std::chrono::steady_clock::time_point t0_;
+  double cpu0_ = 0;
 };
 
 namespace detail {

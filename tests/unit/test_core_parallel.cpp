@@ -195,7 +195,7 @@ TEST(Parallel, StepChooserFollowsTheFasterModeAndRetriesTheOtherRarely) {
 }
 
 // A Step that runs alone keeps every chunk on the calling thread, and so do the loops after it
-// until the next Step; the first Step of a kind uses the pool and the second tries the thread
+// until the next Step; the first 3 Steps of a kind use the pool and the next 3 try the thread
 // alone; a Step inside a Step changes nothing.
 TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
   Restore restore;
@@ -212,18 +212,22 @@ TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
     return ids;
   };
   int kind_tag = 0;
-  { sp::Step first(&kind_tag, 1); }  // pool: its time recorded
+  for (int i = 0; i < 3; ++i) sp::Step first(&kind_tag, 1);  // the pool, 3 times: their times recorded
   {
-    sp::Step second(&kind_tag, 1);  // alone, the first time the other mode is tried
+    sp::Step second(&kind_tag, 1);  // alone: the first step of the first trial of the other mode
     const std::set<std::thread::id> ids = threads_used();
     EXPECT_EQ(ids, std::set<std::thread::id>{std::this_thread::get_id()});
     sp::Step nested(&kind_tag, 2);  // changes nothing: still alone
     EXPECT_EQ(threads_used(), std::set<std::thread::id>{std::this_thread::get_id()});
   }
   // Loops after it, outside any Step, follow its choice: alone, until a Step picks the pool
-  // (the third of the kind: the pool's recorded time, nearly nothing, is the lower).
+  // (after the trial's 3 steps: the pool's recorded times, nearly nothing, are the lower).
   EXPECT_EQ(threads_used(), std::set<std::thread::id>{std::this_thread::get_id()});
-  { sp::Step third(&kind_tag, 1); }
+  for (int i = 0; i < 2; ++i) {
+    sp::Step rest_of_trial(&kind_tag, 1);
+    threads_used();
+  }
+  { sp::Step back(&kind_tag, 1); }
   const auto pooled = [&] {
     for (int attempt = 0; attempt < 20; ++attempt)
       if (threads_used().size() > 1) return true;
@@ -231,8 +235,8 @@ TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
   };
   EXPECT_TRUE(pooled());
   // A Step that does not choose (the OpenMP backend here) leaves no earlier choice behind.
-  { sp::Step second_kind(&kind_tag, 3); }
-  { sp::Step alone(&kind_tag, 3); }  // the second of a kind runs alone: its choice stays
+  for (int i = 0; i < 3; ++i) sp::Step second_kind(&kind_tag, 3);
+  { sp::Step alone(&kind_tag, 3); }  // the fourth of a kind runs alone: its choice stays
   if (!sp::openmp_available()) {
     EXPECT_THROW(sp::set_backend(sp::Backend::kOpenMP), specdec::Error);
     return;
