@@ -13,7 +13,8 @@ constexpr int64_t k_max_ngram = 64;  // the scan is O(n * ngram_max) per round
 
 class NgramDrafter : public Drafter {
  public:
-  NgramDrafter(int64_t min_n, int64_t max_n) : min_n_(min_n), max_n_(max_n) {}
+  NgramDrafter(int64_t min_n, int64_t max_n, DraftGrammar grammar)
+      : min_n_(min_n), max_n_(max_n), grammar_(std::move(grammar)) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     DraftProposal out;
@@ -26,6 +27,7 @@ class NgramDrafter : public Drafter {
         if (!std::equal(suffix, suffix + len, seq.data() + j)) continue;
         const int64_t from = j + len, to = std::min(n, from + max_depth);
         out.tokens.assign(seq.begin() + from, seq.begin() + to);
+        keep_admitted(out, grammar_, seq);  // structured output: up to the first refused token
         return out;
       }
     }
@@ -34,6 +36,7 @@ class NgramDrafter : public Drafter {
 
  private:
   int64_t min_n_, max_n_;
+  DraftGrammar grammar_;
 };
 
 void check_ngram_params(const Params& p) {
@@ -54,7 +57,8 @@ DrafterInfo ngram_drafter_info() {
   };
   info.check = check_ngram_params;
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<NgramDrafter>(ctx.params.get_int("ngram_min"), ctx.params.get_int("ngram_max"));
+    return std::make_unique<NgramDrafter>(ctx.params.get_int("ngram_min"), ctx.params.get_int("ngram_max"),
+                                          draft_grammar(ctx));
   };
   return info;
 }

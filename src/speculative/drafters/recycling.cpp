@@ -51,8 +51,8 @@ void check_recycling_params(const Params& p) {
 
 class RecyclingDrafter : public Drafter {
  public:
-  RecyclingDrafter(int64_t k, std::vector<int64_t> shape, bool seed_from_prompt)
-      : k_(k), shape_(std::move(shape)), seed_from_prompt_(seed_from_prompt) {}
+  RecyclingDrafter(int64_t k, std::vector<int64_t> shape, bool seed_from_prompt, DraftGrammar grammar)
+      : k_(k), shape_(std::move(shape)), seed_from_prompt_(seed_from_prompt), grammar_(std::move(grammar)) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
   TargetWants target_wants() const override { return {k_, false}; }
@@ -69,6 +69,7 @@ class RecyclingDrafter : public Drafter {
   std::vector<int64_t> shape_;
   bool seed_from_prompt_;
   bool seeded_ = false;
+  DraftGrammar grammar_;
   std::unordered_map<TokenId, Tokens> table_;  // u -> <= k successors, best first
   int64_t n_rounds_ = 0, n_nodes_ = 0;
 };
@@ -119,6 +120,7 @@ DraftProposal RecyclingDrafter::propose(const Tokens& seq, int64_t max_depth) {
     }
     frontier = std::move(next);
   }
+  keep_admitted(out, grammar_, seq);  // structured output: without the branches the grammar refuses
   ++n_rounds_;
   n_nodes_ += out.size();
   return out;
@@ -160,7 +162,7 @@ DrafterInfo recycling_drafter_info() {
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     const int64_t k = ctx.params.get_int("recycle_k");
     return std::make_unique<RecyclingDrafter>(k, parse_recycle_shape(ctx.params.get_string("recycle_shape"), k),
-                                              ctx.params.get_bool("recycle_prompt_bigrams"));
+                                              ctx.params.get_bool("recycle_prompt_bigrams"), draft_grammar(ctx));
   };
   return info;
 }
