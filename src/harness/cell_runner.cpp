@@ -118,6 +118,7 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
     if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;
     if (s.n_forced > 0) j["stats"]["n_forced"] = s.n_forced;  // structured output's forced tokens
+    if (s.n_refused > 0) j["stats"]["n_refused"] = s.n_refused;  // draft tokens the grammar refused
   }
   return j;
 }

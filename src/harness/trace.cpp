@@ -48,6 +48,7 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
   if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
   if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;  // not the target's tokens
   if (s.n_forced > 0) j["n_forced"] = s.n_forced;  // structured output: drafted without the drafter
+  if (s.n_refused > 0) j["n_refused"] = s.n_refused;  // structured output: draft tokens the grammar refused
   return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
 }
 

@@ -425,8 +425,29 @@ bool ConstraintState::mask_draft(const at::Tensor& row, const Tokens& path) {
   return true;
 }
 
-void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,
-                           const std::vector<int32_t>& parents) {
+std::vector<bool> ConstraintState::admitted(const Tokens& context, const Tokens& draft,
+                                           const std::vector<int32_t>& parents, int64_t n_vocab) {
+  Impl& s = *impl_;
+  SD_CHECK(parents.empty() || parents.size() == draft.size(), "structured output: ", parents.size(), " parents for ",
+           draft.size(), " draft tokens");
+  s.start_matcher(n_vocab);
+  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ", s.compiled->n_vocab);
+  std::vector<bool> ok(draft.size(), false);
+  Tokens path;  // context + node i's root-to-node path
+  for (size_t i = 0; i < draft.size(); ++i) {
+    const int32_t up = parents.empty() ? static_cast<int32_t>(i) - 1 : parents[i];
+    if (up >= 0 && !ok[up]) continue;
+    path.clear();
+    for (int64_t n = static_cast<int64_t>(i); n >= 0; n = parents.empty() ? n - 1 : parents[n]) path.push_back(draft[n]);
+    path.insert(path.end(), context.rbegin(), context.rend());
+    std::reverse(path.begin(), path.end());
+    ok[i] = s.follow(path);  // rolls back to the common prefix with the last path first
+  }
+  return ok;
+}
+
+int64_t ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,
+                              const std::vector<int32_t>& parents) {
   Impl& s = *impl_;
   SD_CHECK(logits.dim() == 2, "structured output: logits must be [N, V], got ", logits.sizes());
   const int64_t N = logits.size(0), V = logits.size(1);
@@ -445,6 +466,7 @@ void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, cons
   // a tree rolls back to the common prefix of the previous path).
   std::vector<int32_t> stack;  // draft nodes the matcher has accepted, root first
   std::vector<int32_t> path;
+  int64_t refused = 0;
   for (int64_t i = 1; i < N; ++i) {
     path.clear();
     for (int64_t n = i - 1; n >= 0; n = parents.empty() ? n - 1 : parents[n]) path.push_back(static_cast<int32_t>(n));
@@ -463,12 +485,15 @@ void ConstraintState::mask(const at::Tensor& logits, const Tokens& context, cons
       on_grammar = !s.is_stop(t) && t >= 0 && t < s.tok->vocab_size() && !s.tok->is_special(t) &&
                    m.AcceptToken(static_cast<int32_t>(t));
       if (on_grammar) stack.push_back(path[k]);
+      // Node i - 1 itself refused after its admitted path (an end id only where incomplete).
+      else if (k + 1 == path.size() && !(s.is_stop(t) && m.IsCompleted())) ++refused;
     }
     if (on_grammar) s.fill(a + i * V, V);
   }
   if (!stack.empty()) m.Rollback(static_cast<int>(stack.size()));
   const at::Tensor off = allowed.eq(0).to(logits.device());
   logits.masked_fill_(off, -std::numeric_limits<float>::infinity());
+  return refused;
 }
 
 }  // namespace specdec::sampling

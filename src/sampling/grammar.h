@@ -89,8 +89,10 @@ class ConstraintState {
   // (parents[j]: node j's parent, -1 = the context; empty: a chain). A row whose path leaves
   // the grammar (a draft token it does not admit, or a token after the end) is left as it is:
   // the verifier never reaches it, since its parent row gives that token probability 0.
-  void mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft = {},
-            const std::vector<int32_t>& parents = {});
+  // Returns how many draft nodes the grammar refuses where they stand (after context and their
+  // parent's path, which it admits): tokens their parent's masked row gives probability 0.
+  int64_t mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft = {},
+               const std::vector<int32_t>& parents = {});
   // The tokens the grammar forces after `context` (issue 57, item 5): the one token it admits
   // there, then the one it admits after that, and so on, at most `max`; it stops where it admits
   // several, or only an end id (the target's own next token then). What follows `context` is
@@ -106,6 +108,13 @@ class ConstraintState {
   // grammar (a token it refuses, or anything after an end id) or has ended, as mask() leaves
   // such rows. A drafter draws from the processed masked row, so its q is the law it drew from.
   bool mask_draft(const at::Tensor& row, const Tokens& path);
+  // Which draft nodes the grammar admits (issue 57, item 4: a lookup drafter's proposal cut to
+  // them): node i is admitted when its parent is (or it follows `context`) and its token is
+  // admitted after context + the parent's root-to-node path (an end id where the grammar is
+  // complete; nothing after an end id). parents as mask()'s (empty: a chain). n_vocab: the
+  // logits' width, as for mask(). A state of the drafter's own, as mask_draft()'s.
+  std::vector<bool> admitted(const Tokens& context, const Tokens& draft, const std::vector<int32_t>& parents,
+                             int64_t n_vocab);
   // The grammar has accepted an end-of-sequence id.
   bool terminated() const;
   // Tokens accepted so far after the prompt.

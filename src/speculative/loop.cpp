@@ -321,7 +321,7 @@ void SpecLoop::verify() {
     // drafter's rows stay unmasked: a token the grammar refuses has target probability 0).
     if (s.grammar) {
       s.d.read_drawn(/*synced=*/false);
-      s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
+      slots_[b]->st.n_refused += s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
     }
     s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
     const int64_t top = s.drafter->target_wants().topk;  // the target's top tokens ride with the verdict

@@ -7,6 +7,9 @@
 
 #include "core/error.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
+#include "speculative/params.h"
+#include "strategies/common.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specdec::strategies {
@@ -108,6 +111,38 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
   }
   SD_CHECK(!out.empty(), drafter, ": ", key, " = '", text, "' is empty");
   return out;
+}
+
+DraftGrammar draft_grammar(const DrafterContext& ctx) {
+  if (!constraint_for(ctx.request, ctx.params.constraint()) || !ctx.params.typed<SpeculativeParams>().draft_mask) return {};
+  return {start_constraint(ctx.request, ctx.params.constraint()), ctx.request.target->config().n_vocab};
+}
+
+std::vector<int32_t> keep_admitted(DraftProposal& d, const DraftGrammar& g, const Tokens& seq) {
+  std::vector<int32_t> kept;
+  if (!g) {
+    kept.resize(static_cast<size_t>(d.size()));
+    for (size_t i = 0; i < kept.size(); ++i) kept[i] = static_cast<int32_t>(i);
+    return kept;
+  }
+  d.read_drawn(/*synced=*/false);
+  const std::vector<bool> ok = g.state->admitted(seq, d.tokens, d.parents, g.n_vocab);
+  std::vector<int32_t> index_of(d.tokens.size(), -1);
+  Tokens tokens;
+  std::vector<int32_t> parents;
+  for (size_t i = 0; i < ok.size(); ++i) {
+    if (!ok[i]) continue;
+    index_of[i] = static_cast<int32_t>(kept.size());
+    kept.push_back(static_cast<int32_t>(i));
+    tokens.push_back(d.tokens[i]);
+    if (!d.parents.empty()) parents.push_back(d.parents[i] < 0 ? -1 : index_of[d.parents[i]]);  // kept: parent kept
+  }
+  if (kept.size() == d.tokens.size()) return kept;
+  if (d.q.defined())
+    d.q = kept.empty() ? at::Tensor() : d.q.index_select(0, at::tensor(std::vector<int64_t>(kept.begin(), kept.end()), at::kLong).to(d.q.device()));
+  d.tokens = std::move(tokens);
+  d.parents = std::move(parents);
+  return kept;
 }
 
 void prepend_forced(DraftProposal& d, const Tokens& forced) {

@@ -24,6 +24,7 @@
 #include "strategies/strategy.h"
 
 namespace specdec::tokenizer { class Tokenizer; }
+namespace specdec::sampling { class ConstraintState; }
 
 namespace specdec::strategies {
 
@@ -290,6 +291,28 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
 // repetition penalty reads none of them.
 void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
                 std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows);
+
+// Structured output's drafts inside the grammar (issue 57, item 4; speculative's draft_mask, on
+// by default): a drafter's own matcher (sampling::ConstraintState), which follows its draft, and
+// the target's logits' width. Unset where the request has no constraint or draft_mask is off:
+// the drafter then drafts as without one.
+//  - A drafter that draws from logits (model, layer_skip, eagle, medusa, tree) masks each draft
+//    row after its path (ConstraintState::mask_draft) before its processors and its draw, so q
+//    is the masked law it drew from.
+//  - A lookup drafter (ngram, suffix, recycling, lookahead: no q) cuts its proposal with
+//    keep_admitted.
+struct DraftGrammar {
+  std::shared_ptr<sampling::ConstraintState> state;
+  int64_t n_vocab = 0;
+  explicit operator bool() const { return state != nullptr; }
+};
+DraftGrammar draft_grammar(const DrafterContext& ctx);
+// Cuts `d` to the nodes the grammar admits after `seq` (ConstraintState::admitted): a chain at
+// its first refused token, a tree without its refused nodes and everything below them, so no
+// token is proposed that the target's masked row gives probability 0. The kept nodes keep their
+// order (parents renumbered, q rows kept with their nodes; an unread draft is read first).
+// Returns the kept nodes' indices in the proposal as it was; every index when `g` is unset.
+std::vector<int32_t> keep_admitted(DraftProposal& d, const DraftGrammar& g, const Tokens& seq);
 
 // Structured output's forced tokens (issue 57, item 5; sampling::ConstraintState::forced): the
 // tokens the grammar admits one at a time after the committed text are drafted without the

@@ -139,9 +139,9 @@ ParamTable<SpeculativeParams> speculative_table() {
              "structured output: the tokens the grammar forces (one admitted token) are drafted without the "
              "drafter, before its own draft (lossless: the masked target puts all its mass there)")
       .field("draft_mask", &S::draft_mask, "true",
-             "structured output: the draft-model drafters (model, layer_skip) mask their own rows with the "
-             "grammar after their draft path, so they propose only admitted tokens (q is the masked law they "
-             "draw from)")
+             "structured output: every drafter drafts inside the grammar: those that draw from rows (model, "
+             "layer_skip, eagle, medusa, tree) mask them after their draft path (q is the masked law they draw "
+             "from); the lookup drafters cut their proposals at the first refused token")
       .field("synthetic_acceptance", &S::synthetic_acceptance, "off",
              "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
              "accepted at random instead of verified (chains position by position with a1; trees child by child, "

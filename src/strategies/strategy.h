@@ -71,6 +71,10 @@ struct Stats {
   // accepted (speculative/proposer.h: prepend_forced; n_drafted and n_accepted count them too);
   // n_forced / n_generated is the forced-token share.
   int64_t n_forced = 0;
+  // Structured output: draft tokens the grammar refused where they stood (their parent's masked
+  // target row gives them probability 0; sampling::ConstraintState::mask), each rejected. A
+  // drafter that drafts inside the grammar (draft_mask) has none.
+  int64_t n_refused = 0;
   int64_t n_rounds = 0;                        // verification rounds
   int64_t n_tree_rounds = 0;                   // of which verified a token tree (not a chain)
   // Rounds per kernel mode that verified them ("greedy", "sampling", "tokens_only", "block"):

@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
@@ -243,8 +244,9 @@ std::unique_ptr<EagleSource> make_source(const DrafterContext& ctx) {
 // A chain: the root's draft token, then one fed node per further token.
 class EagleChainDrafter : public Drafter {
  public:
-  EagleChainDrafter(std::unique_ptr<EagleSource> source, const sampling::ProcessorConfig& proc, Rng& rng)
-      : source_(std::move(source)), proc_(proc), rng_(rng) {}
+  EagleChainDrafter(std::unique_ptr<EagleSource> source, const sampling::ProcessorConfig& proc, Rng& rng,
+                    DraftGrammar grammar)
+      : source_(std::move(source)), proc_(proc), rng_(rng), grammar_(std::move(grammar)) {}
 
   bool has_distribution() const override { return true; }
   TargetWants target_wants() const override { return {0, true}; }
@@ -256,6 +258,7 @@ class EagleChainDrafter : public Drafter {
   std::unique_ptr<EagleSource> source_;
   sampling::ProcessorConfig proc_;
   Rng& rng_;
+  DraftGrammar grammar_;  // structured output: its rows' mask (unset: none)
 };
 
 // The chains of slots b with depth[b] > 0, in lockstep: per depth one head forward over all
@@ -284,6 +287,7 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
   std::vector<at::Tensor> feat = EagleSource::run_head(src, rows, outs);
   std::vector<std::vector<at::Tensor>> q_rows(B), drafted(B);  // [1, V] each; [1] int64 each
   std::vector<bool> drafting(B, false);
+  std::vector<Tokens> path(B);  // a masked slot's sequence + its chain so far
   int64_t longest = 0;
   for (size_t b = 0; b < B; ++b) {
     if (!feat[b].defined()) continue;
@@ -306,7 +310,23 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
     for (size_t b : live) {
       const sampling::ProcessorConfig& proc = slots[b]->proc_;
       const double u = proc.greedy() ? 0.0 : slots[b]->rng_.uniform();
+      // Structured output (draft_mask): the row masked after the slot's sequence and its chain so
+      // far, each token read for the next row's path; a draw without mass there ends the chain.
+      const DraftGrammar& g = slots[b]->grammar_;
+      if (g) {
+        if (i == 0) path[b] = *seqs[b];
+        g.state->mask_draft(logits[b][0], path[b]);
+      }
       pick_draft(logits[b][0], proc, *seqs[b], drafted[b], u, q_rows[b]);
+      if (!g) continue;
+      const auto t = drafted[b].back().item<int64_t>();
+      if (t >= 0) {
+        path[b].push_back(static_cast<TokenId>(t));
+        continue;
+      }
+      drafted[b].pop_back();
+      if (q_rows[b].size() > drafted[b].size()) q_rows[b].pop_back();
+      drafting[b] = false;
     }
     clock.charge(&PhaseTimes::sample);
   }
@@ -340,7 +360,7 @@ class EagleBatchDrafter : public BatchDrafter {
   }
 
   static std::unique_ptr<EagleChainDrafter> make_chain(const DrafterContext& ctx) {
-    return std::make_unique<EagleChainDrafter>(make_source(ctx), ctx.proc, ctx.rng);
+    return std::make_unique<EagleChainDrafter>(make_source(ctx), ctx.proc, ctx.rng, draft_grammar(ctx));
   }
 
  private:

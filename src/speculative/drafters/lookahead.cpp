@@ -68,7 +68,8 @@ struct Span {
 
 class LookaheadDrafter : public Drafter {
  public:
-  LookaheadDrafter(const LookaheadConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(seed ^ 0x6c6f6f6b61686561ULL) {}
+  LookaheadDrafter(const LookaheadConfig& cfg, uint64_t seed, DraftGrammar grammar)
+      : cfg_(cfg), rng_(seed ^ 0x6c6f6f6b61686561ULL), grammar_(std::move(grammar)) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
   TargetWants target_wants() const override { return {1, false}; }
@@ -86,6 +87,7 @@ class LookaheadDrafter : public Drafter {
 
   LookaheadConfig cfg_;
   Rng rng_;
+  DraftGrammar grammar_;
   Tokens fill_;                                             // prompt tokens: window (re)fills
   std::unordered_map<TokenId, std::deque<Tokens>> pool_;    // first token -> N-1 followers, newest first
   Span window_;                                             // current guesses (W after realign)
@@ -166,6 +168,12 @@ DraftProposal LookaheadDrafter::propose(const Tokens& seq, int64_t max_depth) {
     out.tokens.push_back(window_.tokens[i]);
     out.parents.push_back(i == 0 ? -1 : win_first_ + static_cast<int32_t>(i) - 1);
   }
+  if (grammar_) {  // structured output: without the nodes the grammar refuses (the window: a prefix)
+    const std::vector<int32_t> kept = keep_admitted(out, grammar_, seq);
+    const auto n_ngram = std::count_if(kept.begin(), kept.end(), [this](int32_t i) { return i < win_first_; });
+    win_len_ = static_cast<int64_t>(kept.size()) - n_ngram;
+    win_first_ = static_cast<int32_t>(n_ngram);
+  }
   ++n_rounds_;
   n_nodes_ += out.size();
   return out;
@@ -240,7 +248,7 @@ DrafterInfo lookahead_drafter_info() {
                             "lookahead: seed the pool with the prompt's n-grams")
                      .finish(check_lookahead_config));
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
-    return std::make_unique<LookaheadDrafter>(ctx.params.typed<C>(), ctx.request.seed);
+    return std::make_unique<LookaheadDrafter>(ctx.params.typed<C>(), ctx.request.seed, draft_grammar(ctx));
   };
   return info;
 }

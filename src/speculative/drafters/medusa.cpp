@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
@@ -90,8 +91,8 @@ class MedusaRows {
 
 class MedusaDrafter : public Drafter {
  public:
-  MedusaDrafter(std::shared_ptr<MedusaRows> rows, const sampling::ProcessorConfig& proc, Rng& rng)
-      : rows_(std::move(rows)), proc_(proc), rng_(rng) {}
+  MedusaDrafter(std::shared_ptr<MedusaRows> rows, const sampling::ProcessorConfig& proc, Rng& rng, DraftGrammar grammar)
+      : rows_(std::move(rows)), proc_(proc), rng_(rng), grammar_(std::move(grammar)) {}
 
   bool has_distribution() const override { return true; }
   TargetWants target_wants() const override { return {0, true}; }
@@ -106,9 +107,24 @@ class MedusaDrafter : public Drafter {
     if (!logits.defined()) return out;
     // Each token picked where the heads ran and left there for the verdict to read
     // (DraftProposal::drawn).
+    // Structured output (draft_mask): row i masked after seq and the i tokens drafted before it,
+    // each read for the next row's path; a draw without mass there ends the chain.
     std::vector<at::Tensor> q_rows, drafted;
-    for (int64_t i = 0; i < logits.size(0); ++i)
+    Tokens path = seq;
+    for (int64_t i = 0; i < logits.size(0); ++i) {
+      if (grammar_) grammar_.state->mask_draft(logits[i], path);
       pick_draft(logits[i], proc_, seq, drafted, proc_.greedy() ? 0.0 : rng_.uniform(), q_rows);
+      if (!grammar_) continue;
+      const auto t = drafted.back().item<int64_t>();
+      if (t >= 0) {
+        path.push_back(static_cast<TokenId>(t));
+        continue;
+      }
+      drafted.pop_back();
+      if (q_rows.size() > drafted.size()) q_rows.pop_back();
+      break;
+    }
+    if (drafted.empty()) return out;
     out.hold_drawn(drafted);
     clock.charge(&PhaseTimes::sample);
     if (!q_rows.empty()) out.q = at::cat(q_rows, 0).contiguous();  // [depth, V]
@@ -120,6 +136,7 @@ class MedusaDrafter : public Drafter {
   std::shared_ptr<MedusaRows> rows_;
   sampling::ProcessorConfig proc_;
   Rng& rng_;
+  DraftGrammar grammar_;
 };
 
 // The tree drafter's source: the root's children come from head 0, a node at depth d's from
@@ -182,7 +199,7 @@ class MedusaBatchDrafter : public BatchDrafter {
   explicit MedusaBatchDrafter(int64_t batch) : drafters_(batch), rows_(batch) {}
   void join(int64_t slot, const DrafterContext& ctx) override {
     rows_.at(slot) = make_rows(ctx);
-    drafters_.at(slot) = std::make_unique<MedusaDrafter>(rows_[slot], ctx.proc, ctx.rng);
+    drafters_.at(slot) = std::make_unique<MedusaDrafter>(rows_[slot], ctx.proc, ctx.rng, draft_grammar(ctx));
   }
   Drafter& at(int64_t slot) override { return *drafters_.at(slot); }
   std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
@@ -219,7 +236,7 @@ DrafterInfo medusa_drafter_info() {
   info.head_kind = "medusa";
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     if (ctx.params.typed<MedusaParams>().shape == "tree") return make_tree_drafter(make_source(ctx), ctx);
-    return std::make_unique<MedusaDrafter>(make_rows(ctx), ctx.proc, ctx.rng);
+    return std::make_unique<MedusaDrafter>(make_rows(ctx), ctx.proc, ctx.rng, draft_grammar(ctx));
   };
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {

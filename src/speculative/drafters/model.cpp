@@ -35,12 +35,6 @@ struct DraftSlot {
   std::shared_ptr<sampling::ConstraintState> grammar;  // its rows' mask; null: none
 };
 
-// The slot's matcher for its rows: the request's constraint, unless draft_mask is off.
-std::shared_ptr<sampling::ConstraintState> draft_constraint(const DrafterContext& ctx) {
-  if (!constraint_for(ctx.request, ctx.params.constraint())) return nullptr;
-  return ctx.params.typed<SpeculativeParams>().draft_mask ? start_constraint(ctx.request, ctx.params.constraint()) : nullptr;
-}
-
 // One forward per distinct model among the slots that feed something (in practice one):
 // slot b feeds fed[b] from cache position start[b]. Stores each fed slot's last logits row
 // ([V]) in row[b] and counts the forward in out[b]. (A 1-slot cache is a dense forward, which
@@ -177,7 +171,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
 class ModelDrafter : public Drafter {
  public:
   ModelDrafter(std::shared_ptr<model::CausalLM> draft, const DrafterContext& ctx)
-      : slot_{std::move(draft), &ctx.rng, draft_constraint(ctx)},
+      : slot_{std::move(draft), &ctx.rng, draft_grammar(ctx).state},
         cfg_(ctx.proc),
         cache_(slot_.model->make_cache(1, ctx.capacity)) {}
 
@@ -217,7 +211,7 @@ class ModelBatchDrafter : public BatchDrafter {
   }
 
   void join(int64_t slot, const DrafterContext& ctx) override {
-    slots_.at(slot) = {model_of_(ctx), &ctx.rng, draft_constraint(ctx)};
+    slots_.at(slot) = {model_of_(ctx), &ctx.rng, draft_grammar(ctx).state};
     cache_.truncate(slot, 0);  // the slot's earlier sequence
   }
   Drafter& at(int64_t slot) override { return *views_.at(slot); }

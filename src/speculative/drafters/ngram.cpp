@@ -13,7 +13,8 @@ constexpr int64_t k_max_ngram = 64;  // the scan is O(n * ngram_max) per round
 
 class NgramDrafter : public Drafter {
  public:
-  NgramDrafter(int64_t min_n, int64_t max_n) : min_n_(min_n), max_n_(max_n) {}
+  NgramDrafter(int64_t min_n, int64_t max_n, DraftGrammar grammar)
+      : min_n_(min_n), max_n_(max_n), grammar_(std::move(grammar)) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     DraftProposal out;
@@ -26,6 +27,7 @@ class NgramDrafter : public Drafter {
         if (!std::equal(suffix, suffix + len, seq.data() + j)) continue;
         const int64_t from = j + len, to = std::min(n, from + max_depth);
         out.tokens.assign(seq.begin() + from, seq.begin() + to);
+        keep_admitted(out, grammar_, seq);  // structured output: up to the first refused token
         return out;
       }
     }
@@ -34,6 +36,7 @@ class NgramDrafter : public Drafter {
 
  private:
   int64_t min_n_, max_n_;
+  DraftGrammar grammar_;
 };
 
 struct NgramParams {
@@ -60,7 +63,7 @@ DrafterInfo ngram_drafter_info() {
   declare_params(info, ngram_params());
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     const NgramParams& p = ctx.params.typed<NgramParams>();
-    return std::make_unique<NgramDrafter>(p.min, p.max);
+    return std::make_unique<NgramDrafter>(p.min, p.max, draft_grammar(ctx));
   };
   return info;
 }

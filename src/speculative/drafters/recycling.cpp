@@ -58,8 +58,8 @@ void check_recycling_params(RecyclingParams& p) {
 
 class RecyclingDrafter : public Drafter {
  public:
-  RecyclingDrafter(int64_t k, std::vector<int64_t> shape, bool seed_from_prompt)
-      : k_(k), shape_(std::move(shape)), seed_from_prompt_(seed_from_prompt) {}
+  RecyclingDrafter(int64_t k, std::vector<int64_t> shape, bool seed_from_prompt, DraftGrammar grammar)
+      : k_(k), shape_(std::move(shape)), seed_from_prompt_(seed_from_prompt), grammar_(std::move(grammar)) {}
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
   TargetWants target_wants() const override { return {k_, false}; }
@@ -76,6 +76,7 @@ class RecyclingDrafter : public Drafter {
   std::vector<int64_t> shape_;
   bool seed_from_prompt_;
   bool seeded_ = false;
+  DraftGrammar grammar_;
   std::unordered_map<TokenId, Tokens> table_;  // u -> <= k successors, best first
   int64_t n_rounds_ = 0, n_nodes_ = 0;
 };
@@ -126,6 +127,7 @@ DraftProposal RecyclingDrafter::propose(const Tokens& seq, int64_t max_depth) {
     }
     frontier = std::move(next);
   }
+  keep_admitted(out, grammar_, seq);  // structured output: without the branches the grammar refuses
   ++n_rounds_;
   n_nodes_ += out.size();
   return out;
@@ -168,7 +170,7 @@ DrafterInfo recycling_drafter_info() {
                            .finish(check_recycling_params));
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     const R& p = ctx.params.typed<R>();
-    return std::make_unique<RecyclingDrafter>(p.k, p.shape, p.prompt_bigrams);
+    return std::make_unique<RecyclingDrafter>(p.k, p.shape, p.prompt_bigrams, draft_grammar(ctx));
   };
   return info;
 }

@@ -179,15 +179,17 @@ DraftProposal continuation_trie(const Tokens& text, const std::vector<int64_t>& 
 
 class SuffixDrafter : public Drafter {
  public:
-  SuffixDrafter(int64_t min_match, int64_t max_match, int64_t width)
-      : min_match_(min_match), width_(width), index_(max_match, width + 1) {}
+  SuffixDrafter(int64_t min_match, int64_t max_match, int64_t width, DraftGrammar grammar)
+      : min_match_(min_match), width_(width), index_(max_match, width + 1), grammar_(std::move(grammar)) {}
 
   void prefill(const Tokens& tokens, const at::Tensor&) override { sync(tokens); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     if (max_depth <= 0) return {};
     sync(seq);
-    return continuation_trie(index_.text(), index_.earlier_ends(min_match_, width_), max_depth);
+    DraftProposal out = continuation_trie(index_.text(), index_.earlier_ends(min_match_, width_), max_depth);
+    keep_admitted(out, grammar_, seq);  // structured output: without the branches the grammar refuses
+    return out;
   }
 
  private:
@@ -201,6 +203,7 @@ class SuffixDrafter : public Drafter {
 
   int64_t min_match_, width_;
   SuffixIndex index_;
+  DraftGrammar grammar_;
 };
 
 struct SuffixParams {
@@ -236,7 +239,7 @@ DrafterInfo suffix_drafter_info() {
   declare_params(info, suffix_params());
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     const SuffixParams& p = ctx.params.typed<SuffixParams>();
-    return std::make_unique<SuffixDrafter>(p.min_match, p.max_match, p.tree_width);
+    return std::make_unique<SuffixDrafter>(p.min_match, p.max_match, p.tree_width, draft_grammar(ctx));
   };
   return info;
 }

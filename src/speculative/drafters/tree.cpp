@@ -36,6 +36,15 @@
 // call of the source, then per depth every tree's frontier in one TreeSource::feed_all. A source
 // that serves several sequences in one forward (EAGLE's head) reads its weights once per depth
 // for the whole batch; batch 1 is the same code with one tree.
+// Structured output (issue 57, item 4; draft_mask, on by default): the tree keeps a matcher of its
+// own (DraftGrammar) and masks every row before its processors, after the sequence and the
+// root-to-node path of the node it follows (ConstraintState::mask_draft, rolling back between
+// paths), so children are chosen (static: top-k or drawn; dynamic: by masked log-probability)
+// among the tokens the grammar admits, and a drawn node's q is the masked law. That needs each
+// depth's tokens on the host before the next depth's rows: a read per depth under a constraint.
+// The tree then ends on the host (a fixed budget as auto's: the -inf candidates drop), and
+// keep_admitted cuts what is left off the grammar (a top-k beyond the admitted tokens, children
+// after an end id).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -50,6 +59,7 @@
 #include "core/timer.h"
 #include "model/device.h"
 #include "strategies/common.h"
+#include "sampling/grammar.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/tree.h"
 
@@ -188,7 +198,7 @@ class ModelTreeSource : public TreeSource {
 class TreeDrafter : public Drafter {
  public:
   TreeDrafter(std::unique_ptr<TreeSource> source, const DrafterContext& ctx)
-      : source_(std::move(source)), cfg_(ctx.proc), rng_(ctx.rng) {
+      : source_(std::move(source)), cfg_(ctx.proc), rng_(ctx.rng), grammar_(draft_grammar(ctx)) {
     const TreeParams& p = ctx.params.typed<TreeParams>();
     branching_ = p.branching;
     budget_ = p.budget;
@@ -247,11 +257,18 @@ class TreeDrafter : public Drafter {
   // A fixed budget's end(): without a read (the tree stays on the device).
   DraftProposal keep_on_device(PhaseClock& clock, DraftProposal out);
   DraftProposal finish(std::vector<int32_t> keep, PhaseClock& clock, DraftProposal out);
+  // Structured output: rows [F, V] masked in place, row r after the sequence and paths[r] (the
+  // tokens of the node it follows, root first); the static tree's last depth read into nodes_;
+  // the paths of the dynamic frontier's nodes (sel_), read.
+  void mask_rows(const at::Tensor& rows, const std::vector<Tokens>& paths);
+  void read_level();
+  std::vector<Tokens> frontier_paths();
   int64_t choose_budget(double ms_draft);
 
   std::unique_ptr<TreeSource> source_;
   sampling::ProcessorConfig cfg_;
   Rng& rng_;
+  DraftGrammar grammar_;  // structured output: its rows' mask (unset: none)
   std::vector<int64_t> branching_;
   static constexpr int64_t k_auto = -1;
   int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
@@ -414,6 +431,7 @@ void TreeDrafter::reset() {
 int64_t TreeDrafter::begin(const Tokens& seq, int64_t max_depth, const at::Tensor& root) {
   seq_ = &seq;
   device_ = root.device();
+  if (grammar_) mask_rows(root.unsqueeze(0), {Tokens()});
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
   if (dynamic) {
@@ -453,6 +471,7 @@ TreeSource::Feed TreeDrafter::next_feed(int64_t d) {
 }
 
 void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
+  if (grammar_) mask_rows(logits, frontier_paths());
   if (budget_ == 0) {
     level_begin_ = nodes_.size();
     expand(logits, frontier_, branching_[d]);
@@ -471,12 +490,13 @@ void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
 }
 
 DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftProposal out) {
-  if (budget_ > 0) return keep_on_device(clock, std::move(out));
-  if (budget_ == k_auto) read_candidates();
+  if (budget_ > 0 && !grammar_) return keep_on_device(clock, std::move(out));
+  if (budget_ != 0) read_candidates();
+  else if (grammar_) read_level();
   std::vector<int32_t> keep(nodes_.size());  // static: every node
   std::iota(keep.begin(), keep.end(), 0);
-  const int64_t budget = budget_ == k_auto ? choose_budget(round.ms()) : 0;
-  if (budget_ == k_auto && static_cast<int64_t>(keep.size()) > budget) {
+  const int64_t budget = budget_ == k_auto ? choose_budget(round.ms()) : budget_;
+  if (budget_ != 0 && static_cast<int64_t>(keep.size()) > budget) {
     // A child is never likelier than its parent and ties go to the lower (earlier) index, so
     // the budget's best nodes include every kept node's ancestors.
     std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) { return nodes_[a].logp > nodes_[b].logp; });
@@ -486,7 +506,57 @@ DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftP
   ++n_rounds_;
   n_nodes_ += static_cast<int64_t>(keep.size());
   clock.charge(&PhaseTimes::sample);
-  return finish(std::move(keep), clock, std::move(out));
+  out = finish(std::move(keep), clock, std::move(out));
+  if (grammar_) {  // without the nodes off the grammar
+    const std::vector<int32_t> kept = keep_admitted(out, grammar_, *seq_);
+    n_nodes_ -= static_cast<int64_t>(proposed_.size() - kept.size());
+    std::vector<int32_t> proposed;
+    for (int32_t k : kept) proposed.push_back(proposed_[k]);
+    proposed_ = std::move(proposed);
+  }
+  return out;
+}
+
+void TreeDrafter::mask_rows(const at::Tensor& rows, const std::vector<Tokens>& paths) {
+  for (size_t r = 0; r < paths.size(); ++r) {
+    Tokens path = *seq_;
+    path.insert(path.end(), paths[r].begin(), paths[r].end());
+    grammar_.state->mask_draft(rows[static_cast<int64_t>(r)], path);
+  }
+}
+
+void TreeDrafter::read_level() {
+  const at::Tensor ids = model::on_host(levels_.back()).contiguous();
+  for (int64_t j = 0; j < ids.size(0); ++j) nodes_[level_begin_ + j].token = static_cast<TokenId>(ids[j].item<int64_t>());
+}
+
+std::vector<Tokens> TreeDrafter::frontier_paths() {
+  std::vector<Tokens> paths;
+  if (budget_ == 0) {  // the static frontier: the last depth, read first
+    read_level();
+    for (int32_t id : frontier_) {
+      Tokens p;
+      for (int32_t n = id; n >= 0; n = nodes_[n].parent) p.push_back(nodes_[n].token);
+      paths.emplace_back(p.rbegin(), p.rend());
+    }
+    return paths;
+  }
+  std::vector<at::Tensor> ids, parent;  // each depth's, on the host
+  for (const Candidates& l : cands_) {
+    ids.push_back(model::on_host(l.ids).contiguous());
+    parent.push_back(model::on_host(l.parent).contiguous());
+  }
+  const at::Tensor sel = model::on_host(sel_).contiguous();
+  for (int64_t r = 0; r < sel.size(0); ++r) {
+    Tokens p;
+    int64_t j = sel[r].item<int64_t>();
+    for (int64_t l = static_cast<int64_t>(cands_.size()) - 1; l >= 0 && j >= 0; --l) {
+      p.push_back(static_cast<TokenId>(ids[l][j].item<int64_t>()));
+      j = parent[l][j].item<int64_t>();
+    }
+    paths.emplace_back(p.rbegin(), p.rend());
+  }
+  return paths;
 }
 
 std::vector<DraftProposal> TreeDrafter::grow(const std::vector<TreeDrafter*>& trees,
@@ -566,13 +636,13 @@ DraftProposal TreeDrafter::finish(std::vector<int32_t> keep, PhaseClock& clock, 
   for (size_t i = 0; i < keep.size(); ++i) {
     const Node& node = nodes_[keep[i]];
     index_of[keep[i]] = static_cast<int32_t>(i);
-    if (budget_ != 0) out.tokens.push_back(node.token);
+    if (budget_ != 0 || grammar_) out.tokens.push_back(node.token);
     out.parents.push_back(node.parent < 0 ? -1 : index_of[node.parent]);
     SD_CHECK(node.parent < 0 || index_of[node.parent] >= 0, "tree drafter: kept node ", keep[i],
              " lost its parent (internal error)");
     if (node.q.defined()) q_rows.push_back(node.q.unsqueeze(0));
   }
-  if (budget_ == 0) out.hold_drawn(levels_);  // static: every node is kept, in level order
+  if (budget_ == 0 && !grammar_) out.hold_drawn(levels_);  // static: every node is kept, in level order
   proposed_ = std::move(keep);
   if (!q_rows.empty() && q_rows.size() == proposed_.size()) out.q = at::cat(q_rows, 0).contiguous();  // [N, V]
   clock.charge(&PhaseTimes::logits_copy);
