@@ -21,10 +21,17 @@
 # definitions and line numbers), both with the checkout's path replaced by '@'. ccache hashes
 # that file instead of the header (pch_external_checksum): small, the same for every clone, and
 # new whenever the header's text, flags or compiler change (the compiler is in every key).
+#
+# Headers changed during a compile: ccache hashes the headers a compile read after it ends (depend
+# mode), so a header edited mid-build (a merge, a checkout) would file an object made from its
+# old text under its new one, and every later build, in any clone, would get that stale object
+# (seen once: objects with two layouts of one struct, and a crash). ccache refuses to store a
+# result when a header is newer than the compile's start, so the sloppiness here keeps that check
+# (no include_file_mtime / include_file_ctime).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
-export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
 export CCACHE_PCH_EXTSUM=true CCACHE_DEPEND=${CCACHE_DEPEND:-true}
 
 header=0 out=

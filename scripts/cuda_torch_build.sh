@@ -78,7 +78,7 @@ GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 if [ "${SPECDEC_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
   GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$PWD/scripts/ccache_launcher.sh" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
-  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  export CCACHE_SLOPPINESS=pch_defines,time_macros
   export CCACHE_DEPEND=${CCACHE_DEPEND:-true}  # for nvcc too: no preprocessor run on a miss (ccache_launcher.sh)
 fi
 if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qx "Torch_DIR:[A-Z]*=$TORCH/share/cmake/Torch" "$BUILD/CMakeCache.txt"; then

@@ -419,7 +419,7 @@ gen() { # gen LABEL args...: one `specdec generate --json --stats`; its JSON lin
   RUNLOG=$o run "generate $label" 60 "$BUILD/specdec" generate --model "$MODEL" --prompt "$PROMPT" \
     --max-new-tokens 48 --json --stats "$@"
   rc=$?
-  line=$(grep -o '{"stats":.*}' "$o" | tail -1)
+  line=$(grep '^{.*"stats":' "$o" | tail -1)  # the --json line (its keys in any order)
   printf '{"label": "%s", "rc": %s, "args": "%s", "out": %s}\n' "$label" "$rc" "${*//\"/}" "${line:-null}" >> "$G"
 }
 # CASES: label|arguments (the device side adds --device D, the cpu side --device cpu --engine aten)
@@ -465,7 +465,8 @@ print("  dev = --device %s; cpu = --device cpu --engine aten" % device)
 print("  %-22s %-10s %-14s %-14s %s" % ("case", "dev==cpu", "dev==greedy", "cpu==greedy", "dev stats"))
 for c in cases:
     if c == "greedy_packed": continue
-    ref = "greedy_bf16" if c.endswith("bf16") else "greedy"
+    bf16 = "bf16" in c  # greedy_bf16, greedy_bf16_nographs, spec_*_bf16
+    ref = "greedy_bf16" if bf16 else "greedy"
     d, p = toks(dev + "_" + c), toks("cpu_" + c)
     r = {"case": c, "dev_vs_cpu": cmp(d, p), "dev_vs_dev_greedy": cmp(d, toks(dev + "_" + ref)),
          "cpu_vs_cpu_greedy": cmp(p, toks("cpu_" + ref))}
@@ -476,7 +477,7 @@ for c in cases:
     # fp32 device == cpu, and greedy speculative == greedy on each device, are required; bf16 is
     # reported (other accumulation orders may legitimately flip a near-tie)
     for k in ("dev_vs_cpu", "dev_vs_dev_greedy", "cpu_vs_cpu_greedy"):
-        if r[k].startswith("DIFF") and not (k == "dev_vs_cpu" and c.endswith("bf16")):
+        if r[k].startswith("DIFF") and not (k == "dev_vs_cpu" and bf16):
             bad.append("%s %s %s" % (c, k, r[k]))
     print("  %-22s %-10s %-14s %-14s %s" % (c, r["dev_vs_cpu"], r["dev_vs_dev_greedy"], r["cpu_vs_cpu_greedy"],
           " ".join("%s=%s" % (k, round(v, 3) if isinstance(v, float) else v) for k, v in r["dev_stats"].items())))
@@ -484,6 +485,7 @@ print("  cpu_greedy_packed vs cpu_greedy (aten): %s" % cmp(toks("cpu_greedy_pack
 for l in (dev + "_greedy", "cpu_greedy"):
     print("  %-12s text: %r" % (l, (((rows.get(l) or {}).get("out") or {}).get("text") or "")[:120]))
 failed = [l for l, r in rows.items() if r["rc"] not in (0, 125)]
+failed += [l + " (no --json line)" for l, r in rows.items() if r["rc"] == 0 and not r.get("out")]
 skipped = [l for l, r in rows.items() if r["rc"] == 125]
 if failed: print("  runs that failed: " + ", ".join(failed))
 if skipped: print("  runs skipped (out of time): " + ", ".join(skipped))
