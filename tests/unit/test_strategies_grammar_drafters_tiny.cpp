@@ -135,39 +135,7 @@ TEST(GrammarDraftersTiny, DrawsFromTheMaskedLawAreNeverRefused) {
 // the registry, proposing after prefixes of a constrained output. (Its end cuts nodes off the
 // grammar too, keep_admitted, so an unmasked row shows in q, not in what it proposes.)
 TEST(GrammarDraftersTiny, TreeQIsTheMaskedLawItDrewFrom) {
-  const Request req = grammar_tiny::request("A person: ");
-  const Result base = create("greedy", grammar_tiny::params())->generate(req, {});
-  ASSERT_GT(base.tokens.size(), 20u) << base.text;
-  const Params p =
-      resolve("speculative", grammar_tiny::params({{"temperature", "1"}, {"drafter", "tree"}, {"tree_branching", "3,2,1"}}));
-  const sampling::ProcessorConfig proc = processor_config(p);
-  Rng rng(7);
-  const std::unique_ptr<Drafter> drafter = make_drafter("tree", DrafterContext{req, p, proc, rng, 512, p.get_int("gamma_max")});
-  const auto constraint = sampling::Constraint::parse("json_schema", grammar_tiny::kSchema);
-  int64_t rows = 0, refused_mass_rows = 0;
-  for (size_t cut = 0; cut + 4 < base.tokens.size(); cut += 3) {
-    Tokens seq = req.prompt;
-    seq.insert(seq.end(), base.tokens.begin(), base.tokens.begin() + static_cast<std::ptrdiff_t>(cut));
-    drafter->observe(Round{static_cast<int64_t>(req.prompt.size()) - 1, {}, {}});  // its cache: the prompt's
-    DraftProposal d = drafter->propose(seq, 4);
-    d.read_drawn(/*synced=*/false);
-    const auto N = static_cast<int64_t>(d.tokens.size());
-    ASSERT_GT(N, 0);
-    ASSERT_TRUE(d.q.defined());
-    ASSERT_EQ(d.q.size(0), N);
-    at::Tensor admitted = at::zeros({N + 1, d.q.size(1)});  // -inf: refused after that row's path
-    constraint->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids)->mask(admitted, seq, d.tokens, d.parents);
-    const at::Tensor q = d.q.to(at::kDouble);
-    for (int64_t i = 0; i < N; ++i, ++rows) {
-      const at::Tensor refused = admitted[d.parents.empty() ? i : d.parents[i] + 1].isinf();
-      const double off_mass = q[i].masked_select(refused).sum().item<double>();
-      EXPECT_EQ(off_mass, 0.0) << "node " << i << " after " << cut << " tokens";
-      refused_mass_rows += off_mass > 0;
-      EXPECT_FALSE(refused[d.tokens[i]].item<bool>()) << "node " << i << " after " << cut << " tokens";
-    }
-  }
-  std::printf("  %lld tree q rows checked, %lld with mass on refused tokens\n", (long long)rows, (long long)refused_mass_rows);
-  EXPECT_GT(rows, 40);
+  EXPECT_GT(grammar_tiny::check_q_is_the_masked_law("tree", {{"tree_branching", "3,2,1"}}, 4, 1), 40);
 }
 
 // A batch of two (the tree drafter's lockstep growth, EAGLE's batched chains): each slot masks

@@ -96,43 +96,7 @@ TEST(GrammarDraftsTiny, BatchesMaskEachSlotsRows) {
 // At temperature > 0 every q row is the masked law it drew from: the drafter built through the
 // registry, as the loop builds it, proposing after prefixes of a constrained output.
 TEST(GrammarDraftsTiny, QIsTheMaskedLawItDrewFrom) {
-  const Request req = request("A person: ");
-  const Result base = create("greedy", params())->generate(req, {});
-  ASSERT_GT(base.tokens.size(), 20u) << base.text;
-  const Params p = resolve("speculative", params({{"temperature", "1"}, {"drafter", "model"}}));
-  const sampling::ProcessorConfig proc = processor_config(p);
-  Rng rng(7);
-  const std::unique_ptr<Drafter> drafter =
-      make_drafter("model", DrafterContext{req, p, proc, rng, 512, p.get_int("gamma_max")});
-  const auto constraint = sampling::Constraint::parse("json_schema", kSchema);
-  int64_t rows = 0, refused_mass_rows = 0;
-  for (int repeat = 0; repeat < 4; ++repeat)
-    for (size_t cut = 0; cut + 4 < base.tokens.size(); cut += 3) {
-      Tokens seq = req.prompt;
-      seq.insert(seq.end(), base.tokens.begin(), base.tokens.begin() + static_cast<std::ptrdiff_t>(cut));
-      drafter->observe(Round{static_cast<int64_t>(req.prompt.size()) - 1, {}, {}});  // its cache: the prompt's
-      DraftProposal d = drafter->propose(seq, 4);
-      d.read_drawn(/*synced=*/false);
-      ASSERT_EQ(d.q.size(0), 4);
-      const int64_t V = d.q.size(1);
-      at::Tensor admitted = at::zeros({5, V});  // -inf: refused after that row's path, as the loop asks
-      constraint->start(req.tokenizer.get(), req.prompt, req.stop.eos_ids)->mask(admitted, seq, d.tokens);
-      const at::Tensor q = d.q.to(at::kDouble);
-      bool ended = false;  // rows after an end id are left unmasked (no grammar there)
-      for (int64_t i = 0; i < 4 && !ended; ++i, ++rows) {
-        const at::Tensor refused = admitted[i].isinf();
-        const double off_mass = q[i].masked_select(refused).sum().item<double>();
-        EXPECT_EQ(off_mass, 0.0) << "row " << i << " after " << cut << " tokens";
-        refused_mass_rows += off_mass > 0;
-        EXPECT_NEAR(q[i].sum().item<double>(), 1.0, 1e-5);
-        const TokenId t = d.tokens[i];
-        EXPECT_FALSE(refused[t].item<bool>()) << "drafted token " << t << " is refused, row " << i;
-        EXPECT_GT(q[i][t].item<double>(), 0.0) << "row " << i;
-        ended = std::find(req.stop.eos_ids.begin(), req.stop.eos_ids.end(), t) != req.stop.eos_ids.end();
-      }
-    }
-  std::printf("  %lld q rows checked, %lld with mass on refused tokens\n", (long long)rows, (long long)refused_mass_rows);
-  EXPECT_GT(rows, 40);
+  EXPECT_GT(grammar_tiny::check_q_is_the_masked_law("model", {}, 4, 4, /*exact_n=*/4), 40);
 }
 
 }  // namespace
