@@ -72,6 +72,14 @@ const bool g_step_trace = [] {
 thread_local bool t_in_region = false;  // inside a chunk (or a worker): nested loops run inline
 thread_local bool t_solo = false;       // the last Step on this thread ran its loops alone
 
+// What the loops this thread published on the pool came to: their chunks, the ones it ran
+// itself, and its time waiting for the others' chunks after it found none left to claim.
+struct CallerTally {
+  int64_t chunks = 0, mine = 0;
+  double wait_ms = 0;
+};
+thread_local CallerTally t_tally;
+
 // Spins until pred() holds or the spin budget is spent; returns pred(). After a few pauses it
 // yields the core at each turn: on a machine with more runnable threads than cores, the thread
 // this one waits for may be queued on this very core (our other thread, or a neighbour's), and
@@ -120,30 +128,36 @@ class Pool {
       wake_cv_.notify_all();
     }
     t_in_region = true;
-    work();
+    t_tally.mine += work();
+    t_tally.chunks += n_chunks;
     t_in_region = false;
     const auto finished = [&] { return done_.load(std::memory_order_seq_cst) == n_chunks; };
-    if (!spin_until(finished)) {
-      std::unique_lock<std::mutex> lock(mu_);
-      caller_sleeping_.store(true, std::memory_order_seq_cst);
-      done_cv_.wait(lock, finished);
-      caller_sleeping_.store(false, std::memory_order_relaxed);
+    if (!finished()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!spin_until(finished)) {
+        std::unique_lock<std::mutex> lock(mu_);
+        caller_sleeping_.store(true, std::memory_order_seq_cst);
+        done_cv_.wait(lock, finished);
+        caller_sleeping_.store(false, std::memory_order_relaxed);
+      }
+      t_tally.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     if (error_) std::rethrow_exception(error_);
     return true;
   }
 
  private:
-  // Claims and runs chunks of the current job until none is left.
-  void work() {
-    for (;;) {
+  // Claims and runs chunks of the current job until none is left; returns how many it ran.
+  int64_t work() {
+    for (int64_t ran = 0;;) {
       uint64_t s = state_.load(std::memory_order_acquire);
-      if (next_of(s) >= chunks_of(s)) return;
+      if (next_of(s) >= chunks_of(s)) return ran;
       const ChunkFn fn = fn_.load(std::memory_order_relaxed);
       const void* ctx = ctx_.load(std::memory_order_relaxed);
       const int64_t n = n_.load(std::memory_order_relaxed), chunk = chunk_.load(std::memory_order_relaxed);
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
         continue;  // another thread took it, or a new job started: read again
+      ++ran;
       const int64_t begin = static_cast<int64_t>(next_of(s)) * chunk;
       try {
         fn(ctx, begin, std::min(n, begin + chunk));
@@ -360,6 +374,9 @@ Step::Step(const void* who, int64_t kind) {
   t_in_step = true;
   t_solo = mode_ == 1;
   t0_ = std::chrono::steady_clock::now();
+  chunks0_ = t_tally.chunks;
+  mine0_ = t_tally.mine;
+  wait0_ = t_tally.wait_ms;
   if (g_step_trace) {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -376,7 +393,9 @@ Step::~Step() {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     const double cpu = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-    std::fprintf(stderr, "step %p %d %.3f %.3f %d\n", static_cast<const void*>(chooser_), mode_, ms, cpu - cpu0_, sched_getcpu());
+    std::fprintf(stderr, "step %p %d %.3f %.3f %d %lld %lld %.3f\n", static_cast<const void*>(chooser_), mode_, ms,
+                 cpu - cpu0_, sched_getcpu(), static_cast<long long>(t_tally.chunks - chunks0_),
+                 static_cast<long long>(t_tally.mine - mine0_), t_tally.wait_ms - wait0_);
   }
   t_in_step = false;  // t_solo stays: the loops between forwards follow the last one's choice
 }

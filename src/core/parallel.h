@@ -78,7 +78,9 @@ class ModeChooser {
 // calling thread alone, and how often a chooser changed its preferred mode: `generate --json`
 // reports them for the generation ("parallel"), to explain a speed figure. For a closer look,
 // SPECDEC_STEP_TRACE=1 prints a line per Step to stderr: "step CHOOSER MODE WALL_MS
-// THREAD_CPU_MS CORE" (the calling thread's CPU time and the core it ended on).
+// THREAD_CPU_MS CORE CHUNKS MINE WAIT_MS" (the calling thread's CPU time, the core it ended on,
+// the chunks of the loops it ran on the pool, how many of them it ran itself, and its time
+// waiting for the others' chunks).
 struct StepCounts {
   int64_t pool = 0, alone = 0, flips = 0;
 };
@@ -106,6 +108,8 @@ class Step {
   int mode_ = 0;
   std::chrono::steady_clock::time_point t0_;
   double cpu0_ = 0;
+  int64_t chunks0_ = 0, mine0_ = 0;
+  double wait0_ = 0;
 };
 
 namespace detail {
