@@ -93,7 +93,7 @@ def main():
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then the arguments of both sides")
     o = ap.parse_args()
     args = o.rest[1:] if o.rest[:1] == ["--"] else o.rest
-    if not args:
+    if not args and o.mode != "bench":
         ap.error("give the arguments after --")
     for b in (o.a, o.b):
         if not os.access(b, os.X_OK):
