@@ -25,7 +25,7 @@ void print_param(const strategies::ParamSpec& p) {
 void print_strategy(const strategies::StrategyInfo& info) {
   std::set<std::string> drafter_keys;
   for (const auto& p : strategies::drafter_params()) drafter_keys.insert(p.name);
-  const bool needs_draft = info.needs && info.needs(strategies::resolve(info.name, {}), false).draft_model;
+  const bool needs_draft = strategies::strategy_needs(info, strategies::resolve(info, {}), false).draft_model;
   std::cout << info.name << (needs_draft ? " (needs --draft)" : "") << ": " << info.description << "\n";
   bool takes_drafter_params = false;
   for (const auto& p : info.params) {

@@ -229,8 +229,7 @@ void CellRunner::measure(const PlannedCell& pc, CellMetrics& m, std::vector<json
       converse(*cand, pc.resolved, pc.cell.key, "candidate", i, r, samples);
     }
   }
-  m = cell_metrics(pc, lines_of(samples, pc.cell.key, "candidate"), lines_of(samples, pc.cell.key, "baseline"),
-                   models_.draft.has_value());
+  m = cell_metrics(pc, lines_of(samples, pc.cell.key, "candidate"), lines_of(samples, pc.cell.key, "baseline"));
 }
 
 CellMetrics CellRunner::run(const PlannedCell& pc, std::vector<json>& samples) {
@@ -238,7 +237,7 @@ CellMetrics CellRunner::run(const PlannedCell& pc, std::vector<json>& samples) {
   if (cfg_.checks.inject_residual_bug && pc.checked) {
     // The self-check: the checked strategy verifies through a backend that emits wrong
     // correction tokens (planted_bug.h); a working check must flag it.
-    SD_CHECK(!reg::strategy_needs(pc.cell.strategy, pc.resolved, models_.draft.has_value()).drafter.empty(),
+    SD_CHECK(!pc.needs.drafter.empty(),
              "checks.inject_residual_bug: strategy '", pc.cell.strategy,
              "' verifies no drafts, so there is no residual to plant the bug in");
     planted_ = residual_bug_backend(model::backend_of(models_.target.model->device()));

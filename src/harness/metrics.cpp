@@ -305,7 +305,7 @@ struct SideFigures {
 // autoregressive baseline; `base` empty when the cell is its own baseline). Both interleave
 // modes and resumed runs compute every figure here and nowhere else.
 CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& cand_lines,
-                         const std::vector<const json*>& base_lines, bool has_draft) {
+                         const std::vector<const json*>& base_lines) {
   CellMetrics m;
   m.cell = pc.cell;
   m.baseline = pc.baseline;
@@ -370,7 +370,7 @@ CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& 
   const int64_t draft_steps = ct.n_draft_forwards ? ct.n_draft_forwards : ct.n_drafted;
   m.draft_step_ms = draft_steps ? ct.phases.ms.draft / draft_steps : 0;
   m.cost_ratio = m.target_step_ms > 0 ? m.draft_step_ms / m.target_step_ms : 0;
-  m.gamma = strategies::strategy_needs(pc.cell.strategy, pc.resolved, has_draft).draft_length;
+  m.gamma = pc.needs.draft_length;
   // Leviathan et al.'s prediction models chains; for token trees alpha is per node and the
   // formula does not apply, so no prediction is made.
   if (m.gamma > 0 && m.n_drafted > 0 && ct.n_tree_rounds == 0) {

@@ -121,6 +121,6 @@ std::vector<const nlohmann::json*> lines_of(const std::vector<nlohmann::json>& s
 // interleave modes and resumed runs compute every figure here and nowhere else (the runner,
 // runner.h); checks and load are the caller's to add.
 CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const nlohmann::json*>& cand_lines,
-                         const std::vector<const nlohmann::json*>& base_lines, bool has_draft);
+                         const std::vector<const nlohmann::json*>& base_lines);
 
 }  // namespace specdec::harness

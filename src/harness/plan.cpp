@@ -1,8 +1,7 @@
 #include "harness/plan.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -16,16 +15,26 @@ namespace specdec::harness {
 
 namespace reg = specdec::strategies;
 
-bool strategy_accepts(const std::string& name, const std::string& key) {
-  if (key == k_batch_size_param) return true;
-  for (const auto& s : reg::find(name).params)
-    if (s.name == key) return true;
-  for (const auto& s : reg::processor_params())
-    if (s.name == key) return true;
-  return false;
-}
-
 namespace {
+
+// strategies[i] of the file, resolved once: its registry entry, its parameters (text and typed
+// values, the constraint parsed) and the batch_size it pins. Its cells start from it.
+struct Entry {
+  const reg::StrategyInfo* info = nullptr;
+  reg::Params resolved;
+  std::optional<int64_t> batch_size;
+};
+
+// The file's strategy entries, each resolved once, and sweep.batch_size's values, each parsed once.
+struct Entries {
+  std::vector<Entry> list;                     // in the file's order
+  std::map<std::string, int64_t> swept_batch;  // sweep.batch_size: text -> value
+};
+
+// Does the entry's strategy take parameter `key`? Every strategy takes the harness's batch_size.
+bool takes(const Entry& e, const std::string& key) {
+  return key == k_batch_size_param || reg::takes_param(*e.info, key);
+}
 
 // A cell's or strategy entry's params as the strategy takes them: without the harness's batch_size.
 reg::Params strategy_params(std::map<std::string, std::string> params) {
@@ -33,52 +42,57 @@ reg::Params strategy_params(std::map<std::string, std::string> params) {
   return reg::Params(std::move(params));
 }
 
+// `text` read as the registry reads a parameter's value (Params::get_int, get_float); empty when
+// it does not parse.
+template <class T>
+std::optional<T> read_value(const std::string& text, T (reg::Params::*get)(const std::string&) const) {
+  try {
+    return (reg::Params({{"value", text}}).*get)("value");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 int64_t parse_batch_size(const std::string& text, const std::string& where) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE || v < 1 || v > k_max_batch_size)
+  const std::optional<int64_t> v = read_value(text, &reg::Params::get_int);
+  if (!v || *v < 1 || *v > k_max_batch_size)
     fail(where, ": batch_size must be an integer in [1, ", k_max_batch_size, "], got '", text, "'");
-  return v;
+  return *v;
 }
 
-size_t strategy_index(const ExperimentConfig& cfg, const std::string& label) {
-  for (size_t i = 0; i < cfg.strategies.size(); ++i)
-    if (cfg.strategies[i].label == label) return i;
-  return 0;
-}
-
-// Checks the strategy entries and returns each one's resolved params (their constraint parsed
-// once, for the cells to reuse).
-std::vector<reg::Params> check_strategy_entries(const ExperimentConfig& cfg) {
-  std::vector<reg::Params> resolved;
+// Checks the strategy entries and resolves each one once (its constraint parsed once, for the
+// cells to reuse).
+Entries check_strategy_entries(const ExperimentConfig& cfg) {
+  Entries entries;
   for (size_t i = 0; i < cfg.strategies.size(); ++i) {
     const auto& s = cfg.strategies[i];
     const std::string path = "strategies[" + std::to_string(i) + "]";
+    Entry e;
     try {
-      reg::find(s.name);
-    } catch (const Error& e) {
-      fail(cfg.file, ": ", path, ".name: ", e.what());
+      e.info = &reg::find(s.name);
+    } catch (const Error& err) {
+      fail(cfg.file, ": ", path, ".name: ", err.what());
     }
     try {
-      resolved.push_back(reg::resolve(s.name, strategy_params(s.params)));
-    } catch (const Error& e) {
-      fail(cfg.file, ": ", path, ".params: ", e.what());
+      e.resolved = reg::resolve(*e.info, strategy_params(s.params));
+    } catch (const Error& err) {
+      fail(cfg.file, ": ", path, ".params: ", err.what());
     }
     // A prompt's own constraint reaches every strategy on it (response_format: text is none).
     for (const auto& p : cfg.prompts)
-      if (p.constraint && !reg::takes_constraint(s.name))
+      if (p.constraint && !e.info->takes_constraint)
         fail(cfg.file, ": ", path, ": strategy '", s.name, "' takes no structured output, but prompt ", p.id,
              " sets ", p.constraint->key(), " (greedy, sampling and speculative take one)");
     if (s.params.count(k_batch_size_param))
-      parse_batch_size(s.params.at(k_batch_size_param), cfg.file + ": " + path + ".params");
+      e.batch_size = parse_batch_size(s.params.at(k_batch_size_param), cfg.file + ": " + path + ".params");
+    entries.list.push_back(std::move(e));
   }
   for (const auto& a : cfg.sweep)
     if (a.key == k_batch_size_param)
-      for (const auto& v : a.values) parse_batch_size(v, cfg.file + ": sweep.batch_size");
+      for (const auto& v : a.values) entries.swept_batch[v] = parse_batch_size(v, cfg.file + ": sweep.batch_size");
   for (size_t a = 0; a < cfg.sweep.size(); ++a) {
     bool used = false;
-    for (const auto& s : cfg.strategies) used = used || strategy_accepts(s.name, cfg.sweep[a].key);
+    for (const auto& e : entries.list) used = used || takes(e, cfg.sweep[a].key);
     if (!used) fail(cfg.file, ": sweep.", cfg.sweep[a].key, ": no strategy of this experiment takes parameter '",
                     cfg.sweep[a].key, "'");
   }
@@ -89,23 +103,21 @@ std::vector<reg::Params> check_strategy_entries(const ExperimentConfig& cfg) {
       fail(cfg.file, ": checks.strategies[", i, "]: unknown strategy '", cfg.checks.strategies[i], "'");
   for (const auto& [key, values] : cfg.checks.sampling_where) {
     bool used = false;
-    for (const auto& s : cfg.strategies)
-      used = used || (std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), s.name) !=
+    for (size_t i = 0; i < cfg.strategies.size(); ++i)
+      used = used || (std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cfg.strategies[i].name) !=
                           cfg.checks.strategies.end() &&
-                      strategy_accepts(s.name, key));
+                      takes(entries.list[i], key));
     if (!used)
       fail(cfg.file, ": checks.sampling_where.", key, ": no checked strategy takes parameter '", key, "'");
   }
-  return resolved;
+  return entries;
 }
 
 // Same value as written ("4" == "4") or as numbers ("0.70" == "0.7").
 bool same_value(const std::string& a, const std::string& b) {
   if (a == b) return true;
-  char* ea = nullptr;
-  char* eb = nullptr;
-  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
-  return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
+  const std::optional<double> x = read_value(a, &reg::Params::get_float), y = read_value(b, &reg::Params::get_float);
+  return x && y && *x == *y;
 }
 
 // checks.sampling_where: every listed key has one of its values among the cell's params.
@@ -120,30 +132,45 @@ bool sampling_selected(const ExperimentConfig& cfg, const Cell& cell) {
   return true;
 }
 
-// Resolves a cell (reusing its entry's parsed constraint: `entry`); a failure is pinned on the
-// sweep value that caused it.
-reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c, const reg::Params& entry) {
+// Params resolved once for each text: `done` holds them by `key` (the text), `resolve` makes them.
+template <class Resolve>
+const reg::Params& once(std::map<std::string, reg::Params>& done, const std::string& key, Resolve resolve) {
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, resolve()).first;
+  return it->second;
+}
+
+// A cell's params: its entry's where no sweep value changes them; else the entry's with the
+// point's values, resolved once for each such set (`done`; the constraint reused). A failure is
+// pinned on the sweep value that caused it.
+reg::Params resolve_cell(const ExperimentConfig& cfg, const Cell& c, const Entry& e,
+                         std::map<std::string, reg::Params>& done) {
+  std::map<std::string, std::string> changed = c.point;
+  changed.erase(k_batch_size_param);
+  if (changed.empty()) return e.resolved;
+  const auto with = [&](const std::map<std::string, std::string>& values) {
+    reg::Params given = e.resolved;
+    for (const auto& [k, v] : values) given.set(k, v);
+    given.set_constraint(e.resolved.constraint());
+    return reg::resolve(*e.info, given);
+  };
   try {
-    reg::Params given = strategy_params(c.params);
-    given.set_constraint(entry.constraint());
-    return reg::resolve(c.strategy, given);
-  } catch (const Error& e) {
-    for (const auto& [k, v] : c.point) {
-      std::map<std::string, std::string> only = cfg.strategies[strategy_index(cfg, c.label)].params;
-      only[k] = v;
+    return once(done, cell_key(c.label, changed), [&] { return with(changed); });
+  } catch (const Error& err) {
+    for (const auto& [k, v] : changed) {
       try {
-        reg::resolve(c.strategy, strategy_params(only));
-      } catch (const Error& e2) {
-        fail(cfg.file, ": sweep.", k, ": value '", v, "' for strategy '", c.label, "': ", e2.what());
+        with({{k, v}});
+      } catch (const Error& err2) {
+        fail(cfg.file, ": sweep.", k, ": value '", v, "' for strategy '", c.label, "': ", err2.what());
       }
     }
-    fail(cfg.file, ": strategies[", strategy_index(cfg, c.label), "] (", c.key, "): ", e.what());
+    fail(cfg.file, ": strategies[", c.entry, "] (", c.key, "): ", err.what());
   }
 }
 
 // What a cell measured with batch_size > 1 needs (the engine is checked when the model is loaded).
-void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc, size_t entry) {
-  const std::string where = cfg.file + ": strategies[" + std::to_string(entry) + "] (" + pc.cell.key +
+void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc) {
+  const std::string where = cfg.file + ": strategies[" + std::to_string(pc.cell.entry) + "] (" + pc.cell.key +
                             "): batch_size " + std::to_string(pc.batch_size);
   if (cfg.interleave == "prompt")
     fail(where, ": interleave: prompt runs one prompt at a time; batched runs need interleave: cell");
@@ -152,17 +179,21 @@ void check_batched(const ExperimentConfig& cfg, const PlannedCell& pc, size_t en
       fail(where, ": prompt ", p.id, " has follow-up turns; batched runs take single-turn prompts");
 }
 
-void fill_baseline(PlannedCell& pc) {
+// The cell's autoregressive baseline: greedy or sampling with the cell's processors and
+// constraint. Cells with the same baseline share its params, resolved once (`done`).
+void fill_baseline(PlannedCell& pc, std::map<std::string, reg::Params>& done) {
   const auto proc = reg::processor_config(pc.resolved);
   pc.greedy = proc.greedy();
   // Beam search is deterministic, so its autoregressive reference is greedy decoding.
   pc.baseline = (pc.greedy || pc.cell.strategy == "beam") ? "greedy" : "sampling";
   std::map<std::string, std::string> bp;
-  for (const auto& s : reg::processor_params()) bp[s.name] = pc.resolved.get_string(s.name);
+  for (const auto& s : reg::processor_params()) bp[s.name] = pc.resolved.values().at(s.name);
   if (pc.baseline == "greedy") bp["temperature"] = "0";
-  reg::Params given(bp);
-  given.set_constraint(pc.resolved.constraint());  // the cell's constraint, parsed once
-  pc.baseline_params = reg::resolve(pc.baseline, given);
+  pc.baseline_params = once(done, cell_key(pc.baseline, bp), [&] {
+    reg::Params given(bp);
+    given.set_constraint(pc.resolved.constraint());  // the cell's constraint, parsed once
+    return reg::resolve(pc.baseline, given);
+  });
   // A baseline strategy measured against itself needs no interleaved twin.
   if (pc.cell.strategy == pc.baseline) pc.baseline.clear();
 }
@@ -232,15 +263,15 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
         fail(cfg.file, ": models.draft: ", e.what());
       }
   }
-  const std::vector<reg::Params> entries = check_strategy_entries(cfg);
+  const Entries entries = check_strategy_entries(cfg);
   const bool tokenizerless = cfg.target.name.rfind("tiny-", 0) == 0;
   if (tokenizerless && !cfg.stop.empty())
     fail(cfg.file, ": stop: ", cfg.target.name, " has no tokenizer, so stop strings cannot match");
   // Likewise a grammar, which is compiled for the target's tokenizer (sampling/grammar.h).
   if (tokenizerless) {
-    for (size_t i = 0; i < entries.size(); ++i)
-      if (entries[i].constraint())
-        fail(cfg.file, ": strategies[", i, "].params: ", entries[i].constraint()->key(),
+    for (size_t i = 0; i < entries.list.size(); ++i)
+      if (entries.list[i].resolved.constraint())
+        fail(cfg.file, ": strategies[", i, "].params: ", entries.list[i].resolved.constraint()->key(),
              ": cannot compile the grammar for this model: ", cfg.target.name, " has no tokenizer");
     for (const auto& p : cfg.prompts)
       if (p.constraint)
@@ -248,24 +279,30 @@ Plan make_plan(const ExperimentConfig& cfg, bool check_models) {
              cfg.target.name, " has no tokenizer");
   }
   Plan plan;
-  for (auto& cell : expand_cells(cfg, strategy_accepts)) {
+  std::map<std::string, reg::Params> cells, baselines;  // resolved once for each text (once())
+  const auto accepts = [&](size_t entry, const std::string& key) { return takes(entries.list[entry], key); };
+  for (auto& cell : expand_cells(cfg, accepts)) {
+    const Entry& e = entries.list[cell.entry];
     PlannedCell pc;
     pc.cell = cell;
-    pc.resolved = resolve_cell(cfg, cell, entries[strategy_index(cfg, cell.label)]);
+    pc.resolved = resolve_cell(cfg, cell, e, cells);
     // The strategy says what it needs (its drafter may want a draft model); see registry.h.
-    reg::StrategyNeeds needs;
     try {
-      needs = reg::strategy_needs(cell.strategy, pc.resolved, cfg.draft.has_value());
-    } catch (const Error& e) {
-      fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "].params: ", e.what());
+      pc.needs = reg::strategy_needs(*e.info, pc.resolved, cfg.draft.has_value());
+    } catch (const Error& err) {
+      fail(cfg.file, ": strategies[", cell.entry, "].params: ", err.what());
     }
-    if (needs.draft_model && !cfg.draft)
-      fail(cfg.file, ": strategies[", strategy_index(cfg, cell.label), "]: strategy '", cell.label, "'",
-           needs.drafter.empty() ? "" : " (drafter '" + needs.drafter + "')", " needs a draft model: set models.draft");
-    const auto batch = cell.params.find(k_batch_size_param);
-    pc.batch_size = batch == cell.params.end() ? cfg.batch_size : parse_batch_size(batch->second, cfg.file);
-    if (pc.batch_size > 1) check_batched(cfg, pc, strategy_index(cfg, cell.label));
-    fill_baseline(pc);
+    if (pc.needs.draft_model && !cfg.draft)
+      fail(cfg.file, ": strategies[", cell.entry, "]: strategy '", cell.label, "'",
+           pc.needs.drafter.empty() ? "" : " (drafter '" + pc.needs.drafter + "')",
+           " needs a draft model: set models.draft");
+    // The entry's own batch_size wins over the sweep's (as in the cell's params), then the file's.
+    const auto swept = cell.point.find(k_batch_size_param);
+    pc.batch_size = e.batch_size                 ? *e.batch_size
+                    : swept != cell.point.end() ? entries.swept_batch.at(swept->second)
+                                                : cfg.batch_size;
+    if (pc.batch_size > 1) check_batched(cfg, pc);
+    fill_baseline(pc, baselines);
     pc.checked = std::find(cfg.checks.strategies.begin(), cfg.checks.strategies.end(), cell.strategy) !=
                  cfg.checks.strategies.end();
     if (pc.checked && !pc.greedy) pc.checked = sampling_selected(cfg, cell);

@@ -7,13 +7,15 @@
 
 #include "harness/experiment.h"
 #include "harness/sweep.h"
+#include "strategies/registry.h"
 #include "strategies/strategy.h"
 
 namespace specdec::harness {
 
 struct PlannedCell {
   Cell cell;
-  strategies::Params resolved;       // all params, defaults filled
+  strategies::Params resolved;       // all params, defaults filled, typed values parsed (resolved once)
+  strategies::StrategyNeeds needs;   // what the strategy needs (a draft model, its draft length, drafter)
   std::string baseline;              // "" when the cell is its own baseline
   strategies::Params baseline_params;
   bool greedy = false;               // temperature 0
@@ -38,9 +40,7 @@ struct Plan {
 Plan make_plan(const ExperimentConfig& cfg, bool check_models = true);
 std::string format_plan(const ExperimentConfig& cfg, const Plan& plan);
 
-// Does the registry strategy `name` take parameter `key` (own schema or processor param)?
-// Every strategy takes the harness's `batch_size` (k_batch_size_param), which never reaches it.
-bool strategy_accepts(const std::string& name, const std::string& key);
+// Every strategy takes the harness's `batch_size`, which never reaches it.
 constexpr const char* k_batch_size_param = "batch_size";
 
 }  // namespace specdec::harness

@@ -54,7 +54,6 @@ struct RunContext {
   RunInfo info;
   Progress& progress;
   CellRunner& runner;
-  bool has_draft;
 };
 
 // strategies[i].trace: traces/<cell>.html (+ .json) for each traced cell, after the
@@ -130,7 +129,7 @@ void run_by_prompt(RunContext& ctx, std::vector<CellMetrics>& done, RunOutcome& 
     for (const auto& pc : ctx.plan.cells) {
       const auto cand_lines = lines_of(samples, pc.cell.key, "candidate");
       if (cand_lines.empty()) continue;
-      CellMetrics m = cell_metrics(pc, cand_lines, base_lines, ctx.has_draft);
+      CellMetrics m = cell_metrics(pc, cand_lines, base_lines);
       m.load = load;
       if (pc.checked && pc.greedy && cfg.checks.greedy_equality && pc.baseline == "greedy")
         m.checks.push_back(greedy_equality(cand_lines, base_lines));
@@ -241,7 +240,7 @@ RunOutcome run_experiment(const ExperimentConfig& cfg, const RunOptions& opt) {
   const int64_t n_units = by_prompt ? cfg.repeats * static_cast<int64_t>(cfg.prompts.size()) : out.n_cells;
   Progress progress(n_units, plan.n_generations, opt.progress);
   CellRunner runner(cfg, models, prompts, progress);
-  RunContext ctx{cfg, plan, store, info, progress, runner, models.draft.has_value()};
+  RunContext ctx{cfg, plan, store, info, progress, runner};
   if (by_prompt) {
     run_by_prompt(ctx, done, out);
   } else {

@@ -35,16 +35,18 @@ std::vector<std::map<std::string, std::string>> grid_points(const std::vector<Sw
 std::vector<Cell> expand_cells(const ExperimentConfig& cfg, const AcceptsParam& accepts) {
   const auto points = grid_points(cfg.sweep);
   std::vector<Cell> cells;
-  for (const auto& s : cfg.strategies) {
+  for (size_t i = 0; i < cfg.strategies.size(); ++i) {
+    const auto& s = cfg.strategies[i];
     std::set<std::string> seen;
     for (const auto& point : points) {
       Cell c;
+      c.entry = i;
       c.label = s.label;
       c.strategy = s.name;
       c.params = s.params;
       c.trace = s.trace;
       for (const auto& [k, v] : point) {
-        if (s.params.count(k) || !accepts(s.name, k)) continue;  // pinned params win
+        if (s.params.count(k) || !accepts(i, k)) continue;  // pinned params win
         c.params[k] = v;
         c.point[k] = v;
       }

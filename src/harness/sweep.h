@@ -13,6 +13,7 @@ namespace specdec::harness {
 
 struct Cell {
   std::string key;                            // "label|k1=v1,k2=v2" (params sorted by name)
+  size_t entry = 0;                           // its entry: ExperimentConfig::strategies[entry]
   std::string label;                          // StrategyEntry::label
   std::string strategy;                       // registry name
   std::map<std::string, std::string> params;  // pinned params + this sweep point's values
@@ -20,8 +21,9 @@ struct Cell {
   bool trace = false;                         // StrategyEntry::trace
 };
 
-// Does strategy `name` accept parameter `key` (its own schema or a processor param)?
-using AcceptsParam = std::function<bool(const std::string& name, const std::string& key)>;
+// Does the strategy of ExperimentConfig::strategies[entry] accept parameter `key` (its own
+// schema or a processor param)?
+using AcceptsParam = std::function<bool(size_t entry, const std::string& key)>;
 
 // For each strategy entry, each grid point contributes the swept keys the strategy accepts
 // and has not pinned in its params. Points that give a strategy identical params collapse

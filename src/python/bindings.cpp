@@ -110,9 +110,10 @@ py::dict generate(const std::shared_ptr<Model>& target, const py::object& prompt
   // The CLI's order (cmd_generate.cpp run_generate): parameters are resolved and checked by the
   // registry before anything runs; a strategy that needs a draft model says so.
   const strategies::Params params(given);
-  const strategies::Params resolved = strategies::resolve(strategy, params);
+  const strategies::StrategyInfo& info = strategies::find(strategy);
+  const strategies::Params resolved = strategies::resolve(info, params);
   auto strat = strategies::create(strategy, resolved);
-  const strategies::StrategyNeeds needs = strategies::strategy_needs(strategy, resolved, draft != nullptr);
+  const strategies::StrategyNeeds needs = strategies::strategy_needs(info, resolved, draft != nullptr);
   SD_CHECK(!needs.draft_model || draft, "strategy '", strategy, "'",
            needs.drafter.empty() ? "" : " with drafter '" + needs.drafter + "'", " needs draft=<model>");
   strategies::Request req;
@@ -476,7 +477,7 @@ PYBIND11_MODULE(_specdec, m) {
   m.def("strategies", [] {
     py::list out;
     for (const auto& s : strategies::all()) {
-      const bool needs_draft = s.needs && s.needs(strategies::resolve(s.name, {}), false).draft_model;
+      const bool needs_draft = strategies::strategy_needs(s, strategies::resolve(s, {}), false).draft_model;
       out.append(py::dict(py::arg("name") = s.name, py::arg("description") = s.description,
                           py::arg("needs_draft_model") = needs_draft, py::arg("params") = param_specs(s.params)));
     }

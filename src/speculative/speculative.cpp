@@ -200,6 +200,7 @@ StrategyInfo speculative_info() {
   }
   info.factory = [](const Params& p) { return std::make_unique<Speculative>(p); };
   info.needs = speculative_needs;
+  info.takes_constraint = true;
   return info;
 }
 

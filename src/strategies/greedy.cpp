@@ -35,8 +35,10 @@ class Greedy : public Strategy {
 }  // namespace
 
 StrategyInfo greedy_info() {
-  return {"greedy", "argmax decoding of the target model (the speculative baseline)", {},
-          [](const Params& p) { return std::make_unique<Greedy>(p); }};
+  StrategyInfo info{"greedy", "argmax decoding of the target model (the speculative baseline)", {},
+                    [](const Params& p) { return std::make_unique<Greedy>(p); }};
+  info.takes_constraint = true;
+  return info;
 }
 
 }  // namespace specdec::strategies

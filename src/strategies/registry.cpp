@@ -132,8 +132,14 @@ const StrategyInfo& find(const std::string& name) {
   fail("unknown strategy '", name, "'; valid strategies: ", join_names(names));
 }
 
-Params resolve(const std::string& name, const Params& given) {
-  const StrategyInfo& info = find(name);
+bool takes_param(const StrategyInfo& info, const std::string& key) {
+  return find_spec(info.params, key) || find_spec(processor_params(), key);
+}
+
+Params resolve(const std::string& name, const Params& given) { return resolve(find(name), given); }
+
+Params resolve(const StrategyInfo& info, const Params& given) {
+  const std::string& name = info.name;
   // Strategy-specific specs come first so a strategy may override a processor default.
   std::vector<ParamSpec> specs = info.params;
   for (const auto& s : processor_params())
@@ -154,16 +160,12 @@ Params resolve(const std::string& name, const Params& given) {
   // malformed schema or grammar is named before any model loads; the strategy takes the parse.
   out.set_constraint(sampling::Constraint::from_params(out.values(), given.constraint()));
   if (out.constraint())
-    SD_CHECK(takes_constraint(name), "strategy '", name, "': structured output (", out.constraint()->key(),
+    SD_CHECK(info.takes_constraint, "strategy '", name, "': structured output (", out.constraint()->key(),
              ") is supported by greedy, sampling and speculative only");
   // The strategy's own struct, parsed and checked once; its factory reads it.
   if (info.parse) info.parse(out);
   out.set_resolved_for(name);
   return out;
-}
-
-bool takes_constraint(const std::string& name) {
-  return name == "greedy" || name == "sampling" || name == "speculative";
 }
 
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given) {
@@ -172,7 +174,10 @@ std::unique_ptr<Strategy> create(const std::string& name, const Params& given) {
 }
 
 StrategyNeeds strategy_needs(const std::string& name, const Params& resolved, bool have_draft_model) {
-  const StrategyInfo& info = find(name);
+  return strategy_needs(find(name), resolved, have_draft_model);
+}
+
+StrategyNeeds strategy_needs(const StrategyInfo& info, const Params& resolved, bool have_draft_model) {
   return info.needs ? info.needs(resolved, have_draft_model) : StrategyNeeds{};
 }
 

@@ -32,6 +32,8 @@ struct StrategyInfo {
   // it in the params (Params::set_typed), once, in resolve(). declare_params (param_table.h)
   // sets it and `params` from one ParamTable. Empty: no struct of its own.
   std::function<void(Params& resolved)> parse = nullptr;
+  // Decodes under a structured-output constraint (json_schema, regex, grammar, response_format).
+  bool takes_constraint = false;
 };
 
 // Logits-processor parameters shared by every strategy (temperature, top_k, top_p, min_p,
@@ -47,19 +49,22 @@ const std::vector<StrategyInfo>& all();
 void register_strategy(StrategyInfo info);
 // Throws specdec::Error listing the valid names.
 const StrategyInfo& find(const std::string& name);
+// Does the strategy take parameter `key` (its own schema or a processor parameter)?
+bool takes_param(const StrategyInfo& info, const std::string& key);
 // Checks every key against the strategy's schema (+ processor params), fills defaults and
 // checks that values parse. An unknown key is an error listing the valid ones. The structured-
 // output keys are parsed into Params::constraint (kept from `given` when their values match).
 // Then, once, the typed values: the processors (processor_config) and the strategy's own struct
 // (StrategyInfo::parse, with its range checks), kept beside the text (Params::typed<T>()).
+// The caller that holds the strategy's entry (find) passes it; the name is looked up otherwise.
+Params resolve(const StrategyInfo& info, const Params& given);
 Params resolve(const std::string& name, const Params& given);
-// Whether strategy `name` decodes under a structured-output constraint (greedy, sampling,
-// speculative).
-bool takes_constraint(const std::string& name);
 // resolve() + factory; params already resolved for `name` (Params::resolved_for) are not
 // resolved again.
 std::unique_ptr<Strategy> create(const std::string& name, const Params& given);
-// find(name).needs(resolved, have_draft_model), or StrategyNeeds{} for a strategy without one.
+// info.needs(resolved, have_draft_model), or StrategyNeeds{} for a strategy without one; by name,
+// of find(name).
+StrategyNeeds strategy_needs(const StrategyInfo& info, const Params& resolved, bool have_draft_model);
 StrategyNeeds strategy_needs(const std::string& name, const Params& resolved, bool have_draft_model);
 
 }  // namespace specdec::strategies

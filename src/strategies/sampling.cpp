@@ -42,8 +42,10 @@ class Sampling : public Strategy {
 }  // namespace
 
 StrategyInfo sampling_info() {
-  return {"sampling", "seeded ancestral sampling from the processed target distribution", {},
-          [](const Params& p) { return std::make_unique<Sampling>(p); }};
+  StrategyInfo info{"sampling", "seeded ancestral sampling from the processed target distribution", {},
+                    [](const Params& p) { return std::make_unique<Sampling>(p); }};
+  info.takes_constraint = true;
+  return info;
 }
 
 }  // namespace specdec::strategies

@@ -6,6 +6,7 @@
 #include "harness/experiment.h"
 #include "harness/plan.h"
 #include "harness/sweep.h"
+#include "speculative/params.h"
 
 using namespace specdec::harness;
 
@@ -14,6 +15,10 @@ namespace {
 bool accepts(const std::string& name, const std::string& key) {
   if (key == "temperature") return true;
   return name == "speculative" && key == "gamma";
+}
+// The stand-in asked as expand_cells asks: by the entry's index in the file.
+AcceptsParam schema(const ExperimentConfig& cfg) {
+  return [&cfg](size_t entry, const std::string& key) { return accepts(cfg.strategies[entry].name, key); };
 }
 }  // namespace
 
@@ -27,7 +32,7 @@ strategies:
 sweep: {gamma: [1, 2, 4, 6, 8], temperature: [0, 0.7, 1.0]}
 )",
                                     "s.yaml");
-  const auto cells = expand_cells(cfg, accepts);
+  const auto cells = expand_cells(cfg, schema(cfg));
   // greedy: temperature pinned, gamma not taken -> one cell; speculative: 5 x 3.
   ASSERT_EQ(cells.size(), 1u + 15u);
   EXPECT_EQ(cells[0].key, "greedy|temperature=0");
@@ -50,8 +55,8 @@ prompts: [a]
 strategies: [{name: speculative, label: s1, params: {gamma: 3}}, {name: speculative, label: s2}]
 )",
                                     "s.yaml");
-  const auto a = expand_cells(cfg, accepts);
-  const auto b = expand_cells(cfg, accepts);
+  const auto a = expand_cells(cfg, schema(cfg));
+  const auto b = expand_cells(cfg, schema(cfg));
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].key, "s1|gamma=3");
   EXPECT_EQ(a[1].key, "s2|");
@@ -148,4 +153,45 @@ TEST(HarnessSweep, BatchSizeIsASweepableHarnessKey) {
   const std::string prompt_mode = error_of(head + "interleave: prompt\nstrategies: [{name: speculative, params: "
                                                   "{drafter: ngram, temperature: 0}}]\nbatch_size: 2\n");
   EXPECT_NE(prompt_mode.find("interleave: cell"), std::string::npos) << prompt_mode;
+}
+
+// The plan resolves each strategy entry once and hands on what it resolved: a cell that no sweep
+// value changes carries its entry's typed values, a swept cell its own, resolved once for each set
+// of values, with what its strategy needs (the metrics read its draft length), and cells with one
+// baseline share it.
+TEST(HarnessSweep, CellsCarryTheirEntrysResolvedParams) {
+  using specdec::strategies::SpeculativeParams;
+  const auto plan = make_plan(parse_experiment(R"(
+models: {target: tiny-llama}
+prompts: [a]
+strategies:
+  - {name: speculative, label: pinned, params: {drafter: ngram, gamma: 3, temperature: 0}}
+  - {name: speculative, label: swept, params: {drafter: ngram, temperature: 0}}
+sweep: {batch_size: [1, 2], gamma: [2, 5]}
+)",
+                                                  "r.yaml"),
+                              false);
+  ASSERT_EQ(plan.cells.size(), 2u + 4u);
+  // pinned: gamma pinned, batch_size never reaches the strategy: both cells hold the entry's struct.
+  EXPECT_EQ(plan.cells[0].cell.key, "pinned|batch_size=1,drafter=ngram,gamma=3,temperature=0");
+  EXPECT_EQ(&plan.cells[0].resolved.typed<SpeculativeParams>(), &plan.cells[1].resolved.typed<SpeculativeParams>());
+  EXPECT_EQ(plan.cells[1].needs.draft_length, 3);
+  for (size_t i = 2; i < plan.cells.size(); ++i) {
+    const auto& pc = plan.cells[i];
+    const int64_t gamma = std::stoll(pc.cell.point.at("gamma"));
+    EXPECT_EQ(pc.resolved.typed<SpeculativeParams>().gamma, gamma) << pc.cell.key;
+    EXPECT_EQ(pc.needs.draft_length, gamma) << pc.cell.key;
+    EXPECT_EQ(pc.needs.drafter, "ngram") << pc.cell.key;
+    EXPECT_FALSE(pc.needs.draft_model) << pc.cell.key;
+  }
+  // swept: the same gamma at two batch sizes is resolved once.
+  EXPECT_EQ(plan.cells[4].cell.key, "swept|batch_size=2,drafter=ngram,gamma=2,temperature=0");
+  EXPECT_EQ(&plan.cells[2].resolved.typed<SpeculativeParams>(), &plan.cells[4].resolved.typed<SpeculativeParams>());
+  // Every cell is at temperature 0: one greedy baseline, resolved once, for all of them.
+  for (const auto& pc : plan.cells) {
+    EXPECT_EQ(pc.baseline, "greedy") << pc.cell.key;
+    EXPECT_EQ(&pc.baseline_params.typed<specdec::sampling::ProcessorConfig>(),
+              &plan.cells[0].baseline_params.typed<specdec::sampling::ProcessorConfig>())
+        << pc.cell.key;
+  }
 }
