@@ -296,7 +296,7 @@ prompts:
 strategies:
   - {name: greedy, params: {temperature: 0, regex: "[0-9]{3}"}}
   - {name: speculative, params: {temperature: 0, drafter: ngram, gamma: 2, regex: "[0-9]{3}"}}
-  - {name: speculative, params: {temperature: 0, drafter: model, gamma: 2, draft_mask: false, regex: "[0-9]{3}"}}
+  - {name: speculative, label: spec-unmasked, params: {temperature: 0, drafter: model, gamma: 2, draft_mask: false, regex: "[0-9]{3}"}}
 repeats: 1
 warmup: 0
 max_new_tokens: 6
