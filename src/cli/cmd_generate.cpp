@@ -78,6 +78,9 @@ void print_stats_line(const strategies::Result& r, const std::string& strategy) 
   if (s.n_rounds > 0) std::cout << " | alpha " << std::setprecision(3) << s.alpha() << " tau " << s.tau();
   if (s.n_forced > 0)  // structured output: the share of the output the grammar forced
     std::cout << " | forced " << std::setprecision(1) << 100.0 * s.n_forced / s.n_generated << " %";
+  if (s.n_jump_drafted > 0)  // and the share its jump-forward tokens took, of those drafted
+    std::cout << " | jump " << std::setprecision(1) << 100.0 * s.n_jump / s.n_generated << " % (" << s.n_jump << " of "
+              << s.n_jump_drafted << " accepted)";
   std::cout << "\n";
 }
 

@@ -119,6 +119,10 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
     if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;
     if (s.n_forced > 0) j["stats"]["n_forced"] = s.n_forced;  // structured output's forced tokens
     if (s.n_refused > 0) j["stats"]["n_refused"] = s.n_refused;  // draft tokens the grammar refused
+    if (s.n_jump_drafted > 0) {  // its jump-forward tokens: drafted, accepted
+      j["stats"]["n_jump_drafted"] = s.n_jump_drafted;
+      j["stats"]["n_jump"] = s.n_jump;
+    }
   }
   return j;
 }

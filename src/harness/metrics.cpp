@@ -20,6 +20,8 @@ double CellMetrics::aside_round_share() const {
 }
 
 double CellMetrics::forced_share() const { return n_generated ? double(n_forced) / double(n_generated) : 0; }
+double CellMetrics::refused_share() const { return n_drafted ? double(n_refused) / double(n_drafted) : 0; }
+double CellMetrics::jump_share() const { return n_generated ? double(n_jump) / double(n_generated) : 0; }
 
 double CellMetrics::aside_token_share() const {
   return n_generated ? double(n_aside_tokens) / double(n_generated) : 0;
@@ -119,6 +121,8 @@ json to_json(const CellMetrics& m) {
           {"n_aside_tokens", m.n_aside_tokens},
           {"stepped_aside", {{"rounds", m.aside_round_share()}, {"tokens", m.aside_token_share()}}},
           {"n_forced", m.n_forced}, {"forced_share", m.forced_share()},
+          {"n_refused", m.n_refused}, {"refused_share", m.refused_share()},
+          {"n_jump_drafted", m.n_jump_drafted}, {"n_jump", m.n_jump}, {"jump_share", m.jump_share()},
           {"draft_step_ms", m.draft_step_ms},
           {"target_step_ms", m.target_step_ms}, {"cost_ratio", m.cost_ratio},
           {"predicted_speedup", m.predicted_speedup}, {"measured_over_predicted", m.measured_over_predicted},
@@ -163,6 +167,9 @@ CellMetrics cell_from_json(const json& j) {
     m.gamma_rounds = j.value("gamma_rounds", std::vector<int64_t>{});  // absent from older records
     m.n_aside_tokens = j.value("n_aside_tokens", int64_t{0});
     m.n_forced = j.value("n_forced", int64_t{0});
+    m.n_refused = j.value("n_refused", int64_t{0});
+    m.n_jump_drafted = j.value("n_jump_drafted", int64_t{0});
+    m.n_jump = j.value("n_jump", int64_t{0});
     m.draft_step_ms = j.at("draft_step_ms").get<double>();
     m.target_step_ms = j.at("target_step_ms").get<double>();
     m.cost_ratio = j.at("cost_ratio").get<double>();
@@ -204,7 +211,9 @@ struct Totals {
   PhaseBreakdown phases;
   std::vector<int64_t> accepted_pos, drafted_pos, gamma_rounds;
   int64_t n_aside_tokens = 0;
-  int64_t n_forced = 0;  // structured output's forced tokens (absent from lines without any)
+  int64_t n_forced = 0;   // structured output's forced tokens (absent from lines without any)
+  int64_t n_refused = 0;  // draft tokens its grammar refused (likewise)
+  int64_t n_jump_drafted = 0, n_jump = 0;  // its jump-forward tokens, drafted and accepted (likewise)
   std::vector<double> ttft;
 
   // One measured generation, from its samples.jsonl line (see sample_line).
@@ -251,6 +260,9 @@ struct Totals {
     for (size_t i = 0; i < chosen.size(); ++i) gamma_rounds[i] += chosen[i];
     n_aside_tokens += st.value("n_aside_tokens", int64_t{0});
     n_forced += st.value("n_forced", int64_t{0});
+    n_refused += st.value("n_refused", int64_t{0});
+    n_jump_drafted += st.value("n_jump_drafted", int64_t{0});
+    n_jump += st.value("n_jump", int64_t{0});
   }
   double tau() const { return n_tau_forwards ? double(n_tau_tokens) / double(n_tau_forwards) : 0; }
 };
@@ -362,6 +374,9 @@ CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& 
   m.gamma_rounds = ct.gamma_rounds;
   m.n_aside_tokens = ct.n_aside_tokens;
   m.n_forced = ct.n_forced;
+  m.n_refused = ct.n_refused;
+  m.n_jump_drafted = ct.n_jump_drafted;
+  m.n_jump = ct.n_jump;
   for (size_t i = 0; i < ct.drafted_pos.size(); ++i)
     m.acceptance_per_position.push_back(ct.drafted_pos[i] ? double(ct.accepted_pos[i]) / double(ct.drafted_pos[i]) : 0);
   while (!m.acceptance_per_position.empty() && ct.drafted_pos[m.acceptance_per_position.size() - 1] == 0)

@@ -83,6 +83,15 @@ struct CellMetrics {
   // summed over the measured generations; 0 without a constraint and in older records.
   int64_t n_forced = 0;
   double forced_share() const;  // n_forced / n_generated
+  // Draft tokens the grammar refused where they stood (strategies::Stats::n_refused: their
+  // parent's masked target row gives them probability 0, so each was rejected) summed likewise;
+  // 0 where every drafter drafts inside the grammar (draft_mask) and in older records.
+  int64_t n_refused = 0;
+  double refused_share() const;  // n_refused / n_drafted
+  // Its jump-forward tokens (speculative's jump_forward: strategies::Stats::n_jump_drafted,
+  // n_jump) summed likewise: drafted, and accepted.
+  int64_t n_jump_drafted = 0, n_jump = 0;
+  double jump_share() const;  // n_jump / n_generated
   double draft_step_ms = 0, target_step_ms = 0, cost_ratio = 0;
   double predicted_speedup = 0, measured_over_predicted = 0;
   PhaseBreakdown phases;           // the candidate's

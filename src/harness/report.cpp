@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -120,13 +121,43 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
         "(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).\n\n"
      << "Stepped aside = the rounds whose draft length the controller chose 0 (plain decoding), and in "
         "brackets the share of tokens they emitted.\n\n";
-  // Structured output: the share of the output its grammar forced (drafted without the drafter),
-  // a column only where some cell has forced tokens.
-  const bool forced = std::any_of(cells.begin(), cells.end(), [](const CellMetrics& m) { return m.n_forced > 0; });
-  if (forced) os << "Forced = the share of the generated tokens the grammar forced (drafted without the drafter).\n\n";
-  os << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | stepped aside | "
-     << (forced ? "forced | " : "") << "c | predicted | measured/predicted | load |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (forced ? "---|" : "") << "\n";
+  // Structured output's columns, each only where some cell has such tokens: the share of the
+  // output its grammar forced, the share its jump-forward tokens took (of those drafted, how
+  // many were accepted), the share of the drafted tokens it refused.
+  struct Column {
+    const char* name;
+    const char* legend;
+    std::function<bool(const CellMetrics&)> has;           // the column is shown where a cell has
+    std::function<std::string(const CellMetrics&)> cell;  // its entry ("-": none)
+  };
+  const std::vector<Column> all = {
+      {"forced", "Forced = the share of the generated tokens the grammar forced (drafted without the drafter).",
+       [](const CellMetrics& m) { return m.n_forced > 0; },
+       [](const CellMetrics& m) { return m.n_forced > 0 ? fmt(100 * m.forced_share(), 1) + "%" : "-"; }},
+      {"jump", "Jump = the share of the generated tokens that were the grammar's jump-forward tokens (drafted "
+               "without the drafter, verified), and in brackets those accepted of those drafted.",
+       [](const CellMetrics& m) { return m.n_jump_drafted > 0; },
+       [](const CellMetrics& m) {
+         return m.n_jump_drafted == 0 ? std::string("-")
+                                      : fmt(100 * m.jump_share(), 1) + "% (" + std::to_string(m.n_jump) + "/" +
+                                            std::to_string(m.n_jump_drafted) + ")";
+       }},
+      {"refused", "Refused = the share of the drafted tokens the grammar refused where they stood (each rejected; "
+                  "a drafter that drafts inside the grammar, draft_mask, has none).",
+       [](const CellMetrics& m) { return m.n_refused > 0; },
+       [](const CellMetrics& m) { return is_speculative(m) && m.n_drafted > 0 ? fmt(100 * m.refused_share(), 1) + "%" : "-"; }},
+  };
+  std::vector<const Column*> extra;
+  for (const Column& c : all)
+    if (std::any_of(cells.begin(), cells.end(), c.has)) {
+      extra.push_back(&c);
+      os << c.legend << "\n\n";
+    }
+  os << "| strategy | params | tok/s | ms/token | TTFT ms | baseline | speedup | alpha | tau | stepped aside | ";
+  for (const Column* c : extra) os << c->name << " | ";
+  os << "c | predicted | measured/predicted | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+  for (size_t i = 0; i < extra.size(); ++i) os << "---|";
+  os << "\n";
   for (const auto& m : cells) {
     const bool spec = is_speculative(m);
     os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << fmt(m.tok_s.median) << " | "
@@ -136,8 +167,9 @@ void performance_table(std::ostringstream& os, const std::vector<CellMetrics>& c
        << (spec && !m.gamma_rounds.empty()
                ? fmt(100 * m.aside_round_share(), 1) + "% (" + fmt(100 * m.aside_token_share(), 1) + "%)"
                : "-")
-       << " | " << (!forced ? "" : m.n_forced > 0 ? fmt(100 * m.forced_share(), 1) + "% | " : "- | ")
-       << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
+       << " | ";
+    for (const Column* c : extra) os << c->cell(m) << " | ";
+    os << (spec ? fmt(m.cost_ratio, 3) : "-") << " | " << (spec && m.gamma > 0 ? fmt(m.predicted_speedup, 3) : "-")
        << " | " << (spec && m.gamma > 0 ? fmt(m.measured_over_predicted, 3) : "-") << " | " << load_marker(m.load)
        << " |\n";
   }

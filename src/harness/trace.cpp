@@ -49,6 +49,7 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
   if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;  // not the target's tokens
   if (s.n_forced > 0) j["n_forced"] = s.n_forced;  // structured output: drafted without the drafter
   if (s.n_refused > 0) j["n_refused"] = s.n_refused;  // structured output: draft tokens the grammar refused
+  if (s.n_jump_drafted > 0) j["n_jump_drafted"] = s.n_jump_drafted, j["n_jump"] = s.n_jump;  // its jump-forward tokens
   return {{"tokens", r.tokens}, {"text", r.text}, {"stats", j}};
 }
 

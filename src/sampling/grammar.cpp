@@ -385,15 +385,31 @@ ConstraintState::~ConstraintState() = default;
 bool ConstraintState::terminated() const { return impl_->ended; }
 int64_t ConstraintState::n_accepted() const { return static_cast<int64_t>(impl_->accepted.size()); }
 
-Tokens ConstraintState::forced(const Tokens& context, int64_t n_vocab, int64_t max) {
+namespace {
+// `text` cut to whole UTF-8 characters: nothing where it starts inside one (a continuation byte),
+// and without a character its end cuts short.
+std::string whole_characters(std::string text) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
+  if (text.empty() || (byte(0) & 0xC0) == 0x80) return "";
+  size_t last = text.size() - 1;  // the last character's first byte (text[0] is one)
+  while ((byte(last) & 0xC0) == 0x80) --last;
+  const size_t need = byte(last) >= 0xF0 ? 4 : byte(last) >= 0xE0 ? 3 : byte(last) >= 0xC0 ? 2 : 1;
+  if (text.size() - last < need) text.resize(last);
+  return text;
+}
+}  // namespace
+
+ConstraintState::Lead ConstraintState::lead(const Tokens& context, int64_t n_vocab, int64_t max, bool forced,
+                                           bool jump) {
   Impl& s = *impl_;
   s.start_matcher(n_vocab);
   SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
            s.compiled->n_vocab);
   s.sync(context);
-  Tokens out;
+  Lead out;
   if (s.ended) return out;
-  while (static_cast<int64_t>(out.size()) < max) {
+  const auto room = [&] { return static_cast<int64_t>(out.tokens.size()) < max; };
+  while (forced && room()) {
     fill_bitmask(*s.matcher, n_vocab, s.bitmask);
     int64_t n_admitted = 0, only = -1;
     for (size_t w = 0; w < s.bitmask.size() && n_admitted < 2; ++w) {
@@ -405,9 +421,19 @@ Tokens ConstraintState::forced(const Tokens& context, int64_t n_vocab, int64_t m
     if (n_admitted != 1 || s.is_stop(static_cast<TokenId>(only)) ||
         !s.matcher->AcceptToken(static_cast<int32_t>(only)))
       break;
-    out.push_back(static_cast<TokenId>(only));
+    out.tokens.push_back(static_cast<TokenId>(only));
   }
-  if (!out.empty()) s.matcher->Rollback(static_cast<int>(out.size()));
+  out.n_forced = static_cast<int64_t>(out.tokens.size());
+  if (jump && room()) {
+    const std::string text = whole_characters(s.matcher->FindJumpForwardString());
+    for (const TokenId t : text.empty() ? Tokens() : s.tok->encode(text, /*add_special=*/false)) {
+      if (!room() || t < 0 || t >= s.tok->vocab_size() || s.is_stop(t) || s.tok->is_special(t) ||
+          !s.matcher->AcceptToken(static_cast<int32_t>(t)))
+        break;
+      out.tokens.push_back(t);
+    }
+  }
+  if (!out.tokens.empty()) s.matcher->Rollback(static_cast<int>(out.tokens.size()));
   return out;
 }
 

@@ -93,13 +93,25 @@ class ConstraintState {
   // parent's path, which it admits): tokens their parent's masked row gives probability 0.
   int64_t mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft = {},
                const std::vector<int32_t>& parents = {});
-  // The tokens the grammar forces after `context` (issue 57, item 5): the one token it admits
-  // there, then the one it admits after that, and so on, at most `max`; it stops where it admits
-  // several, or only an end id (the target's own next token then). What follows `context` is
-  // left as it was. n_vocab: the logits' width, as for mask(). The masked target puts all its
-  // mass on each of them, so a round drafts them for free (speculative/proposer.h:
-  // prepend_forced) and accepts them in every verify mode.
-  Tokens forced(const Tokens& context, int64_t n_vocab, int64_t max);
+  // What the grammar lays down after `context` for a round's draft to start with (issue 57,
+  // item 5), at most `max` tokens in all; what follows `context` is left as it was. n_vocab: the
+  // logits' width, as for mask().
+  //  - forced (`forced`): the one token the grammar admits there, then the one it admits after
+  //    that, and so on; it stops where it admits several, or only an end id (the target's own
+  //    next token then). The masked target puts all its mass on each of them, so a round drafts
+  //    them for free and every verify mode accepts them.
+  //  - jump (`jump`): then xgrammar's jump-forward string from there (the longest text every
+  //    continuation of the grammar starts with, cut to whole UTF-8 characters), tokenised as the
+  //    tokenizer tokenises text, up to the first token the grammar refuses after the ones before
+  //    it. The target may emit another tokenisation of that text (or a token reaching beyond
+  //    it), so these are a draft like any other, verified, not assumed.
+  // With `forced` off, a jump starts at `context` and covers what would have been forced.
+  // speculative/proposer.h: prepend_forced makes them the round's draft's first tokens.
+  struct Lead {
+    Tokens tokens;          // the forced tokens, then the jump's
+    int64_t n_forced = 0;   // how many of `tokens` are forced (the rest: the jump's)
+  };
+  Lead lead(const Tokens& context, int64_t n_vocab, int64_t max, bool forced, bool jump);
   // A drafter's own row (issue 57, item 4): masks `row` ([V] or [1, V], any device, in place)
   // after `path`, the prompt this state started after and any tokens after it, committed or not
   // (a drafter's sequence and its draft so far). Meant for a state of the drafter's own, which

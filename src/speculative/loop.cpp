@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "kernels/backend.h"
 #include "model/device.h"
 #include "sampling/grammar.h"
@@ -46,8 +47,8 @@ struct SpecSequence {
   Tokens seq;       // committed tokens; the cache holds all but the last
   Tokens prefill;   // a newcomer's prompt minus its last token, fed with its first round
   int64_t n = 0;    // seq's length when the round was drafted
-  Tokens forced;    // the grammar's forced tokens, the round's draft's first (prepend_forced)
-  Tokens ahead;     // seq + forced: what the drafter drafts after
+  sampling::ConstraintState::Lead lead;  // the grammar's forced and jump tokens: the draft's first
+  Tokens ahead;     // seq + lead: what the drafter drafts after
   DraftProposal d;  // this round's draft
   at::Tensor logits, hidden;  // the target's rows after [last committed, draft...]: [k + 1, V], features [k + 1, d]
   at::Tensor p, top_ids, best;  // processed rows; the target's top tokens (drafter); argmax of p (synthetic)
@@ -212,7 +213,7 @@ double SpecLoop::draft() {
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     seqs[b] = &s.seq;
-    s.forced.clear();
+    s.lead = {};
     s.n = static_cast<int64_t>(s.seq.size());
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
     room[b] = s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1;
@@ -220,18 +221,21 @@ double SpecLoop::draft() {
     depth[b] = std::min(s.chosen, room[b]);
   }
   phase_.charge(&PhaseTimes::other);
-  // Structured output: the tokens the grammar forces come first, for free (mask work, charged as
-  // verify()'s); the drafter drafts after them, as if they were committed (not a drafter reading
-  // the target's features: it has none of theirs yet).
+  // Structured output: the tokens the grammar forces come first, for free, then its jump-forward
+  // text's tokens, verified (grammar work: part of sample); the drafter drafts after them, as if
+  // they were committed (not a drafter reading the target's features: it has none of theirs).
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
-    if (!s.grammar || !cfg_.forced_tokens || features_ || !cfg_.synthetic.empty()) continue;
-    s.forced = s.grammar->forced(s.seq, target_.config().n_vocab, std::min(room[b], cfg_.gamma_max));
-    if (s.forced.empty()) continue;
+    if (!s.grammar || !(cfg_.forced_tokens || cfg_.jump_forward) || features_ || !cfg_.synthetic.empty()) continue;
+    const Stopwatch sw;
+    s.lead = s.grammar->lead(s.seq, target_.config().n_vocab, std::min(room[b], cfg_.gamma_max), cfg_.forced_tokens,
+                             cfg_.jump_forward);
+    phases_.grammar += sw.ms();
+    if (s.lead.tokens.empty()) continue;
     s.ahead = s.seq;
-    s.ahead.insert(s.ahead.end(), s.forced.begin(), s.forced.end());
+    s.ahead.insert(s.ahead.end(), s.lead.tokens.begin(), s.lead.tokens.end());
     seqs[b] = &s.ahead;
-    depth[b] = std::min(depth[b], room[b] - static_cast<int64_t>(s.forced.size()));
+    depth[b] = std::min(depth[b], room[b] - static_cast<int64_t>(s.lead.tokens.size()));
   }
   phase_.charge(&PhaseTimes::sample);
   PhaseTimes parts;
@@ -239,7 +243,7 @@ double SpecLoop::draft() {
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     s.d = std::move(drafts[b]);
-    prepend_forced(s.d, s.forced);
+    prepend_forced(s.d, s.lead.tokens);
   }
   // A lazy draft's prefill (its first draft's catch-up), measured where it is the slot's own.
   if (costs_ && B_ == 1 && parts.prefill > 0)
@@ -321,7 +325,9 @@ void SpecLoop::verify() {
     // drafter's rows stay unmasked: a token the grammar refuses has target probability 0).
     if (s.grammar) {
       s.d.read_drawn(/*synced=*/false);
+      const Stopwatch sw;
       slots_[b]->st.n_refused += s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
+      phases_.grammar += sw.ms();
     }
     s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
     const int64_t top = s.drafter->target_wants().topk;  // the target's top tokens ride with the verdict
@@ -366,7 +372,7 @@ void SpecLoop::roll_back(int64_t b) {
   s.prefill.clear();
   phase_.charge(&PhaseTimes::rollback);
   // Its own rollback and learning count as the drafter's time; it sees its own nodes only.
-  s.drafter->observe(drafter_round(round_of(s), static_cast<int64_t>(s.forced.size())));
+  s.drafter->observe(drafter_round(round_of(s), static_cast<int64_t>(s.lead.tokens.size())));
   phase_.charge(&PhaseTimes::draft);
 }
 
@@ -392,17 +398,20 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
   BatchSequence& q = *slots_[b];
   count_round(q.st, s.d, s.v);
   count_choice(q.st, s.chosen, static_cast<int64_t>(s.seq.size()) - s.n);
-  // The masked target puts all its mass on a forced token: every verify mode accepts it.
-  const auto m = static_cast<int64_t>(s.forced.size());
+  // The masked target puts all its mass on a forced token: every verify mode accepts it. The jump
+  // tokens after them were verified like the drafter's.
+  const int64_t m = s.lead.n_forced, lead = static_cast<int64_t>(s.lead.tokens.size());
   SD_CHECK(s.v.n_accepted() >= m, "structured output: the target rejected a token the grammar forces (",
            s.v.n_accepted(), " of ", m, " forced tokens accepted): the mask and the forced tokens disagree");
   q.st.n_forced += m;
+  q.st.n_jump_drafted += lead - m;
+  q.st.n_jump += std::min(s.v.n_accepted(), lead) - m;
   if (s.req->trace) {
     PhaseTimes so_far = phases_;  // the sequence's phase times so far
     so_far -= q.joined;
     s.req->trace->round(s.d, s.p, s.v.path, Tokens(s.seq.begin() + s.n, s.seq.end()), so_far);
   }
-  s.ctl->update(max_depth(s.d) - m, std::max<int64_t>(0, s.v.n_accepted() - m), ms_draft, ms_verify);
+  s.ctl->update(max_depth(s.d) - lead, std::max<int64_t>(0, s.v.n_accepted() - lead), ms_draft, ms_verify);
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

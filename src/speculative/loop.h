@@ -28,6 +28,7 @@ struct SpecSetup {
   Params params;  // resolved: the drafter's name and its own parameters
   std::shared_ptr<const sampling::Constraint> constraint;  // structured output (sampling/grammar.h); null: none
   bool forced_tokens = true;  // the grammar's forced tokens drafted without the drafter (prepend_forced)
+  bool jump_forward = false;  // then its jump-forward text's tokens, verified (ConstraintState::lead)
 };
 
 // Speculative decoding of one or more requests (strategies/batch.h for slots, refill and

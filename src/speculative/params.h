@@ -19,6 +19,7 @@ struct SpeculativeParams {
   std::string verify;                // tokenwise | block
   bool block_verify = false;         // verify == block
   bool forced_tokens = true;         // structured output: forced tokens drafted without the drafter
+  bool jump_forward = false;         // structured output: the jump-forward text's tokens drafted, verified
   bool draft_mask = true;            // structured output: every drafter drafts inside the grammar
   std::string synthetic_acceptance;  // off | a | a1,a2,... as given
   std::vector<double> synthetic;     // its values by child rank; empty: off

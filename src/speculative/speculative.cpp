@@ -34,6 +34,7 @@ class Speculative : public Strategy {
     cfg_.verify.proc = processor_config(p);
     cfg_.constraint = p.constraint();
     cfg_.forced_tokens = s.forced_tokens;
+    cfg_.jump_forward = s.jump_forward;
     cfg_.synthetic = s.synthetic;
     resolve_costs(s);
   }
@@ -138,6 +139,10 @@ ParamTable<SpeculativeParams> speculative_table() {
       .field("forced_tokens", &S::forced_tokens, "true",
              "structured output: the tokens the grammar forces (one admitted token) are drafted without the "
              "drafter, before its own draft (lossless: the masked target puts all its mass there)")
+      .field("jump_forward", &S::jump_forward, "false",
+             "structured output: the grammar's jump-forward text (what every continuation starts with) tokenised "
+             "as the tokenizer does, its admitted tokens drafted without the drafter after the forced ones, and "
+             "verified like any draft (the target may tokenise that text otherwise)")
       .field("draft_mask", &S::draft_mask, "true",
              "structured output: every drafter drafts inside the grammar: those that draw from rows (model, "
              "layer_skip, eagle, medusa, tree) mask them after their draft path (q is the masked law they draw "

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "model/device.h"
+#include "sampling/grammar.h"
 #include "strategies/trace.h"
 
 namespace specdec::strategies {
@@ -149,7 +151,8 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
 // Plain autoregressive decoding, written once for every batch size: autoregressive_decode is
 // this loop with one slot.
 std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
-                                                const BatchTokenCallback& on_token, const MakePick& make_pick) {
+                                                const BatchTokenCallback& on_token, const MakePick& make_pick,
+                                                const std::shared_ptr<const sampling::Constraint>& constraint) {
   PhaseTimes phases;  // the batch's; each sequence's share is what accrues while it is in the batch
   PhaseClock phase(phases);
   const int64_t capacity = check_batch(requests, options, 0);
@@ -159,6 +162,7 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
   model::KVCache cache = target.make_cache(B, capacity);
   BatchSlots slots(requests, B, on_token, phase);
   std::vector<PickToken> pick(B);
+  std::vector<std::shared_ptr<sampling::ConstraintState>> grammar(B);  // structured output: each one's matcher
   std::vector<Tokens> context(B), fed(B);  // prompt + generated; what the next forward feeds
   phase.charge(&PhaseTimes::setup);
   while (true) {
@@ -166,6 +170,7 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
     for (int64_t b : newcomers) {  // a newcomer's prompt is prefilled in the next forward
       const Request& req = requests[slots[b]->request];
       pick[b] = make_pick(req);
+      grammar[b] = start_constraint(req, constraint);
       context[b] = fed[b] = req.prompt;
     }
     if (slots.empty()) break;
@@ -181,6 +186,11 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
       BatchSequence* s = slots[b];
       if (!s) continue;
       const at::Tensor row = logits[b][static_cast<int64_t>(fed[b].size()) - 1];  // [V]
+      if (grammar[b]) {  // the mask first, before every processor
+        const Stopwatch sw;
+        grammar[b]->mask(row.unsqueeze(0), context[b]);
+        phases.grammar += sw.ms();
+      }
       const TokenId token = pick[b](row, context[b]);
       phase.charge(&PhaseTimes::sample);
       context[b].push_back(token);
@@ -195,19 +205,21 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
         slots.finish(b, &PhaseTimes::accept);  // the last flush, as the stop handling's
         fed[b].clear();
         pick[b] = nullptr;
+        grammar[b] = nullptr;
       }
     }
   }
   return slots.take_results();
 }
 
-Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick) {
+Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick,
+                             const std::shared_ptr<const sampling::Constraint>& constraint) {
   check_request(req);  // its own errors, not the batch's wording
   const std::vector<Request> one{req};
   const BatchTokenCallback each =
       on_token ? BatchTokenCallback([&](size_t, const Tokens& t, const std::string& text) { on_token(t, text); })
                : BatchTokenCallback();
-  return autoregressive_decode_batch(one, BatchOptions{1, 0}, each, [&](const Request&) { return pick; })[0];
+  return autoregressive_decode_batch(one, BatchOptions{1, 0}, each, [&](const Request&) { return pick; }, constraint)[0];
 }
 
 }  // namespace specdec::strategies

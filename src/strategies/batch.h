@@ -81,8 +81,11 @@ using MakePick = std::function<PickToken(const Request& req)>;
 
 // autoregressive_decode for a batch: one target forward per step for all active sequences (a
 // newcomer's prompt rides along with the others' decode rows). autoregressive_decode is this
-// loop with one request, so the loop is written once.
+// loop with one request, so the loop is written once. Structured output: each sequence's own
+// matcher (start_constraint with the strategy's `constraint`) masks its row before the pick
+// (PhaseTimes::grammar).
 std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
-                                                const BatchTokenCallback& on_token, const MakePick& make_pick);
+                                                const BatchTokenCallback& on_token, const MakePick& make_pick,
+                                                const std::shared_ptr<const sampling::Constraint>& constraint = nullptr);
 
 }  // namespace specdec::strategies

@@ -57,14 +57,16 @@ Result make_result(const StopTracker& tracker, Stats stats, const Stopwatch& clo
 
 namespace specdec::strategies {
 
-// Chooses the next token from one position's logits. row: [V] float32; context: prompt +
-// tokens generated so far (for the repetition penalty).
+// Chooses the next token from one position's logits (under a constraint, already masked). row:
+// [V] float32; context: prompt + tokens generated so far (for the repetition penalty).
 using PickToken = std::function<TokenId(const at::Tensor& row, const Tokens& context)>;
 
 // Plain autoregressive decoding (prefill, then one target forward per token) shared by the
 // greedy and sampling strategies; the speculative baseline. It is autoregressive_decode_batch
-// (batch.h, batch.cpp) with one request.
-Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick);
+// (batch.h, batch.cpp) with one request. `constraint`: the strategy's (start_constraint; null:
+// only a request's own).
+Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick,
+                             const std::shared_ptr<const sampling::Constraint>& constraint = nullptr);
 
 // The constraint a request is decoded under: its own when it sets one (Request::constraint),
 // else the strategy's (`strategy_constraint`, from Params::constraint); null: none.

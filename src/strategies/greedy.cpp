@@ -1,5 +1,4 @@
 // greedy: argmax of the (repetition-penalised) target logits at every step.
-#include "sampling/grammar.h"
 #include "sampling/processors.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
@@ -12,19 +11,17 @@ class Greedy : public Strategy {
  public:
   explicit Greedy(const Params& p) : cfg_(processor_config(p)), constraint_(p.constraint()) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
-    return autoregressive_decode(req, on_token, pick(req));
+    return autoregressive_decode(req, on_token, pick(), constraint_);
   }
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    return autoregressive_decode_batch(requests, options, on_token, [&](const Request& req) { return pick(req); });
+    return autoregressive_decode_batch(requests, options, on_token, [&](const Request&) { return pick(); }, constraint_);
   }
 
  private:
-  // The request's picker; with structured output its own matcher masks each row first.
-  PickToken pick(const Request& req) const {
-    auto grammar = start_constraint(req, constraint_);
-    return [this, grammar](const at::Tensor& row, const Tokens& context) {
-      if (grammar) grammar->mask(row.unsqueeze(0), context);
+  // The picker (structured output's mask is the decoding loop's, before it).
+  PickToken pick() const {
+    return [this](const at::Tensor& row, const Tokens& context) {
       return sampling::greedy_token(row, cfg_, context);  // [V] -> arg-max id
     };
   }

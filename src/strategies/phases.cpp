@@ -13,6 +13,8 @@ const std::vector<PhaseTimes::Field>& PhaseTimes::fields() {
        "part of draft: the first draft forward of a round (feeds the previous round's committed tokens)"},
       {"verify", &PhaseTimes::verify, true, "target forwards after prefill"},
       {"sample", &PhaseTimes::sample, true, "logits processors, probabilities, sampling, verification kernel"},
+      {"grammar", &PhaseTimes::grammar, false,
+       "part of sample: structured output's masks of the target's rows, forced and jump-forward tokens"},
       {"accept", &PhaseTimes::accept, true, "stop tracking, detokenisation, streaming callback"},
       {"rollback", &PhaseTimes::rollback, true, "KV-cache truncation"},
       {"logits_copy", &PhaseTimes::logits_copy, true, "copies of logits / probabilities (q from its rows)"},

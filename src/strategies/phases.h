@@ -23,6 +23,10 @@ struct PhaseTimes {
   // the tokens the previous round committed (its correction or bonus token, and x_k after a
   // full accept) and yields q for x_1.
   double draft_catchup = 0;
+  // Part of sample, not a phase of its own: structured output's grammar work on the target's
+  // rows (sampling::ConstraintState: the masks, the forced and jump-forward tokens). A drafter's
+  // own masks count as draft.
+  double grammar = 0;
 
   struct Field {
     const char* name;         // JSON key and column name

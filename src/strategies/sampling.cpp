@@ -1,7 +1,6 @@
 // sampling: ancestral sampling from the processed target distribution, seeded by
 // Request::seed so a run is reproducible.
 #include "core/rng.h"
-#include "sampling/grammar.h"
 #include "sampling/processors.h"
 #include "strategies/batch.h"
 #include "strategies/common.h"
@@ -15,21 +14,20 @@ class Sampling : public Strategy {
   explicit Sampling(const Params& p)
       : cfg_(processor_config(p)), constraint_(p.constraint()) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
-    return autoregressive_decode(req, on_token, pick(req));
+    return autoregressive_decode(req, on_token, pick(req), constraint_);
   }
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    return autoregressive_decode_batch(requests, options, on_token, [&](const Request& req) { return pick(req); });
+    return autoregressive_decode_batch(requests, options, on_token, [&](const Request& req) { return pick(req); },
+                                       constraint_);
   }
 
  private:
-  // The request's sampler: its own RNG stream from Request::seed, whatever else runs beside it.
+  // The request's sampler: its own RNG stream from Request::seed, whatever else runs beside it
+  // (structured output's mask is the decoding loop's, before it).
   PickToken pick(const Request& req) const {
     auto rng = std::make_shared<Rng>(req.seed);
-    // Structured output: the request's own matcher masks each row before the processors.
-    auto grammar = start_constraint(req, constraint_);
-    return [this, rng, grammar](const at::Tensor& row, const Tokens& context) {
-      if (grammar) grammar->mask(row.unsqueeze(0), context);
+    return [this, rng](const at::Tensor& row, const Tokens& context) {
       if (cfg_.greedy()) return sampling::greedy_token(row, cfg_, context);
       at::Tensor probs = sampling::probabilities(row.unsqueeze(0), cfg_, context);  // [1, V]
       return sampling::sample_from(probs, rng->uniform());

@@ -71,6 +71,11 @@ struct Stats {
   // accepted (speculative/proposer.h: prepend_forced; n_drafted and n_accepted count them too);
   // n_forced / n_generated is the forced-token share.
   int64_t n_forced = 0;
+  // Structured output's jump-forward tokens (speculative's jump_forward; sampling::ConstraintState::
+  // lead): drafted without the drafter after the forced ones, and verified: n_jump_drafted
+  // proposed, n_jump of them accepted (counted in n_drafted and n_accepted too); n_jump /
+  // n_generated is the jump-forward share.
+  int64_t n_jump_drafted = 0, n_jump = 0;
   // Structured output: draft tokens the grammar refused where they stood (their parent's masked
   // target row gives them probability 0; sampling::ConstraintState::mask), each rejected. A
   // drafter that drafts inside the grammar (draft_mask) has none.

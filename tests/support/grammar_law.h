@@ -25,7 +25,21 @@ using sampling::Constraint;
 // id: 0 "<eos>" (special, the end id), 1 "a", 2 "b", 3 "c", 4 "ab", 5 "x", 6 "<pad>" (special)
 class TinyTokenizer : public tokenizer::Tokenizer {
  public:
-  Tokens encode(const std::string&, bool) const override { return {}; }
+  // Longest match first, left to right ("abc": ab, c); a byte no token starts with ends it.
+  Tokens encode(const std::string& text, bool) const override {
+    Tokens out;
+    for (size_t at = 0; at < text.size();) {
+      TokenId best = -1;
+      for (TokenId id = 0; id < vocab_size(); ++id)
+        if (!is_special(id) && text.compare(at, strings_[id].size(), strings_[id]) == 0 &&
+            (best < 0 || strings_[id].size() > strings_[best].size()))
+          best = id;
+      if (best < 0) break;
+      out.push_back(best);
+      at += strings_[best].size();
+    }
+    return out;
+  }
   std::string decode(const Tokens& ids, bool) const override {
     std::string s;
     for (TokenId t : ids) s += token_bytes(t);
@@ -127,7 +141,7 @@ inline std::vector<GrammarLawCase> grammar_law_cases(uint64_t seed, bool forced 
     const auto c = regex ? Constraint::parse("regex", "(ab|c)+") : Constraint::parse("grammar", "root ::= (\"ab\" | \"c\")+");
     const auto state = c->start(&tok, prompt, {0});
     s.round_masks = real_masks(state, committed);
-    const Tokens f = forced ? state->forced(committed, kLawV, 8) : Tokens();
+    const Tokens f = forced ? state->lead(committed, kLawV, 8, /*forced=*/true, /*jump=*/false).tokens : Tokens();
     const int m = static_cast<int>(f.size());
     const std::string head = std::string(regex ? "regex, " : "grammar, ") + chains[k].name + ", ";
     for (ref::Mode mode : {ref::Mode::greedy, ref::Mode::sampling, ref::Mode::tokens_only, ref::Mode::block})

@@ -28,25 +28,28 @@ inline constexpr const char* kSchema =
     R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},)"
     R"( "count": {"type": "integer"}, "valid": {"type": "boolean"}}, "required": ["name", "count", "valid"]})";
 
-inline const model::LoadedModel& target() {
+// The tiny chat Llama of options `o` (chat set here), written as `name` into this process's
+// folder and loaded with one thread.
+inline model::LoadedModel load_chat_tiny(const std::string& name, specdec::testing::TinyGgufOptions o = {}) {
   static const ProcessDir dir("specdec_grammar_tiny");
-  static const model::LoadedModel loaded = [] {
-    specdec::testing::TinyGgufOptions o;
-    o.chat = true;
-    model::ModelSpec spec;
-    spec.name = "target.gguf";
-    spec.path = specdec::testing::write_tiny_gguf((dir.path / "target.gguf").string(), o);
-    spec.threads = 1;
-    return model::load(spec);
-  }();
+  o.chat = true;
+  model::ModelSpec spec;
+  spec.name = name;
+  spec.path = specdec::testing::write_tiny_gguf((dir.path / name).string(), o);
+  spec.threads = 1;
+  return model::load(spec);
+}
+
+inline const model::LoadedModel& target() {
+  static const model::LoadedModel loaded = load_chat_tiny("target.gguf");
   return loaded;
 }
 
-// `prompt` as a chat turn, 48 new tokens at most, the target drafting for itself.
-inline strategies::Request request(const std::string& prompt) {
+// `prompt` as a chat turn, 48 new tokens at most, the target (`m`: target()) drafting for itself.
+inline strategies::Request request(const std::string& prompt, const model::LoadedModel& m = target()) {
   strategies::Request r;
-  r.target = target().model;
-  r.tokenizer = target().tokenizer;
+  r.target = m.model;
+  r.tokenizer = m.tokenizer;
   r.draft = r.target;
   r.prompt = r.tokenizer->encode(prompt, true);
   r.stop.eos_ids = r.tokenizer->eos_ids();

@@ -13,6 +13,8 @@
 // layer_scale keeps the model learnable (below).
 // chat adds ChatML's <|im_start|> / <|im_end|> as control tokens (ids 256, 257; eos
 // <|im_end|>) and a ChatML tokenizer.chat_template, for --chat and train-drafter --data chat.
+// merges adds BPE merges, each pair's concatenation a token after those (multi-byte tokens, for
+// tests where a text has several tokenisations); none by default.
 //
 // The metadata overrides write a value other than the tensors' (crafted bad files:
 // tests/unit/test_bad_inputs.cpp, whose model is 1 layer, d_model 8, d_ff 16, 2 heads, tied,
@@ -21,6 +23,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/gguf_writer.h"
@@ -47,6 +50,9 @@ struct TinyGgufOptions {
   int64_t bos_id = -1;            // tokenizer.ggml.bos_token_id, written when >= 0
   uint64_t huge_string_len = 0;   // > 0: general.name claims this length (and the file ends)
   uint32_t vocab_type = 8;        // element type of tokenizer.ggml.tokens (8: strings; else integers)
+  // BPE merges in rank order, as raw bytes (left, right): token left+right is added after the
+  // bytes and the chat tokens, with the next id. Each side must be a byte or an earlier merge's token.
+  std::vector<std::pair<std::string, std::string>> merges;
 };
 
 // The file's bytes.
@@ -54,7 +60,12 @@ inline std::vector<uint8_t> tiny_gguf(const TinyGgufOptions& o = {}) {
   const uint64_t d = uint64_t(o.d_model), ff = uint64_t(o.d_ff);
   const uint64_t head_dim = o.n_heads > 0 ? d / uint64_t(o.n_heads) : d;
   const uint64_t q_dim = head_dim * uint64_t(o.n_heads), kv_dim = head_dim * uint64_t(o.n_kv_heads);
-  const int64_t n_bytes = 256, n_vocab = n_bytes + (o.chat ? 2 : 0);
+  const int64_t n_bytes = 256, n_vocab = n_bytes + (o.chat ? 2 : 0) + static_cast<int64_t>(o.merges.size());
+  const auto symbols = [](const std::string& raw) {  // raw bytes as the vocabulary writes them
+    std::string out;
+    for (const char c : raw) out += specdec::tokenizer::byte_to_symbol(uint8_t(c));
+    return out;
+  };
   struct T {
     std::string name;
     std::vector<uint64_t> ne;  // GGUF order: ne[0] = columns
@@ -81,7 +92,8 @@ inline std::vector<uint8_t> tiny_gguf(const TinyGgufOptions& o = {}) {
   w.b = {'G', 'G', 'U', 'F'};
   w.put<uint32_t>(3);
   w.put<uint64_t>(tensors.size());
-  const uint64_t n_kv = 14 + (o.bos_id >= 0) + (o.huge_string_len > 0) + (o.chat ? 3 : 0);
+  const bool typed = o.chat || !o.merges.empty();  // writes tokenizer.ggml.token_type
+  const uint64_t n_kv = 14 + (o.bos_id >= 0) + (o.huge_string_len > 0) + (o.chat ? 2 : 0) + (typed ? 1 : 0);
   w.put<uint64_t>(n_kv);
   w.key("general.architecture", 8); w.str("llama");
   w.key("llama.block_count", 4); w.put<uint32_t>(o.block_count.value_or(uint32_t(o.n_layers)));
@@ -103,12 +115,17 @@ inline std::vector<uint8_t> tiny_gguf(const TinyGgufOptions& o = {}) {
     if (o.vocab_type == 8) { w.str("<|im_start|>"); w.str("<|im_end|>"); }
     else { w.put<uint32_t>(256); w.put<uint32_t>(257); }
   }
-  w.key("tokenizer.ggml.merges", 9); w.put<uint32_t>(8); w.put<uint64_t>(0);
+  for (const auto& [left, right] : o.merges) w.str(symbols(left + right));
+  w.key("tokenizer.ggml.merges", 9); w.put<uint32_t>(8); w.put<uint64_t>(o.merges.size());
+  for (const auto& [left, right] : o.merges) w.str(symbols(left) + " " + symbols(right));
   w.key("tokenizer.ggml.add_bos_token", 7); w.put<uint8_t>(0);
   if (o.bos_id >= 0) { w.key("tokenizer.ggml.bos_token_id", 4); w.put<uint32_t>(uint32_t(o.bos_id)); }
-  if (o.chat) {
+  if (typed) {
     w.key("tokenizer.ggml.token_type", 9); w.put<uint32_t>(5); w.put<uint64_t>(uint64_t(n_vocab));
-    for (int64_t i = 0; i < n_vocab; ++i) w.put<int32_t>(i < n_bytes ? 1 : 3);  // normal; control
+    for (int64_t i = 0; i < n_vocab; ++i)
+      w.put<int32_t>(o.chat && (i == n_bytes || i == n_bytes + 1) ? 3 : 1);  // control; normal
+  }
+  if (o.chat) {
     w.key("tokenizer.ggml.eos_token_id", 4); w.put<uint32_t>(257);
     w.key("tokenizer.chat_template", 8);
     w.str("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "

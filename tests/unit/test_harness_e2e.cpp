@@ -3,6 +3,7 @@
 // planted residual bug the same checks fail.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -280,11 +281,14 @@ plots: false
 
 // Structured output through the harness: prompts with their own constraint (one that ends within
 // max_new_tokens, one cut off by it) beside one under the strategies' constraint, and
-// checks.valid counting the complete outputs, on a tiny GGUF with a byte tokenizer.
+// checks.valid counting the complete outputs, on a tiny GGUF with a byte tokenizer. The third
+// cell's draft model (the target itself) drafts outside the grammar (draft_mask off), so the
+// grammar refuses some of its tokens: metrics.json and report.md count them per cell.
 TEST(HarnessE2E, PromptConstraintsAndValidCount) {
   const fs::path dir = fresh_dir("specdec_e2e_valid");
   const std::string model = specdec::testing::write_tiny_gguf((dir / "tiny.gguf").string(), chat_tiny());
-  const std::string yaml = "name: valid_check\nmodels: {target: {name: '" + model + "'}}\n" + R"(
+  const std::string yaml =
+      "name: valid_check\nmodels: {target: {name: '" + model + "'}, draft: {name: '" + model + "'}}\n" + R"(
 prompts:
   - {text: x, regex: ab}
   - {text: y, regex: "c{20}"}
@@ -292,6 +296,7 @@ prompts:
 strategies:
   - {name: greedy, params: {temperature: 0, regex: "[0-9]{3}"}}
   - {name: speculative, params: {temperature: 0, drafter: ngram, gamma: 2, regex: "[0-9]{3}"}}
+  - {name: speculative, label: spec-unmasked, params: {temperature: 0, drafter: model, gamma: 2, draft_mask: false, regex: "[0-9]{3}"}}
 repeats: 1
 warmup: 0
 max_new_tokens: 6
@@ -300,15 +305,18 @@ checks: {valid: true}
 )";
   std::string out;
   const auto r = run_yaml(yaml, dir, out);
-  EXPECT_EQ(r.n_finished, 2);
-  EXPECT_TRUE(r.checks_passed);  // greedy equality of the speculative cell under the same constraints
+  EXPECT_EQ(r.n_finished, 3);
+  EXPECT_TRUE(r.checks_passed);  // greedy equality of the speculative cells under the same constraints
   std::ifstream in(fs::path(out) / "samples.jsonl");
   int64_t n_lines = 0;
-  std::map<std::string, int64_t> forced_of;  // cell -> its candidate lines' n_forced, summed
+  std::map<std::string, int64_t> forced_of, refused_of;  // cell -> its candidate lines' n_forced, n_refused, summed
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
     ++n_lines;
-    if (j["role"] == "candidate") forced_of[j["cell"]] += j["stats"].value("n_forced", int64_t{0});
+    if (j["role"] == "candidate") {
+      forced_of[j["cell"]] += j["stats"].value("n_forced", int64_t{0});
+      refused_of[j["cell"]] += j["stats"].value("n_refused", int64_t{0});
+    }
     const std::string text = j["text"], prompt = j["prompt"], finish = j["finish"];
     if (prompt == "p0") {
       EXPECT_EQ(text, "ab");
@@ -324,9 +332,10 @@ checks: {valid: true}
       EXPECT_TRUE(j["valid"].get<bool>());
     }
   }
-  EXPECT_EQ(n_lines, 3 + 3 + 3);  // greedy (its own baseline); speculative and its baseline
+  EXPECT_EQ(n_lines, 3 + 2 * (3 + 3));  // greedy (its own baseline); each speculative cell and its baseline
   const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
-  ASSERT_EQ(metrics["cells"].size(), 2u);
+  ASSERT_EQ(metrics["cells"].size(), 3u);
+  std::string refused_cell;  // the report's refused column for the unmasked model drafter
   for (const auto& c : metrics["cells"]) {
     EXPECT_EQ(c["valid"]["n_constrained"].get<int64_t>(), 3) << c["key"];
     EXPECT_EQ(c["valid"]["n_valid"].get<int64_t>(), 2) << c["key"];
@@ -337,9 +346,24 @@ checks: {valid: true}
     EXPECT_NEAR(c["forced_share"].get<double>(), double(forced) / double(generated), 1e-12) << c["key"];
     if (c["strategy"] == "speculative") EXPECT_GT(forced, 0) << c["key"];
     else EXPECT_EQ(forced, 0) << c["key"];
+    // The refused draft tokens likewise: only the drafter drafting outside the grammar has any.
+    const int64_t refused = c["n_refused"].get<int64_t>(), drafted = c["n_drafted"].get<int64_t>();
+    EXPECT_EQ(refused, refused_of[c["key"]]) << c["key"];
+    const bool unmasked = c["params"].value("draft_mask", "") == "false";
+    if (unmasked) {
+      EXPECT_GT(refused, 0) << c["key"];
+      EXPECT_NEAR(c["refused_share"].get<double>(), double(refused) / double(drafted), 1e-12) << c["key"];
+      char share[32];
+      std::snprintf(share, sizeof share, "| %.1f%% |", 100.0 * double(refused) / double(drafted));
+      refused_cell = share;
+    } else {
+      EXPECT_EQ(refused, 0) << c["key"];
+    }
   }
   const std::string report = slurp(fs::path(out) / "report.md");
-  EXPECT_NE(report.find("| stepped aside | forced | c |"), std::string::npos) << report;
+  EXPECT_NE(report.find("| stepped aside | forced | refused | c |"), std::string::npos) << report;
+  ASSERT_FALSE(refused_cell.empty());
+  EXPECT_NE(report.find(refused_cell), std::string::npos) << refused_cell << "\n" << report;
   EXPECT_NE(report.find("## Structured output (checks.valid)"), std::string::npos);
   EXPECT_NE(report.find("| 2 | 3 | 0.667 |"), std::string::npos) << report;
   fs::remove_all(dir);

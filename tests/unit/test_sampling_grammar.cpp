@@ -150,13 +150,40 @@ TEST(SamplingGrammar, BadInputsAreNamedErrors) {
 TEST(SamplingGrammar, ForcedTokens) {
   TinyTokenizer tok;
   auto s = Constraint::parse("regex", "a[bc]cx(a|b)")->start(&tok, {5}, {0});
-  EXPECT_EQ(s->forced({5}, kV, 8), Tokens{});          // a, ab
-  EXPECT_EQ(s->forced({5, 1}, kV, 8), Tokens{});       // b, c
-  EXPECT_EQ(s->forced({5, 1, 2}, kV, 8), (Tokens{3, 5}));  // "c", "x", then a or b
-  EXPECT_EQ(s->forced({5, 1, 2}, kV, 1), Tokens{3});
+  const auto forced = [&](const Tokens& context, int64_t max) { return s->lead(context, kV, max, true, false).tokens; };
+  EXPECT_EQ(forced({5}, 8), Tokens{});          // a, ab
+  EXPECT_EQ(forced({5, 1}, 8), Tokens{});       // b, c
+  EXPECT_EQ(forced({5, 1, 2}, 8), (Tokens{3, 5}));  // "c", "x", then a or b
+  EXPECT_EQ(forced({5, 1, 2}, 1), Tokens{3});
   EXPECT_EQ(admitted(*s, 1, {5, 1, 2}), (Rows{{3}}));  // the matcher is where the text is
-  EXPECT_EQ(s->forced({5, 1, 2, 3, 5, 1}, kV, 8), Tokens{});  // complete: the end id only
+  EXPECT_EQ(forced({5, 1, 2, 3, 5, 1}, 8), Tokens{});  // complete: the end id only
   EXPECT_EQ(s->n_accepted(), 5);
+}
+
+// The jump-forward tokens after the forced ones (issue 57, item 5): the rest of the text every
+// continuation starts with, tokenised as the tokenizer does (longest match: "ab", "c"), cut at
+// `max`; n_forced counts only the forced. Without forced tokens the jump starts at the context.
+TEST(SamplingGrammar, LeadIsForcedThenJumpTokens) {
+  TinyTokenizer tok;
+  auto s = Constraint::parse("regex", "xabcx(a|b)")->start(&tok, {5}, {0});
+  using Lead = sampling::ConstraintState::Lead;
+  const auto lead = [&](const Tokens& context, int64_t max, bool forced, bool jump) {
+    const Lead l = s->lead(context, kV, max, forced, jump);
+    return std::make_pair(l.tokens, l.n_forced);
+  };
+  using P = std::pair<Tokens, int64_t>;
+  // After the prompt: "x" forced (the only token), then "a" and "ab" admitted: the jump "abcx"
+  // tokenised ab, c, x; then a or b.
+  EXPECT_EQ(lead({5}, 8, true, false), (P{{5}, 1}));
+  EXPECT_EQ(lead({5}, 8, true, true), (P{{5, 4, 3, 5}, 1}));
+  EXPECT_EQ(lead({5}, 3, true, true), (P{{5, 4, 3}, 1}));
+  EXPECT_EQ(lead({5}, 8, false, true), (P{{5, 4, 3, 5}, 0}));
+  EXPECT_EQ(lead({5}, 8, false, false), (P{{}, 0}));
+  // After "x", "a" (the target's own tokenisation, not the jump's): "b", "c", "x" one at a time.
+  EXPECT_EQ(lead({5, 5, 1}, 8, true, true), (P{{2, 3, 5}, 3}));
+  EXPECT_EQ(lead({5, 5, 1}, 8, false, true), (P{{2, 3, 5}, 0}));
+  EXPECT_EQ(admitted(*s, 1, {5, 5, 1}), (Rows{{2}}));  // the matcher is where the text is
+  EXPECT_EQ(lead({5, 5, 1, 2, 3, 5, 2}, 8, true, true), (P{{}, 0}));  // complete: the end id only
 }
 
 // The emptiness check compiles a grammar once per process: the same constraint parsed again

@@ -31,6 +31,7 @@
 #include "strategies/registry.h"
 #include "tests/support/grammar_law.h"
 #include "tests/support/grammar_tiny.h"
+#include "tests/support/tiny_gguf.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace specdec;
@@ -53,18 +54,21 @@ Params params(std::map<std::string, std::string> extra = {}) {
   return grammar_tiny::params(extra);
 }
 
+// Every kind of drafter the round prepends its tokens to (none with q: ngram; with q: the draft
+// model, in both verify modes; a tree: the tree drafter).
+const std::vector<std::map<std::string, std::string>> kSetups = {
+    {{"drafter", "ngram"}},
+    {{"drafter", "model"}, {"gamma", "3"}},
+    {{"drafter", "model"}, {"gamma", "3"}, {"verify", "block"}},
+    {{"drafter", "tree"}, {"tree_branching", "2,1"}},
+};
+
 TEST(GrammarForcedTiny, SpeculativeWithForcedTokensEqualsConstrainedGreedy) {
-  const std::vector<std::map<std::string, std::string>> setups = {
-      {{"drafter", "ngram"}},
-      {{"drafter", "model"}, {"gamma", "3"}},
-      {{"drafter", "model"}, {"gamma", "3"}, {"verify", "block"}},
-      {{"drafter", "tree"}, {"tree_branching", "2,1"}},
-  };
   for (const std::string& prompt : {"A person: ", "JSON please"}) {
     const Request req = request(prompt);
     const Result base = create("greedy", params())->generate(req, {});
     ASSERT_GT(base.tokens.size(), 20u) << base.text;
-    for (const auto& setup : setups) {
+    for (const auto& setup : kSetups) {
       const Result spec = create("speculative", params(setup))->generate(req, {});
       const std::string what = setup.at("drafter") + (setup.count("verify") ? " verify=block" : "");
       EXPECT_EQ(spec.tokens, base.tokens) << what << "\n-- greedy: " << base.text << "\n-- spec: " << spec.text;
@@ -99,6 +103,58 @@ TEST(GrammarForcedTiny, BatchesForcePerSequence) {
     EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
     EXPECT_GT(batch[i].stats.n_forced, 0) << "request " << i;
   }
+}
+
+// ---- jump-forward tokens ---------------------------------------------------------------------
+
+// A target whose tokenizer has multi-byte tokens for the schema's text ({", name, ":, space-quote,
+// count, valid, rue): its jump-forward strings have several tokenisations, the grammar admits
+// both bytes and merged tokens there (so nothing is forced), and the target, its own draft model,
+// picks one or the other by its random logits.
+const model::LoadedModel& jump_target() {
+  static const model::LoadedModel loaded = [] {
+    specdec::testing::TinyGgufOptions o;
+    o.merges = {{"{", "\""}, {"n", "a"}, {"m", "e"},  {"na", "me"}, {"\"", ":"}, {" ", "\""},
+                {"c", "o"},  {"u", "n"}, {"co", "un"}, {"coun", "t"}, {"v", "a"},  {"l", "i"},
+                {"va", "li"}, {"vali", "d"}, {"r", "u"}, {"ru", "e"}};
+    return grammar_tiny::load_chat_tiny("jump.gguf", o);
+  }();
+  return loaded;
+}
+
+// jump_forward=true drafts the jump-forward text's tokens after the forced ones, verified: at
+// T = 0 the tokens are constrained greedy's with it on and off, with every kind of drafter the
+// round prepends them to, both verify modes. Some jump tokens are accepted and some rejected
+// (the target tokenised that text otherwise), so a round that took them as forced (accepted
+// unverified) would emit tokens greedy does not.
+TEST(GrammarJumpTiny, JumpTokensAreVerifiedAndGreedyStays) {
+  int64_t jump_drafted = 0, jump_accepted = 0;
+  for (const std::string& prompt : {"A person: ", "JSON please"}) {
+    const Request req = request(prompt, jump_target());
+    const Result base = create("greedy", params())->generate(req, {});
+    ASSERT_GT(base.tokens.size(), 12u) << base.text;
+    for (const auto& setup : kSetups) {
+      const std::string what = setup.at("drafter") + (setup.count("verify") ? " verify=block" : "");
+      auto on = setup;
+      on["jump_forward"] = "true";
+      const Result spec = create("speculative", params(on))->generate(req, {});
+      EXPECT_EQ(spec.tokens, base.tokens) << what << "\n-- greedy: " << base.text << "\n-- spec: " << spec.text;
+      EXPECT_EQ(spec.finish, base.finish) << what;
+      EXPECT_GT(spec.stats.n_jump_drafted, 0) << what;
+      EXPECT_LE(spec.stats.n_jump, spec.stats.n_jump_drafted) << what;
+      EXPECT_LE(spec.stats.n_forced + spec.stats.n_jump, spec.stats.n_accepted) << what;
+      jump_drafted += spec.stats.n_jump_drafted;
+      jump_accepted += spec.stats.n_jump;
+      std::printf("  %-22s %-12s forced %lld, jump %lld of %lld accepted, of %lld tokens: %s\n", what.c_str(),
+                  prompt.c_str(), (long long)spec.stats.n_forced, (long long)spec.stats.n_jump,
+                  (long long)spec.stats.n_jump_drafted, (long long)spec.stats.n_generated, spec.text.c_str());
+      const Result off = create("speculative", params(setup))->generate(req, {});
+      EXPECT_EQ(off.tokens, base.tokens) << what << " jump_forward=false";
+      EXPECT_EQ(off.stats.n_jump_drafted, 0) << what;
+    }
+  }
+  EXPECT_GT(jump_accepted, 0) << "no jump token was ever accepted";
+  EXPECT_LT(jump_accepted, jump_drafted) << "no jump token was ever rejected: the test cannot tell verified from assumed";
 }
 
 // prepend_forced and drafter_round on a tree: the forced chain first, the drafter's roots below
