@@ -92,7 +92,9 @@ StepCosts parse_table(const nlohmann::json& j, const std::string& at) {
              " = ", ms.dump(), ": must be a number of ms > 0");
     c.verify_ms[r] = ms.get<double>();
   }
-  c.draft_ms_per_token = number("draft_ms_per_token", 0, 1e9, true);
+  // Absent where the calibrating run never chose this drafter (table_json writes only what it
+  // measured): unmeasured, as in a fresh table.
+  c.draft_ms_per_token = number("draft_ms_per_token", 0, 1e9, false);
   c.draft_prefill_ms_per_token = number("draft_prefill_ms_per_token", 0, 1e9, false);
   c.acceptance = number("acceptance", 0, 1, true);
   return c;
