@@ -116,6 +116,7 @@ json CellRunner::sample_line(const std::string& cell_key, const std::string& rol
                   {"drafted_per_position", s.drafted_per_position}, {"gamma_rounds", s.gamma_rounds},
                   {"n_aside_tokens", s.n_aside_tokens}, {"phase_ms", to_json(s.phase_ms)}};
     if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
+    if (!s.per_drafter.empty()) j["stats"]["per_drafter"] = per_drafter_json(s.per_drafter);
     if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;
     if (s.n_forced > 0) j["stats"]["n_forced"] = s.n_forced;  // structured output's forced tokens
     if (s.n_refused > 0) j["stats"]["n_refused"] = s.n_refused;  // draft tokens the grammar refused

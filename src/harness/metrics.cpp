@@ -65,6 +65,15 @@ strategies::PhaseTimes phase_ms_from(const json& ms) {
   return t;
 }
 
+void add_per_drafter(const json& j, CellMetrics::PerDrafter& into) {
+  for (const auto& [name, c] : j.items()) {
+    auto& sum = into[name];
+    sum.rounds += c.at("rounds").get<int64_t>();
+    sum.drafted += c.at("drafted").get<int64_t>();
+    sum.accepted += c.at("accepted").get<int64_t>();
+  }
+}
+
 json to_json(const PhaseBreakdown& p) {
   json fraction = json::object();
   for (const auto& f : strategies::PhaseTimes::fields()) fraction[f.name] = p.fraction(f.ms);
@@ -118,7 +127,7 @@ json to_json(const CellMetrics& m) {
           {"mean_tok_s", m.mean_tok_s}, {"mean_baseline_tok_s", m.mean_baseline_tok_s},
           {"mean_speedup", m.mean_speedup}, {"decode_speedup", m.decode_speedup},
           {"acceptance_per_position", m.acceptance_per_position}, {"gamma_rounds", m.gamma_rounds},
-          {"n_aside_tokens", m.n_aside_tokens},
+          {"n_aside_tokens", m.n_aside_tokens}, {"per_drafter", per_drafter_json(m.per_drafter)},
           {"stepped_aside", {{"rounds", m.aside_round_share()}, {"tokens", m.aside_token_share()}}},
           {"n_forced", m.n_forced}, {"forced_share", m.forced_share()},
           {"n_refused", m.n_refused}, {"refused_share", m.refused_share()},
@@ -166,6 +175,7 @@ CellMetrics cell_from_json(const json& j) {
     m.acceptance_per_position = j.at("acceptance_per_position").get<std::vector<double>>();
     m.gamma_rounds = j.value("gamma_rounds", std::vector<int64_t>{});  // absent from older records
     m.n_aside_tokens = j.value("n_aside_tokens", int64_t{0});
+    if (j.contains("per_drafter")) add_per_drafter(j.at("per_drafter"), m.per_drafter);
     m.n_forced = j.value("n_forced", int64_t{0});
     m.n_refused = j.value("n_refused", int64_t{0});
     m.n_jump_drafted = j.value("n_jump_drafted", int64_t{0});
@@ -211,6 +221,7 @@ struct Totals {
   PhaseBreakdown phases;
   std::vector<int64_t> accepted_pos, drafted_pos, gamma_rounds;
   int64_t n_aside_tokens = 0;
+  CellMetrics::PerDrafter per_drafter;
   int64_t n_forced = 0;   // structured output's forced tokens (absent from lines without any)
   int64_t n_refused = 0;  // draft tokens its grammar refused (likewise)
   int64_t n_jump_drafted = 0, n_jump = 0;  // its jump-forward tokens, drafted and accepted (likewise)
@@ -259,6 +270,7 @@ struct Totals {
     if (gamma_rounds.size() < chosen.size()) gamma_rounds.resize(chosen.size());
     for (size_t i = 0; i < chosen.size(); ++i) gamma_rounds[i] += chosen[i];
     n_aside_tokens += st.value("n_aside_tokens", int64_t{0});
+    if (st.contains("per_drafter")) add_per_drafter(st.at("per_drafter"), per_drafter);
     n_forced += st.value("n_forced", int64_t{0});
     n_refused += st.value("n_refused", int64_t{0});
     n_jump_drafted += st.value("n_jump_drafted", int64_t{0});
@@ -373,6 +385,7 @@ CellMetrics cell_metrics(const PlannedCell& pc, const std::vector<const json*>& 
   m.tau = ct.tau();
   m.gamma_rounds = ct.gamma_rounds;
   m.n_aside_tokens = ct.n_aside_tokens;
+  m.per_drafter = ct.per_drafter;
   m.n_forced = ct.n_forced;
   m.n_refused = ct.n_refused;
   m.n_jump_drafted = ct.n_jump_drafted;

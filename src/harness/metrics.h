@@ -77,6 +77,13 @@ struct CellMetrics {
   // empty / 0 in records written before they existed.
   std::vector<int64_t> gamma_rounds;
   int64_t n_aside_tokens = 0;
+  // Several drafters: each one's rounds, drafted and accepted tokens (Stats::per_drafter),
+  // summed; empty with one drafter.
+  struct DrafterTotals {
+    int64_t rounds = 0, drafted = 0, accepted = 0;
+  };
+  using PerDrafter = std::map<std::string, DrafterTotals>;
+  PerDrafter per_drafter;
   double aside_round_share() const;  // rounds at 0 / rounds with a recorded decision (0 if none)
   double aside_token_share() const;  // n_aside_tokens / n_generated
   // Structured output's forced tokens (strategies::Stats::n_forced: drafted without the drafter)
@@ -118,6 +125,16 @@ nlohmann::json to_json(const LoadSample& l);
 // {phase: ms} for every phase of strategies::PhaseTimes::fields(); missing phases read as 0.
 nlohmann::json to_json(const strategies::PhaseTimes& t);
 strategies::PhaseTimes phase_ms_from(const nlohmann::json& ms);
+// Stats::per_drafter (or CellMetrics::per_drafter) as {name: {"rounds", "drafted", "accepted"}},
+// and back (adding into `into`).
+template <class Counts>
+nlohmann::json per_drafter_json(const std::map<std::string, Counts>& per_drafter) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, c] : per_drafter)
+    j[name] = {{"rounds", c.rounds}, {"drafted", c.drafted}, {"accepted", c.accepted}};
+  return j;
+}
+void add_per_drafter(const nlohmann::json& j, CellMetrics::PerDrafter& into);
 LoadSample load_from_json(const nlohmann::json& j);
 
 struct PlannedCell;  // harness/plan.h

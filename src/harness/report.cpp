@@ -216,6 +216,21 @@ void phase_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) 
   os << "\n";
 }
 
+// Cells with several drafters (speculative's drafters): each drafter's share of the rounds, and
+// its acceptance in the rounds it drafted.
+void drafter_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
+  if (std::none_of(cells.begin(), cells.end(), [](const CellMetrics& m) { return !m.per_drafter.empty(); })) return;
+  os << "## Drafters chosen\n\nCells with several drafters: the rounds the controller chose each drafter to "
+        "draft (% of all rounds) and its acceptance in them.\n\n| strategy | params | drafter | rounds | alpha |\n"
+        "|---|---|---|---|---|\n";
+  for (const auto& m : cells)
+    for (const auto& [name, c] : m.per_drafter)
+      os << "| " << m.cell.label << " | " << format_params(m.cell.params) << " | " << name << " | "
+         << fmt(m.n_rounds ? 100.0 * double(c.rounds) / double(m.n_rounds) : 0.0, 1) << "% | "
+         << (c.drafted ? fmt(double(c.accepted) / double(c.drafted), 3) : "-") << " |\n";
+  os << "\n";
+}
+
 void acceptance_table(std::ostringstream& os, const std::vector<CellMetrics>& cells) {
   size_t width = 0;
   for (const auto& m : cells) width = std::max(width, m.acceptance_per_position.size());
@@ -407,6 +422,7 @@ std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>&
   load_note(os, cells);
   performance_table(os, cells);
   phase_table(os, cells);
+  drafter_table(os, cells);
   acceptance_table(os, cells);
   category_table(os, cells);
   checks_table(os, cells);

@@ -46,6 +46,7 @@ nlohmann::json generation_json(const strategies::Result& r, const std::string& s
       {"ms_per_token", s.n_generated ? ms_decode / double(s.n_generated) : 0.0},
       {"tokens_per_s", ms_decode > 0 ? 1000.0 * double(s.n_generated) / ms_decode : 0.0}};
   if (!s.drafter_stats.empty()) j["drafter_stats"] = s.drafter_stats;
+  if (!s.per_drafter.empty()) j["per_drafter"] = per_drafter_json(s.per_drafter);
   if (!s.synthetic_acceptance.empty()) j["synthetic_acceptance"] = s.synthetic_acceptance;  // not the target's tokens
   if (s.n_forced > 0) j["n_forced"] = s.n_forced;  // structured output: drafted without the drafter
   if (s.n_refused > 0) j["n_refused"] = s.n_refused;  // structured output: draft tokens the grammar refused

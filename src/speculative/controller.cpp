@@ -41,15 +41,20 @@ double StepCosts::verify_at(int64_t rows) const {
   return std::max(1e-6, my + slope * (double(rows) - mx));
 }
 
-StepCosts StepCosts::read(const std::string& path) {
-  const auto where = [&](const std::string& key) { return "controller_costs " + path + ": key '" + key + "'"; };
-  nlohmann::json j;
+namespace {
+
+nlohmann::json read_costs_file(const std::string& path) {
   try {
-    j = io::read_json_file(path);
+    return io::read_json_file(path);
   } catch (const Error& e) {
     fail("controller_costs: ", e.what());
   }
-  SD_CHECK(j.is_object(), "controller_costs ", path, ": expected a JSON object (a cost table a calibrating run wrote)");
+}
+
+// One table from its JSON object; `at` names it in messages (the file, and [i] in a list).
+StepCosts parse_table(const nlohmann::json& j, const std::string& at) {
+  const auto where = [&](const std::string& key) { return "controller_costs " + at + ": key '" + key + "'"; };
+  SD_CHECK(j.is_object(), "controller_costs ", at, ": expected a JSON object (a cost table a calibrating run wrote)");
   for (const auto& [key, value] : j.items()) {
     (void)value;
     SD_CHECK(key == "drafter" || key == "verify_ms" || key == "draft_ms_per_token" ||
@@ -87,21 +92,54 @@ StepCosts StepCosts::read(const std::string& path) {
              " = ", ms.dump(), ": must be a number of ms > 0");
     c.verify_ms[r] = ms.get<double>();
   }
-  c.draft_ms_per_token = number("draft_ms_per_token", 0, 1e9, true);
+  // Absent where the calibrating run never chose this drafter (table_json writes only what it
+  // measured): unmeasured, as in a fresh table.
+  c.draft_ms_per_token = number("draft_ms_per_token", 0, 1e9, false);
   c.draft_prefill_ms_per_token = number("draft_prefill_ms_per_token", 0, 1e9, false);
   c.acceptance = number("acceptance", 0, 1, true);
   return c;
 }
 
-void StepCosts::write(const std::string& path) const {
+nlohmann::json table_json(const StepCosts& c) {
   nlohmann::json verify = nlohmann::json::object();
-  for (const auto& [rows, ms] : verify_ms) verify[std::to_string(rows)] = ms;
-  nlohmann::json j = {{"drafter", drafter}, {"verify_ms", verify}, {"acceptance", acceptance}};
+  for (const auto& [rows, ms] : c.verify_ms) verify[std::to_string(rows)] = ms;
+  nlohmann::json j = {{"drafter", c.drafter}, {"verify_ms", verify}, {"acceptance", c.acceptance}};
   // Only what was measured: a run that never drafted has no draft cost to give.
-  if (draft_ms_per_token >= 0) j["draft_ms_per_token"] = draft_ms_per_token;
-  if (draft_prefill_ms_per_token >= 0) j["draft_prefill_ms_per_token"] = draft_prefill_ms_per_token;
+  if (c.draft_ms_per_token >= 0) j["draft_ms_per_token"] = c.draft_ms_per_token;
+  if (c.draft_prefill_ms_per_token >= 0) j["draft_prefill_ms_per_token"] = c.draft_prefill_ms_per_token;
+  return j;
+}
+
+}  // namespace
+
+StepCosts StepCosts::read(const std::string& path) {
+  const nlohmann::json j = read_costs_file(path);
+  SD_CHECK(!j.is_array(), "controller_costs ", path, ": a list of ", j.size(),
+           " tables (one per drafter, for speculative's drafters); this run takes one table");
+  return parse_table(j, path);
+}
+
+std::vector<StepCosts> StepCosts::read_all(const std::string& path) {
+  const nlohmann::json j = read_costs_file(path);
+  if (!j.is_array()) return {parse_table(j, path)};
+  SD_CHECK(!j.empty(), "controller_costs ", path, ": an empty list (expected one table per drafter)");
+  std::vector<StepCosts> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    out.push_back(parse_table(j[i], path + "[" + std::to_string(i) + "]"));
+    for (size_t k = 0; k < i; ++k)
+      SD_CHECK(out[k].drafter != out[i].drafter, "controller_costs ", path, "[", i, "]: key 'drafter' = '",
+               out[i].drafter, "' names the drafter of entry [", k, "] again (one table per drafter)");
+  }
+  return out;
+}
+
+void StepCosts::write(const std::string& path) const { write_all({*this}, path); }
+
+void StepCosts::write_all(const std::vector<StepCosts>& tables, const std::string& path) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& t : tables) j.push_back(table_json(t));
   try {
-    io::write_atomic(path, j.dump(2) + "\n");
+    io::write_atomic(path, (tables.size() == 1 ? j[0] : j).dump(2) + "\n");
   } catch (const Error& e) {
     fail("controller_calibrate: ", e.what());
   }
@@ -152,6 +190,12 @@ void CostTable::measure_round(int64_t k, int64_t a, double ms_draft, double ms_v
   blend(it->second, ms_verify);
 }
 
+void CostTable::measure_verify(int64_t rows, double ms) {
+  if (fixed_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  blend(costs_.verify_ms.emplace(rows, -1.0).first->second, ms);
+}
+
 void CostTable::measure_prefill(int64_t n_tokens, double ms) {
   if (fixed_ || n_tokens <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -161,76 +205,138 @@ void CostTable::measure_prefill(int64_t n_tokens, double ms) {
 // ---- the controller ---------------------------------------------------------------------------
 
 GammaController::GammaController(GammaMode mode, int64_t gamma, int64_t gamma_max, std::shared_ptr<CostTable> costs)
-    : mode_(mode), gamma_(gamma), gamma_max_(gamma_max), costs_(std::move(costs)) {
+    : mode_(mode), gamma_(gamma), gamma_max_(gamma_max), arms_(1) {
   SD_CHECK(gamma >= 0 && gamma <= gamma_max, "gamma (", gamma, ") must be in [0, gamma_max = ", gamma_max, "]");
   if (mode_ == GammaMode::hf) gamma_ = std::max<int64_t>(gamma_, 1);
   if (mode_ != GammaMode::cost) return;
-  if (!costs_) costs_ = std::make_shared<CostTable>();
-  prior_ = costs_->now().acceptance;
+  arms_[0].costs = costs ? std::move(costs) : std::make_shared<CostTable>();
+  arms_[0].prior = arms_[0].costs->now().acceptance;
   choose_by_cost();  // a table that knows the costs decides the first round too
 }
 
-double GammaController::alpha_estimate() const {
-  return (accepted_ + prior_tokens * prior_) / (drafted_ + prior_tokens);
+GammaController::GammaController(int64_t gamma, int64_t gamma_max, std::vector<std::shared_ptr<CostTable>> tables)
+    : GammaController(GammaMode::cost, gamma, gamma_max, tables.empty() ? nullptr : tables[0]) {
+  SD_CHECK(!tables.empty(), "the controller needs a cost table per drafter, got none");
+  for (size_t i = 1; i < tables.size(); ++i) {
+    SD_CHECK(tables[i] != nullptr, "the controller's cost table ", i, " is missing");
+    Arm arm;
+    arm.costs = tables[i];
+    arm.prior = arm.costs->now().acceptance;
+    arms_.push_back(arm);
+  }
+  if (arms_.size() == 1) return;
+  arms_[0].n_idle = 0;
+  choose_by_cost();  // again, over every arm
 }
 
-bool GammaController::defer_prefill() {
+double GammaController::alpha_estimate(size_t arm) const {
+  const Arm& x = arms_.at(arm);
+  return (x.accepted + prior_tokens * x.prior) / (x.drafted + prior_tokens);
+}
+
+double GammaController::match_rate(const Arm& arm) const {
+  return (arm.matched + prior_rounds) / (arm.tried + prior_rounds);
+}
+
+bool GammaController::defer_prefill(size_t arm) {
   if (mode_ != GammaMode::cost) return false;
-  deferred_ = paused_ = true;
+  arms_.at(arm).deferred = arms_.at(arm).paused = true;
   return true;
 }
 
 int64_t GammaController::next(int64_t remaining, int64_t behind) {
-  if (!deferred_ || gamma_ == 0) return gamma_;
-  const StepCosts c = costs_->now();
-  // Nothing measured yet (a measured table's first request): draft, so that it gets measured.
-  if (!c.verify_ms.empty() && remaining >= 0) {
-    const double a = probing_ ? 0.999 : std::min(alpha_estimate(), 0.999);
-    const double saved = double(remaining) * (ms_per_token(c, 0, a) - ms_per_token(c, gamma_, a));
-    if (saved <= std::max(0.0, c.draft_prefill_ms_per_token) * double(behind)) return 0;
+  if (mode_ != GammaMode::cost) return chosen_ = gamma_;
+  for (const Choice& c : ranked_) {
+    Arm& x = arms_[c.arm];
+    if (c.gamma == 0) break;
+    if (x.deferred) {
+      const StepCosts t = x.costs->now();
+      // Nothing measured yet (a measured table's first request): draft, so that it gets measured.
+      if (!t.verify_ms.empty() && remaining >= 0) {
+        const double a = c.probe ? 0.999 : std::min(alpha_estimate(c.arm), 0.999), m = match_rate(x);
+        const double saved = double(remaining) * (ms_per_token(t, 0, a) - ms_per_token(t, c.gamma, a, m));
+        if (saved <= std::max(0.0, t.draft_prefill_ms_per_token) * double(behind)) continue;
+      }
+      x.deferred = false;  // this round's draft prefills
+    }
+    arm_ = c.arm;
+    return chosen_ = c.gamma;
   }
-  deferred_ = false;  // this round's draft prefills
-  return gamma_;
+  if (!ranked_.empty() && ranked_[0].gamma > 0) arm_ = ranked_[0].arm;  // passed over for its prefill
+  return chosen_ = 0;
 }
 
 void GammaController::update(int64_t k, int64_t a, double ms_draft, double ms_verify) {
   constexpr double decay = 0.95;
-  if (k > 0 && paused_) ms_draft = -1;  // a catch-up, not the cost of drafting
-  paused_ = k == 0;
-  drafted_ = drafted_ * decay + double(k);
-  accepted_ = accepted_ * decay + double(a);
+  Arm& x = arms_[arm_];
+  if (k > 0 && x.paused) ms_draft = -1;  // a catch-up, not the cost of drafting
+  for (Arm& other : arms_) other.paused = other.paused || &other != &x;
+  x.paused = k == 0;
+  x.drafted = x.drafted * decay + double(k);
+  x.accepted = x.accepted * decay + double(a);
+  if (chosen_ > 0) {  // chosen to draft: did it propose anything?
+    x.tried = x.tried * decay + 1.0;
+    x.matched = x.matched * decay + (k > 0 ? 1.0 : 0.0);
+  }
   if (mode_ == GammaMode::hf) {
     gamma_ = (k > 0 && a == k) ? std::min(gamma_ + 2, gamma_max_) : std::max<int64_t>(gamma_ - 1, 1);
   } else if (mode_ == GammaMode::cost) {
-    costs_->measure_round(k, a, ms_draft, ms_verify);
+    x.costs->measure_round(k, a, ms_draft, ms_verify);
+    for (Arm& other : arms_)  // the target's verify curve, whoever drafted
+      if (&other != &x && other.costs != x.costs) other.costs->measure_verify(k + 1, ms_verify);
     choose_by_cost();
   }
 }
 
-double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a) const {
+double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a, double m) const {
   const double t_draft = std::max(0.0, c.draft_ms_per_token);  // unmeasured: free, so it is tried
   const double expected = (1.0 - std::pow(a, double(g + 1))) / (1.0 - a);
-  return (double(g) * t_draft + c.verify_at(g + 1)) / expected;
+  // A round without a proposal (1 - m) is a round of plain decoding.
+  return (m * (double(g) * t_draft + c.verify_at(g + 1)) + (1.0 - m) * c.verify_at(1)) /
+         (m * expected + (1.0 - m));
 }
 
 void GammaController::choose_by_cost() {
-  const StepCosts c = costs_->now();
-  if (c.verify_ms.empty()) return;  // keep the start value until a verify step has been measured
-  const auto best_at = [&](double a) {
-    int64_t best = 0;
-    double best_ms = ms_per_token(c, 0, a);
+  struct Best {
+    int64_t g = 0;
+    double ratio = 1.0;  // ms per token at g over plain decoding's
+  };
+  std::vector<StepCosts> tables;
+  for (const Arm& x : arms_) tables.push_back(x.costs->now());
+  // Keep the start value until every table has timed a verify step.
+  for (const StepCosts& t : tables)
+    if (t.verify_ms.empty()) {
+      ranked_ = {{arm_, gamma_, false}};
+      return;
+    }
+  const auto best_at = [&](size_t i, double a, double m) {
+    Best best;
+    const double plain = ms_per_token(tables[i], 0, a);
     for (int64_t g = 1; g <= gamma_max_; ++g) {
-      const double ms = ms_per_token(c, g, a);
-      if (ms < best_ms) { best_ms = ms; best = g; }
+      const double ratio = ms_per_token(tables[i], g, a, m) / plain;
+      if (ratio < best.ratio) best = {g, ratio};
     }
     return best;
   };
-  const int64_t best = best_at(std::min(alpha_estimate(), 0.999));
-  n_zero_rounds_ = best == 0 ? n_zero_rounds_ + 1 : 0;
-  // At gamma 0 nothing is drafted, so acceptance is never re-measured: probe now and then,
-  // where a higher acceptance could make drafting pay.
-  probing_ = best == 0 && n_zero_rounds_ % probe_every == 0 && best_at(0.999) > 0;
-  gamma_ = probing_ ? 1 : best;
+  std::vector<std::pair<Best, size_t>> bests;
+  for (size_t i = 0; i < arms_.size(); ++i)
+    bests.push_back({best_at(i, std::min(alpha_estimate(i), 0.999), match_rate(arms_[i])), i});
+  std::stable_sort(bests.begin(), bests.end(), [](const auto& x, const auto& y) { return x.first.ratio < y.first.ratio; });
+  const Best top = bests[0].first;
+  ranked_.clear();
+  for (const auto& [b, i] : bests) {
+    Arm& x = arms_[i];
+    const bool is_best = b.g > 0 && i == bests[0].second;
+    x.n_idle = is_best ? 0 : x.n_idle + 1;
+    // Passed over for a while, it drafts nothing, so its acceptance (and match rate) is never
+    // re-measured: probe now and then, where at best (a = 1, always a match) it beats the choice.
+    if (!is_best && x.n_idle % probe_every == 0 && best_at(i, 0.999, 1.0).ratio < top.ratio && ranked_.empty())
+      ranked_.push_back({i, 1, true});
+  }
+  for (const auto& [b, i] : bests)
+    if (b.g > 0) ranked_.push_back({i, b.g, false});
+  ranked_.push_back({bests[0].second, 0, false});
+  gamma_ = ranked_[0].gamma;
 }
 
 void count_choice(Stats& st, int64_t chosen, int64_t n_emitted) {

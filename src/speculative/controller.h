@@ -30,10 +30,16 @@ struct StepCosts {
   // none: 1 + 0.1 (rows - 1)).
   double verify_at(int64_t rows) const;
   // Reads a table written by write(). A missing or unreadable file, invalid JSON, an unknown or
-  // missing key, or a value out of range is a specdec::Error naming the file and the key.
+  // missing key, or a value out of range is a specdec::Error naming the file and the key. A
+  // file of several tables (a list) is an error here: read_all reads those.
   static StepCosts read(const std::string& path);
+  // Reads one table (a JSON object) or one per drafter (a list of them, each drafter named
+  // once), as write_all writes them; errors as read(), naming the entry ([i]) in a list.
+  static std::vector<StepCosts> read_all(const std::string& path);
   // Writes the table as JSON (through a temporary file, renamed into place).
   void write(const std::string& path) const;
+  // Writes one table as an object (write), several as a list of them.
+  static void write_all(const std::vector<StepCosts>& tables, const std::string& path);
 };
 
 // The costs a controller decides from. Measured (the default): every round and draft prefill
@@ -53,6 +59,9 @@ class CostTable {
   // A round that drafted k tokens and accepted a: the draft's ms (k > 0; < 0: not a measure of
   // drafting, left out) and the target's ms over k + 1 rows. Ignored by a fixed table.
   void measure_round(int64_t k, int64_t a, double ms_draft, double ms_verify);
+  // The target's ms over `rows` rows in a round another drafter drafted (or none): the verify
+  // curve only. Ignored by a fixed table.
+  void measure_verify(int64_t rows, double ms);
   // The draft's prefill of n prompt tokens. Ignored by a fixed table.
   void measure_prefill(int64_t n_tokens, double ms);
 
@@ -63,7 +72,7 @@ class CostTable {
   bool fixed_ = false;
 };
 
-// Chooses the draft length of each round.
+// Chooses each round's draft length and, with several drafters, which one drafts.
 //  off : always gamma.
 //  hf  : Hugging Face's heuristic: gamma + 2 after a fully accepted draft, else gamma - 1
 //        (bounded to [1, gamma_max]).
@@ -73,43 +82,70 @@ class CostTable {
 //        request's accept counts after a prior of the table's acceptance. g = 0 means plain
 //        decoding (speculation steps aside); every `probe_every` rounds at 0 it drafts one
 //        token to keep measuring a, unless drafting could not pay even at a = 1.
-//        Lazy draft prefill (defer_prefill): while the draft has not prefilled, a round drafts
+//        Several drafters (speculative's `drafters`): one arm each, with its own table, accept
+//        counts and match rate m (the share of its rounds that proposed anything: a lookup may
+//        find nothing; a round without a proposal costs and emits what plain decoding does).
+//        Each round the arm and g with the lowest expected ms per token relative to plain
+//        decoding's (by its own table) draft; an arm passed over for `probe_every` rounds in a
+//        row drafts a 1-token probe where it could beat the choice at a = 1.
+//        Lazy draft prefill (defer_prefill): while an arm's draft has not prefilled, it drafts
 //        only if the time it is expected to save over the tokens left repays the draft's
-//        catch-up, draft_prefill_ms_per_token per committed token; else it steps aside.
+//        catch-up, draft_prefill_ms_per_token per committed token; else the next best choice
+//        (at last, stepping aside) stands.
 class GammaController {
  public:
   // costs: the table cost mode decides from (null: a measured table of its own).
   GammaController(GammaMode mode, int64_t gamma, int64_t gamma_max, std::shared_ptr<CostTable> costs = nullptr);
-  // The draft model's prefill waits for the first round that drafts (its drafter catches up
-  // then): true in cost mode, which then charges that catch-up to the first decision to draft;
-  // false otherwise (off, hf: the caller prefills as before).
-  bool defer_prefill();
-  // The next round's draft length. remaining: the tokens the request may still emit (< 0:
-  // unbounded); behind: the tokens a deferred draft would catch up (the committed sequence).
-  // Both matter only while the prefill is deferred; the first length > 0 returned ends that.
+  // Cost mode with one arm per table (drafter i: tables[i]; at least one, none null).
+  GammaController(int64_t gamma, int64_t gamma_max, std::vector<std::shared_ptr<CostTable>> tables);
+  // Arm `arm`'s draft model's prefill waits for the first round that arm drafts (its drafter
+  // catches up then): true in cost mode, which then charges that catch-up to the first decision
+  // to draft with it; false otherwise (off, hf: the caller prefills as before).
+  bool defer_prefill(size_t arm = 0);
+  // The next round's draft length, and its arm (drafter()). remaining: the tokens the request
+  // may still emit (< 0: unbounded); behind: the tokens a deferred draft would catch up (the
+  // committed sequence). Both matter only while a prefill is deferred; an arm's first length
+  // > 0 returned ends its deferral.
   int64_t next(int64_t remaining = -1, int64_t behind = 0);
+  // The arm the last next() chose (0 before any; kept through a round that stepped aside).
+  size_t drafter() const { return arm_; }
   // One round: drafted k, accepted a, draft time (ms) and target verify time (ms, k+1 rows).
-  // A round that drafted after a pause at 0 (or a deferred prefill) caught its draft up on
-  // every token emitted meanwhile: its draft time is not taken as the cost of drafting.
+  // A round that drafted after a pause (a round at 0, another arm's round, or a deferred
+  // prefill) caught its draft up on every token emitted meanwhile: its draft time is not taken
+  // as the cost of drafting.
   void update(int64_t k, int64_t a, double ms_draft, double ms_verify);
-  double alpha_estimate() const;
+  double alpha_estimate(size_t arm = 0) const;
 
  private:
+  struct Arm {
+    std::shared_ptr<CostTable> costs;
+    double drafted = 0, accepted = 0;  // this request's, exponentially decayed
+    double tried = 0, matched = 0;     // rounds it was chosen to draft, and of them proposed (decayed)
+    double prior = 0.5;                // the table's acceptance when the request started
+    int64_t n_idle = 0;                // rounds in a row it was not the best choice
+    bool deferred = false;             // its draft has not prefilled yet (defer_prefill)
+    bool paused = false;               // it did not draft last round: its next draft catches up first
+  };
+  struct Choice {
+    size_t arm = 0;
+    int64_t gamma = 0;
+    bool probe = false;  // a 1-token probe, not the best length
+  };
   void choose_by_cost();
-  // Expected ms per emitted token at draft length g and acceptance a (g = 0: plain decoding).
-  double ms_per_token(const StepCosts& c, int64_t g, double a) const;
+  double match_rate(const Arm& arm) const;
+  // Expected ms per emitted token at draft length g, acceptance a and match rate m (g = 0:
+  // plain decoding).
+  double ms_per_token(const StepCosts& c, int64_t g, double a, double m = 1.0) const;
 
   GammaMode mode_;
   int64_t gamma_, gamma_max_;
-  std::shared_ptr<CostTable> costs_;  // cost mode only
-  int64_t n_zero_rounds_ = 0;
-  bool probing_ = false;   // gamma_ is a probe's 1, not the best length
-  bool deferred_ = false;  // the draft has not prefilled yet (defer_prefill)
-  bool paused_ = false;    // the last round drafted nothing: the next draft catches up first
-  double drafted_ = 0, accepted_ = 0;  // this request's, exponentially decayed
-  double prior_ = 0.5;                 // the table's acceptance when the request started
+  std::vector<Arm> arms_;       // cost mode: one per drafter; else one, without a table
+  std::vector<Choice> ranked_;  // cost mode: this round's choices, best first (deferral may skip some)
+  size_t arm_ = 0;              // the arm of the last next()
+  int64_t chosen_ = -1;         // the length the last next() returned (-1: none yet)
   static constexpr int64_t probe_every = 8;
-  static constexpr double prior_tokens = 4;  // the prior's weight, in drafted tokens
+  static constexpr double prior_tokens = 4;  // the acceptance prior's weight, in drafted tokens
+  static constexpr double prior_rounds = 2;  // the match rate's prior (1)'s weight, in rounds
 };
 
 // The round's decision in the stats: rounds by chosen draft length (Stats::gamma_rounds; 0 =

@@ -38,10 +38,13 @@ struct SpecSequence {
   std::unique_ptr<Rng> rng;            // the verifier's uniforms (seeded with Request::seed), and nothing else
   std::unique_ptr<Rng> drafter_rng;    // the drafter's (drafter_seed), owned here: the drafter keeps a reference
   std::unique_ptr<Rng> synthetic_rng;  // synthetic_acceptance's own: rng's draws stay as without it
-  Drafter* drafter = nullptr;          // its slot's, in the batch's BatchDrafter
+  std::vector<Drafter*> drafters;      // its slot's, in each of the batch's BatchDrafters (one per drafter)
+  std::vector<bool> lazy;              // each one's draft prefills with its first draft (GammaController::defer_prefill)
+  size_t arm = 0;                      // this round's drafter (an index into drafters), as the controller chose it
+  Drafter* drafter = nullptr;          // drafters[arm]
+  int64_t topk = 0;                    // the target's top tokens any of its drafters wants (TargetWants::topk)
   std::unique_ptr<GammaController> ctl;
   int64_t chosen = 0;                  // this round's draft length as the controller chose it
-  bool lazy = false;                   // its draft prefills with its first draft (GammaController::defer_prefill)
   std::shared_ptr<sampling::ConstraintState> grammar;  // structured output: this sequence's matcher
   const Request* req = nullptr;
   Tokens seq;       // committed tokens; the cache holds all but the last
@@ -85,9 +88,12 @@ class SpecLoop {
   model::KVCache cache_;
   BatchSlots slots_;
   std::vector<SpecSequence> spec_;
-  std::unique_ptr<BatchDrafter> drafters_;
-  bool features_ = false;  // the drafters read the target's features (one kind for the whole batch)
-  std::shared_ptr<CostTable> costs_;  // adaptive_gamma=cost: the table every controller decides from
+  // One per drafter (SpecSetup::drafters); a round's chosen drafter proposes, the others propose
+  // nothing and see the round as one they sat out.
+  std::vector<std::unique_ptr<BatchDrafter>> drafters_;
+  bool features_ = false;  // the drafter reads the target's features (one kind for the whole batch, drafting alone)
+  // adaptive_gamma=cost: the tables every controller decides from, one per drafter.
+  std::vector<std::shared_ptr<CostTable>> costs_;
   std::vector<int64_t> active_;
 };
 
@@ -108,10 +114,12 @@ SpecLoop::SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, c
     SD_CHECK(requests[i].draft == requests[0].draft, "speculative batch: request ", i,
              " has another draft model than request 0 (a batch shares one drafter)");
   }
-  drafters_ = make_batch_drafter(cfg.verify.drafter, requests[0], cfg.params, cfg.verify.proc, B_, capacity_);
-  if (cfg.adaptive == GammaMode::cost)
-    costs_ = cfg.fixed_costs ? cfg.fixed_costs
-                             : CostTable::of_pair(requests[0].target, requests[0].draft, cfg.verify.drafter);
+  for (const std::string& name : cfg.drafters) {
+    drafters_.push_back(make_batch_drafter(name, requests[0], cfg.params, cfg.verify.proc, B_, capacity_));
+    if (cfg.adaptive == GammaMode::cost && cfg.fixed_costs.empty())
+      costs_.push_back(CostTable::of_pair(requests[0].target, requests[0].draft, name));
+  }
+  if (cfg.adaptive == GammaMode::cost && !cfg.fixed_costs.empty()) costs_ = cfg.fixed_costs;
 }
 
 // The round loop.
@@ -143,7 +151,11 @@ std::vector<Result> SpecLoop::run() {
     phase_.charge(&PhaseTimes::other);
   }
   std::vector<Result> out = slots_.take_results();
-  if (!cfg_.calibrate.empty()) costs_->now().write(cfg_.calibrate);  // outside the requests' time
+  if (!cfg_.calibrate.empty()) {  // outside the requests' time
+    std::vector<StepCosts> tables;
+    for (const auto& t : costs_) tables.push_back(t->now());
+    StepCosts::write_all(tables, cfg_.calibrate);
+  }
   return out;
 }
 
@@ -154,11 +166,19 @@ void SpecLoop::join(int64_t b) {
   s.rng = std::make_unique<Rng>(req.seed);
   s.drafter_rng = std::make_unique<Rng>(drafter_seed(req.seed));
   s.synthetic_rng = std::make_unique<Rng>(req.seed ^ 0x5f3759dfull);
-  drafters_->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max});
-  s.drafter = &drafters_->at(b);
-  features_ = s.drafter->target_wants().features;
-  s.ctl = std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max, costs_);
-  s.lazy = s.drafter->prefill_later() && s.ctl->defer_prefill();
+  s.ctl = costs_.empty() ? std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max)
+                         : std::make_unique<GammaController>(cfg_.gamma, cfg_.gamma_max, costs_);
+  for (size_t j = 0; j < drafters_.size(); ++j) {
+    drafters_[j]->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max});
+    s.drafters.push_back(&drafters_[j]->at(b));
+    features_ = features_ || s.drafters[j]->target_wants().features;
+    SD_CHECK(!features_ || drafters_.size() == 1, "speculative: drafters (", cfg_.verify.drafter, "): '",
+             cfg_.drafters[j], "' reads the target's features, which a drafter that sits rounds out would miss; "
+             "it drafts alone (drafter=", cfg_.drafters[j], ")");
+    s.lazy.push_back(s.drafters[j]->prefill_later() && s.ctl->defer_prefill(j));
+    s.topk = std::max(s.topk, s.drafters[j]->target_wants().topk);
+  }
+  s.drafter = s.drafters[0];
   s.grammar = strategies::start_constraint(req, cfg_.constraint);
   Stats& st = slots_[b]->st;
   st.synthetic_acceptance = cfg_.synthetic;
@@ -177,7 +197,8 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   if (newcomers.empty()) return;
   if (B_ > 1 && !features_) {
     for (int64_t b : newcomers)
-      if (!spec_[b].lazy) spec_[b].drafter->prefill(spec_[b].prefill, {});
+      for (size_t j = 0; j < drafters_.size(); ++j)
+        if (!spec_[b].lazy[j]) spec_[b].drafters[j]->prefill(spec_[b].prefill, {});
     return;
   }
   std::vector<Tokens> fed(B_);
@@ -186,15 +207,16 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   if (std::any_of(fed.begin(), fed.end(), [](const Tokens& t) { return !t.empty(); }))
     forward_batch(target_, cache_, fed, std::vector<int64_t>(B_, 0), {}, features_ ? &hidden : nullptr);
   phase_.charge(&PhaseTimes::prefill);  // the target's
-  for (int64_t b : newcomers) {
-    const Tokens& head = fed[b];
-    if (spec_[b].lazy) continue;
-    const bool seen = hidden.defined() && !head.empty();
-    spec_[b].drafter->prefill(head, seen ? hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())) : at::Tensor());
-    // The draft's, measured for the cost table where it is the slot's own (one slot).
-    const double ms = phase_.charge(&PhaseTimes::prefill);
-    if (costs_ && B_ == 1) costs_->measure_prefill(static_cast<int64_t>(head.size()), ms);
-  }
+  for (int64_t b : newcomers)
+    for (size_t j = 0; j < drafters_.size(); ++j) {
+      const Tokens& head = fed[b];
+      if (spec_[b].lazy[j]) continue;
+      const bool seen = hidden.defined() && !head.empty();
+      spec_[b].drafters[j]->prefill(head, seen ? hidden[b].narrow(0, 0, static_cast<int64_t>(head.size())) : at::Tensor());
+      // The draft's, measured for the cost table where it is the slot's own (one slot).
+      const double ms = phase_.charge(&PhaseTimes::prefill);
+      if (!costs_.empty() && B_ == 1) costs_[j]->measure_prefill(static_cast<int64_t>(head.size()), ms);
+    }
 }
 
 // A sequence out of time ends before its next round.
@@ -218,6 +240,8 @@ double SpecLoop::draft() {
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
     room[b] = s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1;
     s.chosen = s.ctl->next(room[b] + 1, s.n);
+    s.arm = s.ctl->drafter();
+    s.drafter = s.drafters[s.arm];
     depth[b] = std::min(s.chosen, room[b]);
   }
   phase_.charge(&PhaseTimes::other);
@@ -239,15 +263,17 @@ double SpecLoop::draft() {
   }
   phase_.charge(&PhaseTimes::sample);
   PhaseTimes parts;
-  std::vector<DraftProposal> drafts = drafters_->propose(seqs, depth, parts);
-  for (int64_t b : active_) {
-    SpecSequence& s = spec_[b];
-    s.d = std::move(drafts[b]);
-    prepend_forced(s.d, s.lead.tokens);
+  for (size_t j = 0; j < drafters_.size(); ++j) {  // the drafters not chosen propose at depth 0
+    std::vector<int64_t> own(B_, 0);
+    for (int64_t b : active_) own[b] = spec_[b].arm == j ? depth[b] : 0;
+    std::vector<DraftProposal> drafts = drafters_[j]->propose(seqs, own, parts);
+    for (int64_t b : active_)
+      if (spec_[b].arm == j) spec_[b].d = std::move(drafts[b]);
   }
+  for (int64_t b : active_) prepend_forced(spec_[b].d, spec_[b].lead.tokens);
   // A lazy draft's prefill (its first draft's catch-up), measured where it is the slot's own.
-  if (costs_ && B_ == 1 && parts.prefill > 0)
-    costs_->measure_prefill(static_cast<int64_t>(seqs[0]->size()), parts.prefill);
+  if (!costs_.empty() && B_ == 1 && parts.prefill > 0)
+    costs_[spec_[0].arm]->measure_prefill(static_cast<int64_t>(seqs[0]->size()), parts.prefill);
   // The batch's draft time, as the verify time is the batch's (gamma control).
   return phase_.charge_parts(parts, &PhaseTimes::draft) - parts.prefill;
 }
@@ -330,8 +356,8 @@ void SpecLoop::verify() {
       phases_.grammar += sw.ms();
     }
     s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
-    const int64_t top = s.drafter->target_wants().topk;  // the target's top tokens ride with the verdict
-    s.top_ids = top > 0 ? top_token_ids(s.logits, top) : at::Tensor();
+    // the target's top tokens ride with the verdict
+    s.top_ids = s.topk > 0 ? top_token_ids(s.logits, s.topk) : at::Tensor();
     s.best = !cfg_.synthetic.empty() ? top_token_ids(s.p, 1) : at::Tensor();  // likewise
     p.push_back(s.p);
     ds.push_back(&s.d);
@@ -371,8 +397,11 @@ void SpecLoop::roll_back(int64_t b) {
   cache_.truncate(b, std::min(cache_.length(b), static_cast<int64_t>(s.seq.size()) - 1));
   s.prefill.clear();
   phase_.charge(&PhaseTimes::rollback);
-  // Its own rollback and learning count as the drafter's time; it sees its own nodes only.
-  s.drafter->observe(drafter_round(round_of(s), static_cast<int64_t>(s.lead.tokens.size())));
+  // Its own rollback and learning count as the drafter's time; it sees its own nodes only. The
+  // drafters that sat the round out see it as a round they proposed nothing in.
+  const Round round = round_of(s);
+  for (Drafter* d : s.drafters) d->observe(d == s.drafter ? drafter_round(round, static_cast<int64_t>(s.lead.tokens.size()))
+                                                          : sat_out(round));
   phase_.charge(&PhaseTimes::draft);
 }
 
@@ -383,12 +412,11 @@ Round SpecLoop::round_of(const SpecSequence& s) const {
   Round r;
   r.n_valid = static_cast<int64_t>(s.seq.size()) - 1;
   r.accepted = s.v.path;
-  const int64_t top = s.drafter->target_wants().topk;
-  if (top == 0 && !s.hidden.defined()) return r;
+  if (s.topk == 0 && !s.hidden.defined()) return r;
   r.rows.fed = {s.seq[s.n - 1]};
   r.rows.fed.insert(r.rows.fed.end(), s.d.tokens.begin(), s.d.tokens.end());
   if (!s.d.is_chain()) r.rows.parents = tree_forward_options(s.d, at::kCPU).parents;
-  if (top > 0) r.rows.topk = token_rows(s.top_ids);
+  if (s.topk > 0) r.rows.topk = token_rows(s.top_ids);
   r.rows.hidden = s.hidden;
   return r;
 }
@@ -411,12 +439,20 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
     so_far -= q.joined;
     s.req->trace->round(s.d, s.p, s.v.path, Tokens(s.seq.begin() + s.n, s.seq.end()), so_far);
   }
-  s.ctl->update(max_depth(s.d) - lead, std::max<int64_t>(0, s.v.n_accepted() - lead), ms_draft, ms_verify);
+  // The controller and the per-drafter counts see the drafter's own tokens (after the lead).
+  const int64_t k = max_depth(s.d) - lead, a = std::max<int64_t>(0, s.v.n_accepted() - lead);
+  if (drafters_.size() > 1 && s.chosen > 0) {
+    Stats::DrafterCounts& mine = q.st.per_drafter[cfg_.drafters[s.arm]];
+    ++mine.rounds;
+    mine.drafted += k;
+    mine.accepted += a;
+  }
+  s.ctl->update(k, a, ms_draft, ms_verify);
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 
 void SpecLoop::finish(int64_t b) {
-  spec_[b].drafter->report(slots_[b]->st.drafter_stats);
+  for (Drafter* d : spec_[b].drafters) d->report(slots_[b]->st.drafter_stats);
   slots_.finish(b);
   spec_[b] = SpecSequence();
 }

@@ -20,9 +20,12 @@ struct SpecSetup {
   VerifySetup verify;  // processors, verify=block, the drafter's name (resolved)
   int64_t gamma = 4, gamma_max = 8;
   GammaMode adaptive = GammaMode::off;
-  // adaptive_gamma=cost: the costs it decides from, fixed (controller_costs, read once); null:
-  // the process's measured table of the target/drafter pair (CostTable::of_pair).
-  std::shared_ptr<CostTable> fixed_costs;
+  // The drafters' names, resolved: one, or several that the controller chooses between per
+  // round (speculative's `drafters`); verify.drafter names them all, for messages.
+  std::vector<std::string> drafters;
+  // adaptive_gamma=cost: the costs it decides from, fixed (controller_costs, read once), one per
+  // drafter; empty: the process's measured table of each target/drafter pair (CostTable::of_pair).
+  std::vector<std::shared_ptr<CostTable>> fixed_costs;
   std::string calibrate;  // controller_calibrate: where each call writes the measured table; empty: nowhere
   std::vector<double> synthetic;  // synthetic_acceptance by child rank; empty: off (verification decides)
   Params params;  // resolved: the drafter's name and its own parameters

@@ -13,6 +13,8 @@ namespace specdec::strategies {
 struct SpeculativeParams {
   int64_t gamma = 0, gamma_max = 0;  // draft tokens per round (start value when adaptive), its bound
   std::string drafter;               // "auto" or a registered drafter (checked by the registry)
+  std::string drafters;              // several drafters, chosen per round (adaptive_gamma=cost), as given
+  std::vector<std::string> drafter_list;  // drafters' names (registered, distinct); empty: `drafter` alone
   std::string adaptive_gamma;        // off | hf | cost, as given (for messages)
   GammaMode adaptive = GammaMode::off;
   std::string controller_costs, controller_calibrate;  // adaptive_gamma=cost's files ('' = none)

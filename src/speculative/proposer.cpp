@@ -179,6 +179,17 @@ Round drafter_round(const Round& round, int64_t n_forced) {
   return r;
 }
 
+Round sat_out(const Round& round) {
+  Round r;
+  r.n_valid = round.n_valid;
+  const TargetRows& in = round.rows;
+  if (in.fed.empty()) return r;
+  r.rows.fed = {in.fed[0]};
+  if (!in.topk.empty()) r.rows.topk = {in.topk[0]};
+  if (in.hidden.defined()) r.rows.hidden = in.hidden.narrow(0, 0, 1);
+  return r;
+}
+
 // Longest root-to-leaf path of a proposal (a chain: its length).
 int64_t max_depth(const DraftProposal& d) {
   int64_t deepest = 0;

@@ -266,6 +266,8 @@ std::vector<ParamSpec> drafter_params();
 // The drafter a speculative run with these resolved params uses ("auto": model when a draft
 // model is given, else ngram).
 std::string resolve_drafter_name(const Params& params, bool have_draft_model);
+// The drafters of such a run: the `drafters` list where one is given, else that one name.
+std::vector<std::string> resolve_drafter_names(const Params& params, bool have_draft_model);
 // find_drafter + checks (draft model present and compatible) + factory.
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterContext& ctx);
 // The drafters of a batch of `batch` slots (speculative/loop.cpp): the drafter's batch_factory
@@ -327,6 +329,10 @@ void prepend_forced(DraftProposal& d, const Tokens& forced);
 // The round as the drafter of such a proposal sees it: its own nodes (the accepted ones renumbered
 // from 0, its rows from the last forced token's on).
 Round drafter_round(const Round& round, int64_t n_forced);
+// The round as a drafter that sat it out sees it (speculative's `drafters`: another drafted):
+// nothing of its own accepted, the target's rows of the last committed token only, as in a
+// round where it proposed nothing.
+Round sat_out(const Round& round);
 
 // Longest root-to-leaf path of a proposal (a chain: its length).
 int64_t max_depth(const DraftProposal& d);

@@ -56,14 +56,37 @@ class Speculative : public Strategy {
   }
 
  private:
-  // The configuration with the drafter's name resolved (auto: by whether a draft model is given).
+  // The configuration with the drafters' names resolved (auto: by whether a draft model is
+  // given), and a fixed table for each of them.
   SpecSetup setup(bool have_draft_model) const {
     SpecSetup s = cfg_;
-    s.verify.drafter = resolve_drafter_name(cfg_.params, have_draft_model);
-    SD_CHECK(!s.fixed_costs || s.fixed_costs->now().drafter == s.verify.drafter, "speculative: controller_costs ",
-             costs_path_, ": key 'drafter' = '", s.fixed_costs ? s.fixed_costs->now().drafter : "",
-             "', but this run drafts with '", s.verify.drafter, "' (calibrate with its drafter)");
+    s.drafters = resolve_drafter_names(cfg_.params, have_draft_model);
+    s.verify.drafter = join_names(s.drafters);
+    if (fixed_.empty()) return s;
+    for (const std::string& name : s.drafters) {
+      const auto it = std::find_if(fixed_.begin(), fixed_.end(), [&](const StepCosts& c) { return c.drafter == name; });
+      SD_CHECK(it != fixed_.end(), "speculative: controller_costs ", costs_path_, ": key 'drafter' = '",
+               join_names(table_names()), "', but this run drafts with '", name, "' (calibrate with its drafter",
+               s.drafters.size() > 1 ? "s: one table each" : "", ")");
+      s.fixed_costs.push_back(std::make_shared<CostTable>(*it));
+    }
+    for (const StepCosts& c : fixed_)
+      SD_CHECK(std::find(s.drafters.begin(), s.drafters.end(), c.drafter) != s.drafters.end(), "speculative: "
+               "controller_costs ", costs_path_, ": key 'drafter' = '", c.drafter, "', but this run drafts with '",
+               s.verify.drafter, "' only (one table per drafter of the run)");
     return s;
+  }
+
+  std::vector<std::string> table_names() const {
+    std::vector<std::string> out;
+    for (const StepCosts& c : fixed_) out.push_back(c.drafter);
+    return out;
+  }
+
+  static std::string join_names(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+    return out;
   }
 
   // adaptive_gamma=cost's costs: fixed from controller_costs (read here, once), or measured in
@@ -74,7 +97,7 @@ class Speculative : public Strategy {
     cfg_.calibrate = s.controller_calibrate;
     if (cfg_.adaptive != GammaMode::cost) return;
     if (!costs_path_.empty()) {
-      cfg_.fixed_costs = std::make_shared<CostTable>(StepCosts::read(costs_path_));
+      fixed_ = StepCosts::read_all(costs_path_);
       log::info("adaptive_gamma=cost with the fixed costs of ", costs_path_,
                 ": its decisions depend on accept counts only, so seeded runs are reproducible");
     } else if (!cfg_.calibrate.empty()) {
@@ -100,6 +123,7 @@ class Speculative : public Strategy {
 
   SpecSetup cfg_;  // params: resolved; the drafter reads its own parameters from them
   std::string costs_path_;  // controller_costs, for messages
+  std::vector<StepCosts> fixed_;  // its tables (read once), one per drafter
 };
 
 // `drafter` choices for the help text: auto and the registered drafters.
@@ -111,8 +135,13 @@ std::string drafter_help() {
 
 StrategyNeeds speculative_needs(const Params& resolved, bool have_draft_model) {
   StrategyNeeds needs;
-  needs.drafter = resolve_drafter_name(resolved, have_draft_model);
-  needs.draft_model = find_drafter(needs.drafter).needs_draft_model;
+  const std::vector<std::string> names = resolve_drafter_names(resolved, have_draft_model);
+  needs.drafter = names[0];
+  for (const std::string& name : names)  // the first that needs a draft model names the need
+    if (!needs.draft_model && find_drafter(name).needs_draft_model) {
+      needs.drafter = name;
+      needs.draft_model = true;
+    }
   needs.draft_length = resolved.typed<SpeculativeParams>().gamma;
   return needs;
 }
@@ -124,6 +153,10 @@ ParamTable<SpeculativeParams> speculative_table() {
       .field("gamma", &S::gamma, "4", "draft tokens per round (start value when adaptive)")
       .field("gamma_max", &S::gamma_max, "8", "upper bound for adaptive gamma")
       .field("drafter", &S::drafter, "auto", drafter_help())
+      .field("drafters", &S::drafters, "",
+             "several drafters for one request, comma-separated (e.g. ngram,model; one value, not a sweep): "
+             "adaptive_gamma=cost picks each round which one drafts and how many tokens, or none; each keeps its "
+             "own cost table and acceptance ('' = the drafter parameter alone)")
       .field("adaptive_gamma", &S::adaptive_gamma, "off",
              "off | hf (+2 on full accept, -1 otherwise) | cost (expected tokens per ms from measured costs, 0 = "
              "step aside: plain decoding; NOT reproducible with temperature > 0 unless controller_costs fixes the "
@@ -154,6 +187,41 @@ ParamTable<SpeculativeParams> speculative_table() {
              "target's, and every output carries synthetic_acceptance");
 }
 
+// `drafters`: registered names (not auto), at least two, each once, with adaptive_gamma=cost
+// choosing between them and `drafter` left at auto.
+std::vector<std::string> parse_drafter_list(const SpeculativeParams& s) {
+  std::vector<std::string> out;
+  if (s.drafters.empty()) return out;
+  std::string item;
+  for (size_t i = 0; i <= s.drafters.size(); ++i) {
+    if (i < s.drafters.size() && s.drafters[i] != ',') {
+      if (s.drafters[i] != ' ') item += s.drafters[i];
+      continue;
+    }
+    SD_CHECK(!item.empty(), "speculative: drafters '", s.drafters, "': an empty name (expected e.g. ngram,model)");
+    SD_CHECK(item != "auto", "speculative: drafters '", s.drafters, "': 'auto' is not a drafter; name each one");
+    try {
+      find_drafter(item);
+    } catch (const Error& e) {
+      fail("speculative: drafters '", s.drafters, "': ", e.what());
+    }
+    SD_CHECK(find_drafter(item).head_param.empty(), "speculative: drafters '", s.drafters, "': '", item,
+             "' reads the target's features, which it would miss in the rounds it sits out; it drafts alone (drafter=",
+             item, ")");
+    SD_CHECK(std::find(out.begin(), out.end(), item) == out.end(), "speculative: drafters '", s.drafters, "': '",
+             item, "' is named twice");
+    out.push_back(item);
+    item.clear();
+  }
+  SD_CHECK(out.size() >= 2, "speculative: drafters '", s.drafters, "' names one drafter; set drafter=", out[0],
+           " for one, or list several");
+  SD_CHECK(s.drafter == "auto", "speculative: drafter (", s.drafter, ") and drafters (", s.drafters,
+           ") exclude each other");
+  SD_CHECK(s.adaptive == GammaMode::cost, "speculative: drafters (", s.drafters, ") needs adaptive_gamma=cost, which "
+           "chooses the drafter of each round; got adaptive_gamma=", s.adaptive_gamma);
+  return out;
+}
+
 // StrategyInfo::parse: the strategy's struct and every drafter's, each checked once, before any
 // model is loaded (`specdec validate` reports a bad value).
 void parse_speculative(const ParamTable<SpeculativeParams>& table, Params& p) {
@@ -164,6 +232,7 @@ void parse_speculative(const ParamTable<SpeculativeParams>& table, Params& p) {
   s.block_verify = s.verify == "block";
   // The drafter name and every drafter's parameters.
   parse_drafter_params(p, s.drafter);
+  s.drafter_list = parse_drafter_list(s);
   SD_CHECK(s.gamma >= 0 && s.gamma_max >= std::max<int64_t>(s.gamma, 1),
            "speculative: need 0 <= gamma <= gamma_max and gamma_max >= 1, got gamma=", s.gamma,
            " gamma_max=", s.gamma_max);
@@ -181,8 +250,13 @@ void parse_speculative(const ParamTable<SpeculativeParams>& table, Params& p) {
   // verify=block with a drafter that never proposes chains with q, known before any model is
   // loaded (`specdec validate`); "auto" is checked per round (verify_mode), as it depends on
   // whether a draft model is given.
-  if (s.block_verify && !processor_config(p).greedy() && s.drafter != "auto" && !find_drafter(s.drafter).chains_with_q)
-    refuse_block_verify(s.drafter, "proposes none at temperature " + p.values().at("temperature"));
+  if (s.block_verify && !processor_config(p).greedy()) {
+    std::vector<std::string> named = s.drafter_list;
+    if (named.empty() && s.drafter != "auto") named = {s.drafter};
+    for (const std::string& name : named)
+      if (!find_drafter(name).chains_with_q)
+        refuse_block_verify(name, "proposes none at temperature " + p.values().at("temperature"));
+  }
   p.set_typed(std::move(s));
 }
 

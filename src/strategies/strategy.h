@@ -98,6 +98,13 @@ struct Stats {
   // (an n-gram lookup without a match); those rounds count at the length chosen.
   std::vector<int64_t> gamma_rounds;
   int64_t n_aside_tokens = 0;
+  // Several drafters (speculative's `drafters`), by name: the rounds the controller chose each
+  // one to draft (a length > 0) and the tokens it drafted and got accepted in them (forced
+  // tokens left out); empty with one drafter.
+  struct DrafterCounts {
+    int64_t rounds = 0, drafted = 0, accepted = 0;
+  };
+  std::map<std::string, DrafterCounts> per_drafter;
   double alpha() const { return n_drafted ? double(n_accepted) / double(n_drafted) : 0.0; }
   // Mean tokens per target forward that yields tokens, the bonus token included (Spec-Bench's
   // "mean accepted tokens"): per verification round, or 1.00 for autoregressive decoding.

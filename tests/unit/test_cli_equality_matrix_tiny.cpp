@@ -124,4 +124,34 @@ TEST(CliEqualityMatrixTiny, EveryDrafterAndProcessorSetEqualsGreedyInBothVerifyM
   for (const auto& [set_name, set] : kProcessorSets) EXPECT_EQ(modes_of_set[set_name].size(), 2u) << set_name;
 }
 
+// Several drafters for one request (speculative's drafters, adaptive_gamma=cost), as a user
+// reaches them through the CLI: the n-gram lookup and the Q4_1 draft model, chosen per round from
+// a fixed table of each, print greedy's tokens with every processor set, and the stats count each
+// drafter's rounds.
+TEST(CliEqualityMatrixTiny, MixedDraftersEqualGreedyWithEveryProcessorSet) {
+  const std::string costs = (root() / "mixed_costs.json").string();
+  std::FILE* f = std::fopen(costs.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"([{"drafter": "ngram", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0, "acceptance": 0.9},
+ {"drafter": "model", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 1, "acceptance": 0.9}])",
+             f);
+  std::fclose(f);
+  for (size_t si = 0; si < kProcessorSets.size(); ++si) {
+    const auto& set = kProcessorSets[si];
+    const std::string& prompt = kMatrixPrompts[si % kMatrixPrompts.size()];
+    const nlohmann::json greedy = cli_generate(target(), prompt, set.second);
+    std::vector<std::string> args = set.second;
+    args.insert(args.end(), {"--strategy", "speculative", "--set", "drafters=ngram,model", "--set",
+                             "adaptive_gamma=cost", "--set", "controller_costs=" + costs, "--draft", tiny_model(),
+                             "--draft-dtype", "q4_1"});
+    const nlohmann::json spec = cli_generate(target(), prompt, args);
+    ASSERT_TRUE(spec.contains("tokens") && greedy.contains("tokens")) << spec.dump();
+    EXPECT_EQ(spec["tokens"], greedy["tokens"]) << set.first;
+    const auto& per = spec["stats"]["per_drafter"];
+    ASSERT_TRUE(per.contains("ngram") && per.contains("model")) << set.first << ": " << spec["stats"].dump();
+    EXPECT_GT(per["ngram"]["rounds"].get<int64_t>(), 0) << set.first;
+    EXPECT_GT(per["model"]["rounds"].get<int64_t>(), 0) << set.first;
+  }
+}
+
 }  // namespace

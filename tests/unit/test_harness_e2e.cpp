@@ -279,6 +279,44 @@ plots: false
   fs::remove_all(dir);
 }
 
+// Several drafters (drafters: "ngram,suffix", one value, not a sweep) under fixed tables of each:
+// every round's drafter reaches samples.jsonl, metrics.json (per_drafter, summed) and report.md.
+TEST(HarnessE2E, MixedDrafterRoundsReachMetricsAndReport) {
+  const fs::path dir = fresh_dir("specdec_e2e_mixed");
+  const std::string costs = (dir / "costs.json").string();
+  std::ofstream(costs) << R"([{"drafter": "ngram", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0, "acceptance": 0.9},
+    {"drafter": "suffix", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0, "acceptance": 0.9}])";
+  const std::string yaml = "name: mixed\nmodels: {target: {name: tiny-llama, seed: 0}}\n" + std::string(R"(
+prompts: [the quick brown fox jumps over the quick brown fox]
+strategies:
+  - {name: speculative, params: {temperature: 0, drafters: "ngram,suffix", adaptive_gamma: cost, controller_costs: ')") +
+                           costs + R"('}}
+repeats: 1
+warmup: 0
+max_new_tokens: 24
+plots: false
+)";
+  std::string out;
+  const auto r = run_yaml(yaml, dir, out);
+  EXPECT_TRUE(r.checks_passed);  // greedy equality
+  const auto metrics = nlohmann::json::parse(slurp(fs::path(out) / "metrics.json"));
+  ASSERT_EQ(metrics["cells"].size(), 1u);
+  const auto& c = metrics["cells"][0];
+  EXPECT_EQ(c["params"]["drafters"], "ngram,suffix");
+  const auto& per = c["per_drafter"];
+  ASSERT_FALSE(per.empty()) << c.dump();
+  int64_t rounds = c["gamma_rounds"][0].get<int64_t>(), drafted = 0;
+  for (const auto& [name, n] : per.items()) {
+    EXPECT_TRUE(name == "ngram" || name == "suffix") << name;
+    rounds += n["rounds"].get<int64_t>();
+    drafted += n["drafted"].get<int64_t>();
+  }
+  EXPECT_EQ(rounds, c["n_rounds"].get<int64_t>());
+  EXPECT_EQ(drafted, c["n_drafted"].get<int64_t>());
+  EXPECT_NE(slurp(fs::path(out) / "report.md").find("## Drafters chosen"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 // Structured output through the harness: prompts with their own constraint (one that ends within
 // max_new_tokens, one cut off by it) beside one under the strategies' constraint, and
 // checks.valid counting the complete outputs, on a tiny GGUF with a byte tokenizer. The third

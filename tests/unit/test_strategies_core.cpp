@@ -428,6 +428,168 @@ TEST(LazyPrefill, ThePrefillCostMakesAShortRequestStepAside) {
   EXPECT_EQ(longer.stats.gamma_rounds.at(0), 0);
 }
 
+// ---- several drafters for one request (speculative's drafters; docs/controller.md) ------------
+// The target counts its forwards; a draft model beside it keeps a copy of what its cache holds
+// and, at the first draft forward after each target forward (a round's catch-up), the prefix
+// its cache then holds: the text that round's draft follows.
+struct Spied {
+  int64_t target_forwards = 0;
+};
+
+class TargetSpy : public CountingLM {
+ public:
+  TargetSpy(std::shared_ptr<model::CausalLM> inner, Spied& spied) : CountingLM(std::move(inner)), spied_(spied) {}
+  using model::CausalLM::forward;
+  model::ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache,
+                               const model::ForwardOptions& options) override {
+    ++spied_.target_forwards;
+    return CountingLM::forward(tokens, start_pos, cache, options);
+  }
+
+ private:
+  Spied& spied_;
+};
+
+class DraftSpy : public CountingLM {
+ public:
+  DraftSpy(std::shared_ptr<model::CausalLM> inner, Spied& spied) : CountingLM(std::move(inner)), spied_(spied) {}
+  using model::CausalLM::forward;
+  model::ForwardResult forward(const at::Tensor& tokens, const std::vector<int64_t>& start_pos, model::KVCache& cache,
+                               const model::ForwardOptions& options) override {
+    held_.resize(std::min<size_t>(held_.size(), static_cast<size_t>(start_pos.at(0))));
+    if (seen_ != spied_.target_forwards) round_starts.push_back(held_);
+    seen_ = spied_.target_forwards;
+    const at::Tensor ids = tokens[0].to(at::kLong).contiguous();
+    for (int64_t i = 0; i < ids.size(0); ++i) held_.push_back(static_cast<TokenId>(ids[i].item<int64_t>()));
+    return CountingLM::forward(tokens, start_pos, cache, options);
+  }
+  std::vector<Tokens> round_starts;  // the cache's text at each round's first draft forward
+
+ private:
+  Spied& spied_;
+  int64_t seen_ = -1;
+  Tokens held_;
+};
+
+// One table per drafter: the n-gram lookup is free, the draft model costs 1 ms a token; both
+// start from an acceptance of 0.9, so the lookup drafts first and the model once it misses.
+std::string mixed_costs(const std::string& name) {
+  return cost_table(name, R"([{"drafter": "ngram", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0,
+    "acceptance": 0.9},
+  {"drafter": "model", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 1, "draft_prefill_ms_per_token": 0,
+    "acceptance": 0.9}])");
+}
+
+Params mixed_params(const std::string& costs, std::map<std::string, std::string> extra = {}) {
+  extra.insert({{"drafters", "ngram,model"}, {"adaptive_gamma", "cost"}, {"controller_costs", costs}});
+  return P(extra);
+}
+
+// A request drafted by both drafters, chosen round by round, emits greedy's tokens; each drafter
+// drafts in some rounds (the stats count them per drafter, and they add up); and every round the
+// draft model drafts in, its cache holds the committed text and nothing else: it rolled back
+// its rejected tokens and caught up on the tokens of the rounds it sat out.
+TEST(MixedDrafters, GreedyEqualsGreedyAndTheDraftModelFollowsTheCommittedText) {
+  const std::string costs = mixed_costs("mixed_list.json");
+  for (const uint64_t prompt_seed : {11, 12, 13}) {
+    SCOPED_TRACE(prompt_seed);
+    Spied spied;
+    Request req = tiny_request(prompt_seed, 60);
+    const Result base = run("greedy", {}, req);
+    req.target = std::make_shared<TargetSpy>(tiny(prompt_seed), spied);
+    const auto draft = std::make_shared<DraftSpy>(tiny(prompt_seed + 1), spied);  // disagrees: rejections
+    req.draft = draft;
+    const Result r = run("speculative", mixed_params(costs, {{"temperature", "0"}}), req);
+    EXPECT_EQ(r.tokens, base.tokens);
+    const auto& per = r.stats.per_drafter;
+    ASSERT_EQ(per.size(), 2u);
+    EXPECT_GT(per.at("ngram").rounds, 0);
+    EXPECT_GT(per.at("model").rounds, 0);
+    EXPECT_GT(per.at("model").drafted, per.at("model").accepted);  // it was rolled back
+    EXPECT_EQ(per.at("ngram").drafted + per.at("model").drafted, r.stats.n_drafted);
+    EXPECT_EQ(per.at("ngram").accepted + per.at("model").accepted, r.stats.n_accepted);
+    EXPECT_EQ(per.at("ngram").rounds + per.at("model").rounds + r.stats.gamma_rounds.at(0), r.stats.n_rounds);
+    Tokens committed = req.prompt;
+    committed.insert(committed.end(), r.tokens.begin(), r.tokens.end());
+    ASSERT_GE(draft->round_starts.size(), 2u);
+    for (const Tokens& held : draft->round_starts) {
+      ASSERT_LE(held.size(), committed.size());
+      EXPECT_EQ(held, Tokens(committed.begin(), committed.begin() + static_cast<std::ptrdiff_t>(held.size())));
+    }
+  }
+}
+
+// With fixed tables a seeded sampled mixed request repeats token for token, its decisions too.
+TEST(MixedDrafters, FixedTablesMakeSeededSampledRunsReproducible) {
+  Request req = tiny_request(11, 40);
+  req.draft = tiny(12);
+  req.seed = 5;
+  const Params sampled = mixed_params(mixed_costs("mixed_sampled.json"), {{"temperature", "0.9"}});
+  const Result a = run("speculative", sampled, req), b = run("speculative", sampled, req);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.stats.gamma_rounds, b.stats.gamma_rounds);
+  EXPECT_EQ(a.stats.per_drafter.at("model").rounds, b.stats.per_drafter.at("model").rounds);
+  EXPECT_EQ(a.stats.per_drafter.at("ngram").rounds, b.stats.per_drafter.at("ngram").rounds);
+}
+
+// A calibrating mixed run writes one table per drafter (a list); that file then fixes the costs.
+TEST(MixedDrafters, CalibrationWritesATablePerDrafter) {
+  Request req = tiny_request(11, 24);
+  req.draft = tiny(12);
+  const std::string path = cost_table("mixed_calibrated.json", "");
+  const Result base = run("greedy", {}, req);
+  const Params cal = P({{"temperature", "0"}, {"drafters", "ngram,model"}, {"adaptive_gamma", "cost"},
+                        {"controller_calibrate", path}});
+  EXPECT_EQ(run("speculative", cal, req).tokens, base.tokens);
+  const std::vector<StepCosts> tables = StepCosts::read_all(path);
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].drafter, "ngram");
+  EXPECT_EQ(tables[1].drafter, "model");
+  for (const StepCosts& t : tables) EXPECT_FALSE(t.verify_ms.empty()) << t.drafter;
+  EXPECT_THAT(test_support::error_of([&] { StepCosts::read(path); }), ::testing::HasSubstr("one per drafter"));
+  EXPECT_EQ(run("speculative", mixed_params(path, {{"temperature", "0"}}), req).tokens, base.tokens);
+}
+
+TEST(MixedDrafters, BadDrafterListsAndTablesAreNamedErrors) {
+  const auto error_of = [](const std::map<std::string, std::string>& p) {
+    return test_support::error_of([&] {
+      Request req = tiny_request(11, 8);
+      req.draft = tiny(12);
+      run("speculative", greedy_params(p), req);
+    });
+  };
+  const auto with = [&](const std::string& drafters, std::map<std::string, std::string> more = {{"adaptive_gamma", "cost"}}) {
+    more["drafters"] = drafters;
+    return error_of(more);
+  };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(with("ngram,nope"), ::testing::AllOf(HasSubstr("drafters 'ngram,nope'"), HasSubstr("'nope'")));
+  EXPECT_THAT(with("ngram"), HasSubstr("names one drafter"));
+  EXPECT_THAT(with("ngram,,model"), HasSubstr("an empty name"));
+  EXPECT_THAT(with("ngram,model,ngram"), HasSubstr("'ngram' is named twice"));
+  EXPECT_THAT(with("auto,model"), HasSubstr("'auto' is not a drafter"));
+  EXPECT_THAT(with("ngram,eagle"), HasSubstr("'eagle' reads the target's features"));
+  EXPECT_THAT(with("ngram,model", {}), HasSubstr("needs adaptive_gamma=cost"));
+  EXPECT_THAT(with("ngram,model", {{"adaptive_gamma", "cost"}, {"drafter", "suffix"}}), HasSubstr("exclude each other"));
+  const std::string one = cost_table("mixed_one.json", R"({"drafter": "model", "verify_ms": {"1": 10},
+    "draft_ms_per_token": 1, "acceptance": 0.5})");
+  EXPECT_THAT(with("ngram,model", {{"adaptive_gamma", "cost"}, {"controller_costs", one}}),
+              ::testing::AllOf(HasSubstr(one), HasSubstr("drafts with 'ngram'")));
+  const std::string twice = cost_table("mixed_twice.json", R"([{"drafter": "model", "verify_ms": {"1": 10},
+    "draft_ms_per_token": 1, "acceptance": 0.5}, {"drafter": "model", "verify_ms": {"1": 10},
+    "draft_ms_per_token": 1, "acceptance": 0.5}])");
+  EXPECT_THAT(with("ngram,model", {{"adaptive_gamma", "cost"}, {"controller_costs", twice}}),
+              ::testing::AllOf(HasSubstr(twice + "[1]"), HasSubstr("names the drafter of entry [0] again")));
+  const std::string bad_entry = cost_table("mixed_bad_entry.json", R"([{"drafter": "ngram", "verify_ms": {"1": 10},
+    "draft_ms_per_token": 1, "acceptance": 0.5}, {"drafter": "model", "verify_ms": {"1": 10},
+    "draft_ms_per_token": 1, "acceptance": 7}])");
+  EXPECT_THAT(with("ngram,model", {{"adaptive_gamma", "cost"}, {"controller_costs", bad_entry}}),
+              HasSubstr(bad_entry + "[1]: key 'acceptance' = 7"));
+  // A list for a run of one drafter: the table of the other is not this run's.
+  EXPECT_THAT(error_of({{"adaptive_gamma", "cost"}, {"drafter", "ngram"}, {"controller_costs", mixed_costs("mixed_extra.json")}}),
+              HasSubstr("'model', but this run drafts with 'ngram' only"));
+}
+
 TEST(Controller, BadCostTablesAndKeysAreNamedErrors) {
   const auto error_of = [](const std::map<std::string, std::string>& p) {
     try {

@@ -212,6 +212,13 @@ std::string resolve_drafter_name(const Params& params, bool have_draft_model) {
   return name;
 }
 
+std::vector<std::string> resolve_drafter_names(const Params& params, bool have_draft_model) {
+  const std::vector<std::string>& list = params.typed<SpeculativeParams>().drafter_list;
+  if (list.empty()) return {resolve_drafter_name(params, have_draft_model)};
+  for (const std::string& name : list) find_drafter(name);  // still registered
+  return list;
+}
+
 void parse_drafter_params(Params& resolved, const std::string& drafter) {
   checked_choice(drafter);
   // Every drafter's values, not only the chosen one's: a bad value is a mistake even when
