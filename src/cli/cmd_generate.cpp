@@ -158,7 +158,8 @@ int run_generate(const GenerateOptions& o) {
     const parallel::StepCounts steps = parallel::step_counts();
     j["parallel"] = {{"steps_pool", steps.pool - steps0.pool},
                      {"steps_alone", steps.alone - steps0.alone},
-                     {"flips", steps.flips - steps0.flips}};
+                     {"flips", steps.flips - steps0.flips},
+                     {"steps_starved", steps.starved - steps0.starved}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   else print_stats_line(r, o.strategy);

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,7 +65,7 @@ std::atomic<int> g_spin_us{[] {
   return e && *e ? std::max(0, std::atoi(e)) : 50;
 }()};
 std::atomic<Backend> g_backend{Backend::kPool};
-std::atomic<int64_t> g_steps[2] = {0, 0}, g_flips{0};
+std::atomic<int64_t> g_steps[2] = {0, 0}, g_flips{0}, g_starved{0};
 const bool g_step_trace = [] {
   const char* e = std::getenv("SPECDEC_STEP_TRACE");
   return e && *e && *e != '0';
@@ -317,8 +318,10 @@ int ModeChooser::pick() {
   return trial_left_ > 0 ? 1 - preferred_ : preferred_;
 }
 
-void ModeChooser::record(int mode, double ms) {
-  ms_[mode][next_[mode]] = ms;
+void ModeChooser::record(int mode, double ms, bool starved) {
+  // A starved pool step holds an infinite time: the pool loses every comparison until its next
+  // trial's steps replace it (a trial clears the mode's older times).
+  ms_[mode][next_[mode]] = mode == 0 && starved ? std::numeric_limits<double>::infinity() : ms;
   next_[mode] = (next_[mode] + 1) % kHeld;
   n_[mode] = std::min(n_[mode] + 1, kHeld);
   const bool trial = mode != preferred_;
@@ -362,7 +365,7 @@ detail::ModeChooser& chooser_of(const void* who, int64_t kind) {
 }  // namespace
 
 StepCounts step_counts() {
-  return {g_steps[0].load(), g_steps[1].load(), g_flips.load()};
+  return {g_steps[0].load(), g_steps[1].load(), g_flips.load(), g_starved.load()};
 }
 
 Step::Step(const void* who, int64_t kind) {
@@ -387,8 +390,13 @@ Step::Step(const void* who, int64_t kind) {
 Step::~Step() {
   if (!chooser_) return;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-  chooser_->record(mode_, ms);
+  // Starved: enough chunks to tell (4 a thread), and the other threads ran under a quarter of
+  // their fair share, (T - 1) / T, of them.
+  const int64_t chunks = t_tally.chunks - chunks0_, theirs = chunks - (t_tally.mine - mine0_), T = num_threads();
+  const bool starved = mode_ == 0 && chunks >= 4 * T && 4 * T * theirs < chunks * (T - 1);
+  chooser_->record(mode_, ms, starved);
   g_steps[mode_].fetch_add(1, std::memory_order_relaxed);
+  if (starved) g_starved.fetch_add(1, std::memory_order_relaxed);
   if (g_step_trace) {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

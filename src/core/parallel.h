@@ -58,11 +58,15 @@ namespace detail {
 // first kTrial steps run on the pool, the next kTrial alone. Trials come 8 steps after a flip,
 // else at a spacing that keeps their cost near 1 % of the time (8 .. 128 steps): a quiet machine
 // pays little for them, and a change of load is seen within a few steps where the two modes are
-// close, within 128 where they are far apart.
+// close, within 128 where they are far apart. A starved pool step (the other threads ran under
+// a quarter of their fair share of its chunks) counts as lost whatever its time: beside a busy
+// process the workers rarely get a core, the pool is at best the thread alone plus its stalls,
+// and a pool trial without a stall would otherwise win the pool back (docs/busy_machine.md).
 class ModeChooser {
  public:
-  int pick();                        // the mode for the next step
-  void record(int mode, double ms);  // how long it took
+  int pick();  // the mode for the next step
+  // How long it took; starved: a pool step whose workers ran under a quarter of their share.
+  void record(int mode, double ms, bool starved = false);
   double mean(int mode) const;       // of the times held (0 before any)
 
  private:
@@ -83,6 +87,7 @@ class ModeChooser {
 // waiting for the others' chunks).
 struct StepCounts {
   int64_t pool = 0, alone = 0, flips = 0;
+  int64_t starved = 0;  // pool steps whose workers ran under a quarter of their share of the chunks
 };
 StepCounts step_counts();
 

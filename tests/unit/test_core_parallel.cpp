@@ -194,6 +194,27 @@ TEST(Parallel, StepChooserFollowsTheFasterModeAndRetriesTheOtherRarely) {
   EXPECT_LE(solo, 70);
 }
 
+// Beside a busy process the workers rarely get a core: a pool step then runs the loops on the
+// caller, and without a stall it can even beat the thread alone (here 5.0 against 6.0 ms). Such
+// a step is starved (its workers ran under a quarter of their share) and counts as lost, so the
+// chooser stays alone; when the workers take their share again the pool's times count again.
+TEST(Parallel, StepChooserCountsStarvedPoolStepsAsLost) {
+  sp::detail::ModeChooser c;
+  const auto run = [&](int steps, double pool_ms, bool starved) {
+    int solo = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int mode = c.pick();
+      c.record(mode, mode == 0 ? pool_ms : 6.0, mode == 0 && starved);
+      solo += mode;
+    }
+    return solo;
+  };
+  EXPECT_LE(run(200, 4.5, false), 20);  // quiet: the pool, with rare trials alone
+  EXPECT_GE(run(1000, 5.0, true), 950) << "a starved pool won by its times";
+  // Quiet again: back on the pool within one retry spacing (a starved pool lost by far: 128 steps).
+  EXPECT_LE(run(1000, 4.5, false), 128 + 8);
+}
+
 // A Step that runs alone keeps every chunk on the calling thread, and so do the loops after it
 // until the next Step; the first 3 Steps of a kind use the pool and the next 3 try the thread
 // alone; a Step inside a Step changes nothing.
