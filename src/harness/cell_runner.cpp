@@ -48,6 +48,11 @@ reg::Request CellRunner::request(const PromptItem& item, const Tokens& prompt, u
   return req;
 }
 
+void CellRunner::compile_constraint(const reg::Request& req, const reg::Params& params) const {
+  if (const auto c = reg::constraint_for(req, params.constraint()))
+    c->compile(req.tokenizer.get(), models_.target.model->config().n_vocab, req.stop.eos_ids);
+}
+
 json CellRunner::validity(const reg::Request& req, const reg::Params& params, const reg::Result& r) const {
   const auto constraint = reg::constraint_for(req, params.constraint());
   if (!cfg_.checks.valid || !constraint) return nullptr;
@@ -154,6 +159,7 @@ void CellRunner::converse(reg::Strategy& s, const reg::Params& params, const std
     if (n_turns > 1) what += " turn " + std::to_string(k + 1) + "/" + std::to_string(n_turns);
     what += " repeat " + std::to_string(repeat + 1) + "/" + std::to_string(cfg_.repeats);
     const reg::Request req = request(*p.item, ids, seed, cfg_.max_new_tokens, role == "candidate");
+    compile_constraint(req, params);
     const Timed t = generate(s, req, what);
     samples.push_back(sample_line(cell_key, role, p, repeat, seed, t));
     if (json v = validity(req, params, t.result); !v.is_null()) samples.back()["valid"] = v;
@@ -195,6 +201,8 @@ void CellRunner::measure_batch(reg::Strategy& s, const PlannedCell& pc, const st
   for (size_t i = 0; i < prompts_.size(); ++i)
     reqs.push_back(request(*prompts_[i].item, prompts_[i].tokens, measure_seed(cfg_.seed, repeat, i),
                            cfg_.max_new_tokens, role == "candidate"));
+  const reg::Params& params = role == "candidate" ? pc.resolved : pc.baseline_params;
+  for (const reg::Request& req : reqs) compile_constraint(req, params);
   Stopwatch clock;
   const std::vector<Timed> runs = generate_many(s, reqs, pc.batch_size,
                                                 role + " repeat " + std::to_string(repeat + 1) + "/" +
@@ -205,7 +213,6 @@ void CellRunner::measure_batch(reg::Strategy& s, const PlannedCell& pc, const st
     samples.push_back(sample_line(pc.cell.key, role, prompts_[i], repeat, reqs[i].seed, runs[i]));
     samples.back()["batch_size"] = pc.batch_size;
     samples.back()["batch_wall_ms"] = batch_wall_ms;  // the repeat's throughput is over this (SideFigures)
-    const reg::Params& params = role == "candidate" ? pc.resolved : pc.baseline_params;
     if (json v = validity(reqs[i], params, runs[i].result); !v.is_null()) samples.back()["valid"] = v;
   }
 }

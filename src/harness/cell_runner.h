@@ -57,6 +57,9 @@ class CellRunner {
   // sets one. candidate: a request of the checked strategy (it verifies through planted_ when set).
   strategies::Request request(const PromptItem& item, const Tokens& prompt, uint64_t seed, int64_t max_new,
                               bool candidate = false) const;
+  // The request's grammar compiled (once per constraint: a process-wide cache) before its clock
+  // starts, so that no timed generation pays for it, the baseline's as little as the candidate's.
+  void compile_constraint(const strategies::Request& req, const strategies::Params& params) const;
   // checks.valid: the "valid" field of a measured generation's samples line (Constraint::matches)
   // when its request decoded under a constraint (the request's own, or the strategy's from
   // `params`); null otherwise.

@@ -84,8 +84,9 @@ struct Constraint::Impl {
 
 namespace {
 // Compiled grammars, process-wide: one per (constraint, tokenizer, logits width, end ids), so
-// that the strategies a run creates for the same constraint compile it once. The oldest goes
-// beyond k_cache_size.
+// that the strategies a run creates for the same constraint compile it once. The least recently
+// used goes beyond k_cache_size (a run over more prompt schemas than that, cell after cell,
+// would otherwise compile every one of them again in each cell).
 struct CacheEntry {
   std::string constraint;  // key + '\0' + source
   const tokenizer::Tokenizer* tok;
@@ -266,10 +267,11 @@ void ConstraintState::Impl::compile(int64_t n_vocab) {
     fp += "|" + tok->token_bytes(static_cast<TokenId>(i));
   const std::string name = c.key + '\0' + c.source;
   std::lock_guard<std::mutex> lock(g_cache_mu);  // one compile at a time (it uses 2 threads itself)
-  for (const auto& e : g_cache)
-    if (e.constraint == name && e.tok == tok && e.fingerprint == fp && e.n_vocab == n_vocab &&
-        e.stop_ids == stop_ids) {
-      compiled = e.compiled;
+  for (auto e = g_cache.begin(); e != g_cache.end(); ++e)
+    if (e->constraint == name && e->tok == tok && e->fingerprint == fp && e->n_vocab == n_vocab &&
+        e->stop_ids == stop_ids) {
+      compiled = e->compiled;
+      std::rotate(e, e + 1, g_cache.end());  // the most recently used last
       return;
     }
   const int64_t n_tok = tok->vocab_size();
@@ -367,6 +369,10 @@ std::shared_ptr<ConstraintState> Constraint::start(const tokenizer::Tokenizer* t
            "to end it with (neither the request nor the tokenizer names one)");
   s->prompt_len = prompt.size();
   return std::make_shared<ConstraintState>(std::move(s));
+}
+
+void Constraint::compile(const tokenizer::Tokenizer* tok, int64_t n_vocab, const std::vector<TokenId>& eos_ids) const {
+  start(tok, {}, eos_ids)->impl_->start_matcher(n_vocab);
 }
 
 bool Constraint::matches(const tokenizer::Tokenizer* tok, int64_t n_vocab, const Tokens& output,

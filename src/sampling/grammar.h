@@ -65,6 +65,11 @@ class Constraint {
   // are never admitted).
   std::shared_ptr<ConstraintState> start(const tokenizer::Tokenizer* tok, const Tokens& prompt,
                                          const std::vector<TokenId>& eos_ids) const;
+  // Compiles the grammar for this tokenizer, logits width and end ids now, into the process-wide
+  // cache that mask() reads, so that a timed generation does not pay for it (the harness calls
+  // it before each generation's clock starts: otherwise whichever ran first on a prompt, usually
+  // the baseline, paid ~10 ms a token for SmolLM2's JSON schemas).
+  void compile(const tokenizer::Tokenizer* tok, int64_t n_vocab, const std::vector<TokenId>& eos_ids) const;
   // Whether `output` (the tokens generated after a prompt) is a whole string of the language:
   // every token admitted in turn and the grammar complete at the end (an end id may close it).
   // A structure cut off (max_new_tokens) is not. n_vocab: the logits' width, as for mask().
