@@ -7,6 +7,11 @@
 //  - every registered drafter that needs no draft model (the example `repeat_last`, `suffix`,
 //    `ngram`, ...) and `model` with the model as its own draft: greedy speculative decoding
 //    prints the tokens of greedy decoding.
+// Heavy (~50 s of CLI processes on SmolLM2; the fast tier's real-model CLI test is
+// test_cli_harness): the same runs on a crafted tiny GGUF are in tests/unit/test_bad_inputs.cpp
+// (annealed and repeat_last through build/specdec_with_examples, repeat_last, suffix and ngram
+// printing greedy's tokens), the registries' side in tests/unit/test_strategies_example.cpp.
+// ctest-heavy: *
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -12,10 +12,13 @@
 //    they draft tokens the target accepts there, so rejections land where q overlaps p and the
 //    residual (the planted bug's target) matters.
 // ctest-heavy: *
-// Two heavy entries, each training the heads for itself and each a shard of its own (as one entry
-// it took ~6 min, the longest shard): the law checks (~3 min after the training) are
-// test_harness_trained_drafters_smollm2_law, the rest keeps the file's name.
-// ctest-heavy-part: law Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/*:Kind/TrainedDrafterHeavy.APlantedResidualBugFailsTheLawCheck/*
+// Three heavy entries, each training the heads for itself and each a shard of its own (as one entry
+// it took ~6 min on an AMD EPYC, the longest shard; the law checks alone ~10 min on a 2.0 GHz
+// Intel Xeon, where the training takes ~4.5 min of each entry): the EAGLE chain's law check and
+// the planted bug are test_harness_trained_drafters_smollm2_law, the tree's and Medusa's law
+// checks test_harness_trained_drafters_smollm2_law_trees, the rest keeps the file's name.
+// ctest-heavy-part: law Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/eagle:Kind/TrainedDrafterHeavy.APlantedResidualBugFailsTheLawCheck/*
+// ctest-heavy-part: law_trees Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/eagle_tree:Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/medusa_static
 #include "tests/support/smollm2.h"
 #include "tests/support/trained_drafters_cases.h"
 

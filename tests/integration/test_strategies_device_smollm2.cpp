@@ -11,9 +11,12 @@
 //    its q reaches the target's kernel on the target's device (needs CUDA on both params);
 //  - the repetition penalty on the device at SmolLM2's vocabulary width.
 // Tiers: the fast tier keeps one real-model test, GreedySpeculativeEqualsGreedyForChainsAndTrees
-// (cpu_graphs; cuda where there is one); every other test runs in the heavy tier (the entry
-// test_strategies_device_smollm2_heavy). A test added to the shared header lands in the fast tier
-// here until the filter below names it.
+// (cpu_graphs; cuda where there is one); every other test runs in the heavy tier. A test added
+// to the shared header lands in the fast tier here until the filter below names it. The heavy
+// tests are two entries, in two shards (~7-8 min as one on a 2-core Intel Xeon at 2.0 GHz): those
+// on cpu_graphs are test_strategies_device_smollm2_graphs, the rest (cpu, and cuda where there is
+// one) test_strategies_device_smollm2_heavy.
+// ctest-heavy-part: graphs */OnDevice.GreedyEqualsThePackedCpuEngine/cpu_graphs:*/OnDevice.BatchesGiveEachRequestItsBatch1Tokens/cpu_graphs:*/OnDevice.SeededSpeculativeSamplingIsReproducible/cpu_graphs:*/OnDevice.HostReadsPerStepAndRound/cpu_graphs:*/OnDevice.TrainedHeadsDraftWhereTheTargetIsWithOneReadARound/cpu_graphs:*/OnDevice.ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice/cpu_graphs:*/OnDevice.RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit/cpu_graphs
 // ctest-heavy: */OnDevice.GreedyEqualsThePackedCpuEngine/*:*/OnDevice.BatchesGiveEachRequestItsBatch1Tokens/*:*/OnDevice.SeededSpeculativeSamplingIsReproducible/*:*/OnDevice.HostReadsPerStepAndRound/*:*/OnDevice.TrainedHeadsDraftWhereTheTargetIsWithOneReadARound/*:*/OnDevice.ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice/*:*/OnDevice.RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit/*
 #include <string>
 #include <vector>

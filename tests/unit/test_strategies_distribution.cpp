@@ -4,7 +4,9 @@
 // with the target's exact processed distribution by a chi-square test at p = 0.001 (Boost.Math,
 // tests/support/spec_distribution.h).
 // Power: N = 20000 samples; the same test must reject (a) 2%-total-variation perturbations of
-// the exact distribution and (b) speculative sampling with a broken residual.
+// the exact distribution and (b) speculative sampling with a broken residual. Under the
+// sanitizers the law check itself draws a fifth of N (tests/support/sanitizer.h); (a) and (b)
+// keep their counts.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -15,6 +17,7 @@
 #include "model/tiny.h"
 #include "strategies/common.h"
 #include "strategies/registry.h"
+#include "tests/support/sanitizer.h"
 #include "tests/support/spec_distribution.h"
 
 using namespace specdec;
@@ -63,7 +66,8 @@ TEST(Distribution, SpeculativeSamplingMatchesTheProcessedTarget) {
   req.stop.max_new_tokens = 3;
   std::map<Triple, int64_t> counts;
   int64_t n_drafted = 0, n_accepted = 0;
-  for (int64_t i = 0; i < kSamples; ++i) {
+  const int64_t n = test_support::sanitizer_scaled(kSamples, 5);
+  for (int64_t i = 0; i < n; ++i) {
     req.seed = 1000 + uint64_t(i);
     const Result r = strategy->generate(req, {});
     ASSERT_EQ(r.tokens.size(), 3u);
@@ -75,7 +79,7 @@ TEST(Distribution, SpeculativeSamplingMatchesTheProcessedTarget) {
   std::printf("  alpha = %.3f over %lld drafted\n", alpha, (long long)n_drafted);
   EXPECT_GT(alpha, 0.2);  // both accept and reject paths are exercised
   EXPECT_LT(alpha, 0.95);
-  EXPECT_GT(chi_square_p(exact, counts, kSamples), kPValue);
+  EXPECT_GT(chi_square_p(exact, counts, n), kPValue);
 }
 
 // The test has power: 2% total-variation shifts of the exact distribution are rejected.
