@@ -12,11 +12,11 @@
 //    they draft tokens the target accepts there, so rejections land where q overlaps p and the
 //    residual (the planted bug's target) matters.
 // ctest-heavy: *
-// Three heavy entries, each training the heads for itself and each a shard of its own (as one entry
-// it took ~6 min on an AMD EPYC, the longest shard; the law checks alone ~10 min on a 2.0 GHz
-// Intel Xeon, where the training takes ~4.5 min of each entry): the EAGLE chain's law check and
-// the planted bug are test_harness_trained_drafters_smollm2_law, the tree's and Medusa's law
-// checks test_harness_trained_drafters_smollm2_law_trees, the rest keeps the file's name.
+// Three heavy entries, each training the heads for itself and each in a shard of its own (as one
+// entry the file took ~6 min on an AMD EPYC; its law checks alone took ~10 min on a 2.0 GHz Intel
+// Xeon, 4.5 and 6 min there as the two entries below): the EAGLE chain's law check and the
+// planted bug are test_harness_trained_drafters_smollm2_law, the tree's and Medusa's law checks
+// test_harness_trained_drafters_smollm2_law_trees, the rest keeps the file's name.
 // ctest-heavy-part: law Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/eagle:Kind/TrainedDrafterHeavy.APlantedResidualBugFailsTheLawCheck/*
 // ctest-heavy-part: law_trees Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/eagle_tree:Kind/TrainedDrafterHeavy.SamplingFollowsTheExactProcessedLaw/medusa_static
 #include "tests/support/smollm2.h"
