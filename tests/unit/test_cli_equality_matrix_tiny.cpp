@@ -15,10 +15,10 @@
 // (tests/support/sanitizer.h; a process start there costs ~2.5 s, most of it LibTorch's) each
 // drafter runs once, its set and verify mode rotated so that every set still meets both modes:
 // the ASan + UBSan stage walks each drafter's path for memory errors, and the main build runs
-// the whole rotation. Measured 2026-12-01: ~19 s on 2 cores; all 40 runs rejected some drafts; with the penalty applied to a tree's rows as if
-// they were a chain (the bug the SmolLM2 file's first prompt once caught) the tree drafter's
-// repetition-penalty run leaves greedy's text at the 7th token, and with block verification not
-// reduced to greedy at T = 0 the first block run fails.
+// the whole rotation. Measured 2026-12-01: ~19 s on 2 cores; all 40 runs rejected some drafts;
+// with the penalty applied to a tree's rows as if they were a chain (the bug the SmolLM2 file's
+// first prompt once caught) the tree drafter's repetition-penalty run leaves greedy's text at the
+// 7th token, and with block verification not reduced to greedy at T = 0 the first block run fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
