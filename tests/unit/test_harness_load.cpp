@@ -199,7 +199,13 @@ TEST(HarnessLoad, SeesABusyChildProcess) {
   ASSERT_TRUE(busy.known());
   std::printf("quiet: %.2f foreign cores; busy child: %.2f foreign cores (child used %.2f CPU-s in %.2f s)\n",
               quiet.foreign_cores, busy.foreign_cores, child_cpu, busy.wall_s);
-  EXPECT_GT(busy.foreign_cores, 0.5);
+  // A shared host may give the spinning child well under a core (0.3 of one in a CI run on a
+  // 2-core VM, 2026-12-03): the monitor must then read what the child got, not half a core.
+  const double child_cores = child_before >= 0 ? child_cpu / busy.wall_s : 1.0;
+  if (child_cores >= 0.6)
+    EXPECT_GT(busy.foreign_cores, 0.5);
+  else
+    std::printf("the child got %.2f of a core: the half-core bound is not checked\n", child_cores);
   // The child's own CPU time is inside the foreign time, whatever else the machine runs.
   if (child_before >= 0) EXPECT_GE(busy.foreign_cpu_s + busy.resolution_cores * busy.wall_s, 0.9 * child_cpu);
   // Quiet < busy holds when the child has at least half a core to take; if other processes
