@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Configure and build specdec into build/ (Release, Ninja). Extra arguments go to cmake, e.g.
 #   scripts/build.sh -DTorch_DIR=/path/to/libtorch/share/cmake/Torch -DSPECDEC_CUDA=OFF
-#   scripts/build.sh --sanitize   # ASan + UBSan build in build-asan/ with clang (the CLI and the unit
-#                                 # tests only), then runs the `unit` label there
+#   scripts/build.sh --sanitize   # ASan + UBSan build in build-asan/ with clang (the CLI, the unit
+#                                 # tests and the fuzzers), then runs the `unit` label there, then
+#                                 # the fuzzers (`fuzz`, a fixed time each)
 #   SPECDEC_TARGETS="specdec" scripts/build.sh   # only these targets (the quickstart builds the CLI)
 # With ccache installed (scripts/setup.sh) every compile goes through it, with paths taken
 # relative to the checkout (CCACHE_BASEDIR), so that a clone at another path hits the same
@@ -59,12 +60,14 @@ if [ "${1:-}" = "--sanitize" ]; then
   fi
   configure build-asan "${CLANG[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
         -DSPECDEC_SANITIZE=ON -DSPECDEC_CUDA=OFF -DSPECDEC_PYTHON=OFF "$@"
-  cmake --build build-asan -j "$JOBS" --target unit_tests  # the CLI and the unit tests
+  cmake --build build-asan -j "$JOBS" --target unit_tests  # the CLI, the unit tests, the fuzzers
   # Any report (overflow, use after free, leak, undefined behaviour) fails the test.
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
   # The fast tier's unit tests (the heavy ones run in the main build's shards), two at a time.
-  exec ctest --test-dir build-asan --output-on-failure -L unit -LE 'heavy|slow' -j "$JOBS"
+  ctest --test-dir build-asan --output-on-failure -L unit -LE 'heavy|slow' -j "$JOBS"
+  # The fuzzers run for a fixed wall time each, one process apiece: two at a time.
+  exec ctest --test-dir build-asan --output-on-failure -L fuzz -j "$JOBS"
 fi
 configure build -DCMAKE_BUILD_TYPE=Release "$@"
 read -ra targets <<< "${SPECDEC_TARGETS:-all}"

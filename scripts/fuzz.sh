@@ -4,15 +4,15 @@
 # executions, speed, final coverage (cov: edges, ft: features), corpus size and crashes.
 #   scripts/fuzz.sh                      # all six targets, 1,000,000 executions each
 #   scripts/fuzz.sh --runs 50000 bpe     # some targets, fewer executions
-# Needs the fuzzers built (scripts/build.sh builds them when clang++ is installed).
-# Everything goes to build/fuzz/campaign/<target>/: corpus/, artifacts/ (crash-*, timeout-*,
+# Needs the fuzzers built (scripts/build.sh --sanitize builds them, with clang++).
+# Everything goes to build-asan/fuzz/campaign/<target>/: corpus/, artifacts/ (crash-*, timeout-*,
 # oom-* inputs), log. Exit code 1 when any target crashed. One worker per target: the machine
 # is shared; no -jobs/-workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 runs=1000000
-build=build
+build=build-asan
 targets=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -33,7 +33,7 @@ dict_of() {
 
 for t in "${targets[@]}"; do
   if [ ! -x "$build/fuzz/fuzz_$t" ]; then
-    echo "fuzz.sh: $build/fuzz/fuzz_$t not built (needs clang++; run scripts/build.sh)" >&2
+    echo "fuzz.sh: $build/fuzz/fuzz_$t not built (needs clang++; run scripts/build.sh --sanitize)" >&2
     exit 2
   fi
 done

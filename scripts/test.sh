@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is needed, builds, fetches the small real model and
 # runs the fast tier of the tests. CI (.ci/run) calls exactly this, then one heavy shard.
-#   scripts/test.sh                  # the fast tier: every test but those labelled heavy, slow
-#                                    # or fuzz, then the fuzzers (a fixed time each)
+#   scripts/test.sh                  # the fast tier: every test but those labelled heavy or
+#                                    # slow (the fuzzers run in the sanitizer build: build.sh)
 #   scripts/test.sh --heavy          # the heavy tier: real-model training, full-power law
 #                                    # checks, the full matrices (tests/heavy_shards.txt)
 #   scripts/test.sh --heavy-shard K  # one shard of it (K = 0.., or auto: the next in turn,
@@ -50,9 +50,7 @@ case $mode in
   fast)
     # Two at a time (SPECDEC_JOBS): most entries are short or wait on a process they start; the
     # ones that time themselves or read the load run alone (RUN_SERIAL, tests/CMakeLists.txt).
-    ctest --test-dir build --output-on-failure -LE 'heavy|slow|fuzz' -j "${SPECDEC_JOBS:-$(nproc)}"
-    # The fuzzers run for a fixed wall time each, one process apiece: two at a time.
-    exec ctest --test-dir build --output-on-failure -L fuzz -j "${SPECDEC_JOBS:-$(nproc)}" ;;
+    exec ctest --test-dir build --output-on-failure -LE 'heavy|slow' -j "${SPECDEC_JOBS:-$(nproc)}" ;;
   --heavy)
     # Two at a time as well: none of the heavy entries reads the load or times itself.
     check_shards

@@ -21,7 +21,7 @@ using specdec::testing_support::binary_dir;
 
 namespace fs = std::filesystem;
 
-namespace {
+namespace test_bad_inputs_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kBin = binary_dir() + "/specdec";
 
@@ -154,4 +154,4 @@ TEST_F(BadInputsSmolLM2, RunWritesOnlyBelowItsResultsRoot) {
   EXPECT_TRUE(fs::exists(root / "mini"));
 }
 
-}  // namespace
+}  // namespace test_bad_inputs_smollm2

@@ -21,7 +21,7 @@
 #include "tests/support/paths.h"
 #include "tests/support/smollm2.h"
 
-namespace {
+namespace test_cli_equality_matrix_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 using namespace specdec::testing_support;
 
@@ -55,4 +55,4 @@ TEST(CliEqualityMatrix, EveryDrafterAndProcessorSetEqualsGreedyInBothVerifyModes
   EXPECT_GT(rejected, runs / 2) << "most runs should reject some drafts (rollback tested)";
 }
 
-}  // namespace
+}  // namespace test_cli_equality_matrix_smollm2

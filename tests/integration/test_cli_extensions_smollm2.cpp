@@ -30,7 +30,7 @@
 using specdec::testing_support::binary_dir;
 using specdec::testing_support::source_dir;
 
-namespace {
+namespace test_cli_extensions_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 using specdec::testing_support::smollm2;
 
@@ -116,4 +116,4 @@ TEST_F(CliExtensions, RequantisedDraftKeepsGreedyOutput) {
   EXPECT_NE(bad.text.find("q4_1"), std::string::npos) << bad.text;
 }
 
-}  // namespace
+}  // namespace test_cli_extensions_smollm2

@@ -29,7 +29,7 @@ using specdec::testing_support::source_dir;
 namespace fs = std::filesystem;
 extern char** environ;
 
-namespace {
+namespace test_cli_harness {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kBin = binary_dir() + "/specdec";
 const std::string kTiny = source_dir() + "/experiments/tiny_ci.yaml";
@@ -114,8 +114,6 @@ void expect_complete_without_duplicates(const fs::path& out, size_t n_cells) {
     EXPECT_EQ(n_cand, 2u) << k;  // 2 prompts x 1 repeat
   }
 }
-
-}  // namespace
 
 TEST(CliHarness, HelpOnEveryCommand) {
   for (const char* cmd :
@@ -369,3 +367,5 @@ TEST(CliHarness, ModelsListsCatalog) {
   EXPECT_NE(o.text.find("smollm2-135m"), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("tiny-llama"), std::string::npos) << o.text;
 }
+
+}  // namespace test_cli_harness

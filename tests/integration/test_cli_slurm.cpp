@@ -31,7 +31,7 @@ using specdec::testing_support::source_dir;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
+namespace test_cli_slurm {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kBin = binary_dir() + "/specdec";
 const std::string kTiny = source_dir() + "/experiments/tiny_ci.yaml";
@@ -154,8 +154,6 @@ std::string CliSlurm::skip_;
 bool CliSlurm::started_ = false;
 fs::path CliSlurm::local_;
 
-}  // namespace
-
 TEST_F(CliSlurm, ArrayOfFourThenMergeEqualsLocalRun) {
   const fs::path out = temp("array");
   const Output o = run_specdec("run " + kTiny + " --executor slurm --slurm-shards 4 --slurm-opt time=00:10:00 --out " +
@@ -266,3 +264,5 @@ TEST_F(CliSlurm, BadSlurmInputExitsOne) {
   const Output m = run_specdec("merge " + source_dir());
   EXPECT_EQ(m.code, 1) << m.text;
 }
+
+}  // namespace test_cli_slurm

@@ -19,7 +19,7 @@
 #include "tests/support/cli_train_drafter_cases.h"
 #include "tests/support/paths.h"
 
-namespace {
+namespace test_cli_train_drafter_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 using namespace specdec::testing_support;
 
@@ -68,4 +68,4 @@ TEST_F(TrainDrafterCli, TrainOnUsesTheFirstStoredSequencesOnly) {
 
 TEST_F(TrainDrafterCli, BadOptionsAndKeysAreNamedErrors) { expect_bad_options_and_keys_are_named_errors(target()); }
 
-}  // namespace
+}  // namespace test_cli_train_drafter_smollm2

@@ -32,7 +32,7 @@ using namespace specdec;
 using namespace specdec::strategies;
 using nlohmann::json;
 
-namespace {
+namespace test_harness_trace_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string& kModel = specdec::testing_support::kSmolLM2;
 using specdec::testing_support::smollm2;
@@ -273,8 +273,6 @@ TEST(TracePage, EmbeddedJsonCannotEndItsScriptBlock) {
   EXPECT_THROW(harness::trace_json_path(tmp + "/no_such_folder/t.html"), Error);
 }
 
-}  // namespace
-
 // strategies[i].trace in an experiment: traces/<cell>.html and .json in the run folder, a
 // generation of the first prompt with the seed of the first measured repeat, so at T > 0 its
 // tokens equal that measured sample's; only the traced entry's cells get one.
@@ -342,3 +340,5 @@ checks: {greedy_equality: false, first_token: false, sequence: false}
   }
   fs::remove_all(out);
 }
+
+}  // namespace test_harness_trace_smollm2

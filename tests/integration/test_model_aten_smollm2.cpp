@@ -26,7 +26,7 @@ using specdec::testing_support::source_dir;
 using namespace specdec;
 using namespace specdec::model;
 
-namespace {
+namespace test_model_aten_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 // "def fibonacci(n):" and a few more ids: any in-vocabulary prefix will do.
@@ -330,4 +330,4 @@ TEST_P(SmolLM2Aten, Bf16WeightsStayCloseToFloat32) {
 INSTANTIATE_TEST_SUITE_P(Graphs, SmolLM2Aten, ::testing::Values("off", "on"),
                          [](const auto& info) { return "graphs_" + std::string(info.param); });
 
-}  // namespace
+}  // namespace test_model_aten_smollm2

@@ -25,7 +25,7 @@ using specdec::testing_support::source_dir;
 using namespace specdec;
 using namespace specdec::model;
 
-namespace {
+namespace test_model_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 const std::string kFixture = source_dir() + "/tests/fixtures/model/smollm2.json";
@@ -68,8 +68,6 @@ class SmolLM2 : public ::testing::Test {
   static inline nlohmann::json fixture_;
   static inline double load_seconds_ = 0;
 };
-
-}  // namespace
 
 TEST_F(SmolLM2, ConfigComesFromTheGgufMetadata) {
   const ModelConfig& c = model_->config();
@@ -231,3 +229,5 @@ TEST_F(SmolLM2, LoadGivesModelAndTokenizer) {
   spec.path = source_dir() + "/models/does-not-exist.gguf";
   EXPECT_THROW(load(spec), Error);
 }
+
+}  // namespace test_model_smollm2

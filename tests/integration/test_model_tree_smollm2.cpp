@@ -20,7 +20,7 @@ using specdec::testing_support::source_dir;
 using namespace specdec;
 using namespace specdec::model;
 
-namespace {
+namespace test_model_tree_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 // "def fibonacci(n):" and a few more ids: any in-vocabulary prefix will do.
@@ -260,10 +260,6 @@ TEST_F(SmolLM2Tree, BadOptionsAreNamedErrors) {
   expect_error(o, "positions[1] = -1");
 }
 
-}  // namespace
-
-namespace {
-
 // A drafter grows its tree level by level: feeding the nodes in two forwards (the second
 // with tree_cached = the first's node count) gives the same rows as one forward of the tree.
 TEST_F(SmolLM2Tree, GrowingATreeOverTwoForwardsEqualsOneForward) {
@@ -286,4 +282,4 @@ TEST_F(SmolLM2Tree, GrowingATreeOverTwoForwardsEqualsOneForward) {
   EXPECT_THROW(model_->forward(ids_tensor({tokens.begin() + 4, tokens.end()}), {P + 4}, twice, second), Error);
 }
 
-}  // namespace
+}  // namespace test_model_tree_smollm2

@@ -28,7 +28,7 @@
 
 using specdec::testing_support::source_dir;
 
-namespace {
+namespace test_strategies_device_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 
@@ -51,9 +51,11 @@ model::LoadedModel load_smollm2(const std::string& device, const std::string& en
   return model::load(spec);
 }
 
-}  // namespace
+}  // namespace test_strategies_device_smollm2
 
+// Declared by strategies_device_cases.h, outside this file's namespace.
 const specdec::testing_support::DeviceTarget& dut() {
+  using namespace test_strategies_device_smollm2;
   static const specdec::testing_support::DeviceTarget t = [] {
     specdec::testing_support::DeviceTarget t;
     t.name = "smollm2-135m";
@@ -72,7 +74,7 @@ const specdec::testing_support::DeviceTarget& dut() {
   return t;
 }
 
-namespace {
+namespace test_strategies_device_smollm2 {
 
 TEST_P(OnDevice, ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice) {
   // q lives where the draft model runs; verification reads it on the target's device. Before
@@ -129,4 +131,4 @@ TEST_P(OnDevice, RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cpu_graphs", "cuda"),
                          [](const auto& info) { return info.param; });
 
-}  // namespace
+}  // namespace test_strategies_device_smollm2

@@ -36,7 +36,7 @@ using namespace specdec::strategies;
 namespace ts = specdec::test_support;
 using specdec::testing_support::smollm2;
 
-namespace {
+namespace test_strategies_law_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 constexpr int64_t kSamples = 600;     // per verification path (CI-sized; see the power above)
 constexpr int64_t kBugSamples = 150;  // the planted bug's effect is large
@@ -157,4 +157,4 @@ TEST_P(SmolLM2LawPath, APlantedResidualBugFails) {
 INSTANTIATE_TEST_SUITE_P(Verify, SmolLM2LawPath, ::testing::Values("chain", "block", "tree"),
                          [](const auto& info) { return info.param; });
 
-}  // namespace
+}  // namespace test_strategies_law_smollm2

@@ -23,7 +23,7 @@ using specdec::testing_support::source_dir;
 using namespace specdec;
 using namespace specdec::strategies;
 
-namespace {
+namespace test_strategies_smollm2 {  // this file's own names (its tests compile in a batch with others)
 
 const std::string& kModel = specdec::testing_support::kSmolLM2;
 using specdec::testing_support::smollm2;
@@ -202,4 +202,4 @@ TEST_F(SmolLM2, GreedySpeculativeEqualsGreedyWithEveryDrafter) {
   EXPECT_GT(rejected, 0);
 }
 
-}  // namespace
+}  // namespace test_strategies_smollm2

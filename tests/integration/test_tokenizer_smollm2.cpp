@@ -24,10 +24,10 @@ namespace specdec::tokenizer {
 namespace {
 
 const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
-const std::string kFixture = source_dir() + "/tests/fixtures/tokenizer/smollm2.json";
+const std::string kSmolLM2Fixture = source_dir() + "/tests/fixtures/tokenizer/smollm2.json";
 
 nlohmann::json load_fixture() {
-  std::ifstream in(kFixture);
+  std::ifstream in(kSmolLM2Fixture);
   std::stringstream ss;
   ss << in.rdbuf();
   return nlohmann::json::parse(ss.str());

@@ -32,7 +32,7 @@
 #include "tests/support/command.h"
 #include "tests/support/tiny_gguf.h"
 
-namespace {
+namespace test_cli_train_drafter_tiny {  // this file's own names (its tests compile in a batch with others)
 
 namespace fs = std::filesystem;
 using namespace specdec::testing_support;
@@ -158,4 +158,4 @@ TEST_F(TrainDrafterCliTiny, TrainOnUsesTheFirstStoredSequencesOnly) {
 
 TEST_F(TrainDrafterCliTiny, BadOptionsAndKeysAreNamedErrors) { expect_bad_options_and_keys_are_named_errors(target()); }
 
-}  // namespace
+}  // namespace test_cli_train_drafter_tiny

@@ -15,7 +15,7 @@ using namespace specdec;
 using namespace specdec::harness;
 namespace fs = std::filesystem;
 
-namespace {
+namespace test_harness_results {  // this file's own names (its tests compile in a batch with others)
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("specdec_test_" + name);
@@ -100,8 +100,6 @@ CellMetrics make_cell(const std::string& label, const std::string& gamma, double
   m.load = quiet_load();
   return m;
 }
-
-}  // namespace
 
 TEST(HarnessResults, CellJsonRoundTrip) {
   const auto m = make_cell("spec", "4", 1.7);
@@ -303,3 +301,5 @@ TEST(HarnessResults, CompareRuns) {
   fs::remove_all(a);
   fs::remove_all(b);
 }
+
+}  // namespace test_harness_results

@@ -21,7 +21,7 @@ using nlohmann::json;
 using specdec::io::SafetensorsFile;
 using specdec::io::SafetensorsModel;
 
-namespace {
+namespace test_io_safetensors {  // this file's own names (its tests compile in a batch with others)
 
 struct Entry {
   std::string name, dtype;
@@ -90,8 +90,6 @@ std::string parse_error(const std::vector<uint8_t>& bytes, size_t n, const std::
   }
   return "";
 }
-
-}  // namespace
 
 TEST(IoSafetensors, SingleFileDtypes) {
   const std::string path = temp_path("single.safetensors");
@@ -242,3 +240,5 @@ TEST(IoSafetensors, BadHeaderLengthAndJson) {
   }
   std::remove(path.c_str());
 }
+
+}  // namespace test_io_safetensors

@@ -33,7 +33,7 @@
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
 
-namespace {
+namespace test_kernels_tree_stats {  // this file's own names (its tests compile in a batch with others)
 
 namespace ts = specdec::test_support;
 using ts::draw;
@@ -178,8 +178,6 @@ void verify_with_shared_uniform(const sk::TreeVerifyArgs& a) {
   sk::verify_tree_cpu(c);
 }
 
-}  // namespace
-
 class TreePreservesTarget
     : public ::testing::TestWithParam<std::tuple<int64_t, std::vector<int>, sk::VerifyMode, uint64_t>> {};
 
@@ -232,3 +230,5 @@ TEST(KernelsTreeStats, DependentSiblingsBreakLosslessness) {
   EXPECT_FALSE(v.passed);
   EXPECT_LT(std::min(v.p_first, v.p_pair), 1e-6);
 }
+
+}  // namespace test_kernels_tree_stats

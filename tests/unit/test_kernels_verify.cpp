@@ -17,7 +17,7 @@
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
 
-namespace {
+namespace test_kernels_verify {  // this file's own names (its tests compile in a batch with others)
 
 // Owns the buffers of one verify call.
 struct Case {
@@ -56,8 +56,6 @@ Case one_row(sk::VerifyMode mode, int64_t gamma, int64_t vocab, std::vector<int3
 
 using V = std::vector<float>;
 using T = std::vector<int32_t>;
-
-}  // namespace
 
 // ---- sampling mode, hand-computed ---------------------------------------------------------
 
@@ -291,7 +289,6 @@ TEST(KernelsVerify, SamplerIsExactInverseCdfOverLaneOrder) {
 
 // ---- the CPU code is the GPU code ----------------------------------------------------------
 
-namespace {
 // Emulates GpuRowOps on the host: one lane_mass / lane_argmax per "thread", then the same
 // serial pick and tree merge the kernel does.
 struct LaneOps {
@@ -316,7 +313,6 @@ struct LaneOps {
     return math::lane_total(lanes);
   }
 };
-}  // namespace
 
 TEST(KernelsVerify, CpuSweepIsBitIdenticalToPerLaneSums) {
   specdec::Rng rng(3);
@@ -445,7 +441,6 @@ TEST(KernelsVerify, SameUniformsSameOutputBatchParallel) {
 
 // ---- bad input -----------------------------------------------------------------------------
 
-namespace {
 std::string error_of(Case& c) {
   try {
     c.run();
@@ -454,7 +449,6 @@ std::string error_of(Case& c) {
   }
   return "(no error)";
 }
-}  // namespace
 
 TEST(KernelsVerify, BadInputComesBackThroughTheOutputsAsOnCuda) {
   // Two sequences, the second with a draft token outside [0, V) at position 1: the good one is
@@ -534,7 +528,6 @@ TEST(KernelsVerify, BadInputNamesTheEntry) {
 
 // ---- token choice (pick_cpu; pick_cuda runs the same row ops: test_kernels_cuda) -------------
 
-namespace {
 std::vector<int64_t> pick(const std::vector<float>& scores, int64_t vocab, const std::vector<double>& u = {}) {
   sk::PickArgs a;
   a.rows = static_cast<int64_t>(scores.size()) / vocab;
@@ -546,7 +539,6 @@ std::vector<int64_t> pick(const std::vector<float>& scores, int64_t vocab, const
   sk::pick_cpu(a);
   return out;
 }
-}  // namespace
 
 TEST(KernelsPick, ArgmaxTakesTheLowestIdOfATieAndRanksNaNLast) {
   const float nan = std::nanf("");
@@ -606,3 +598,5 @@ TEST(KernelsPick, ARowWithoutMassIsMinusOneAndBadArgumentsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("scores [rows, V]"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace test_kernels_verify

@@ -31,7 +31,7 @@ Request tiny_request(uint64_t target_seed, int64_t max_new) {
   return r;
 }
 
-Params P(std::map<std::string, std::string> values) { return Params(std::move(values)); }
+using test_support::P;
 
 Result run(const std::string& name, const Params& p, const Request& req, const TokenCallback& cb = {}) {
   return create(name, p)->generate(req, cb);

@@ -20,7 +20,7 @@
 using namespace specdec;
 using namespace specdec::strategies;
 
-namespace {
+namespace test_strategies_drafters {  // this file's own names (its tests compile in a batch with others)
 
 using test_support::error_of;
 using test_support::P;
@@ -500,4 +500,4 @@ TEST(SpeculativeDrafters, SuffixTreeModeKeepsGreedyOutput) {
   }
 }
 
-}  // namespace
+}  // namespace test_strategies_drafters

@@ -17,7 +17,7 @@ using namespace specdec::strategies;
 namespace ts = specdec::test_support;
 using ts::Triple;
 
-namespace {
+namespace test_strategies_drafters_distribution {  // this file's own names (its tests compile in a batch with others)
 
 constexpr int64_t kSamples = ts::sanitizer_scaled(12000, 4);
 constexpr double kPValue = 1e-3;
@@ -132,4 +132,4 @@ TEST(DrafterDistribution, LookaheadWindowAndNgramsVerifiedTokensOnly) {
   EXPECT_GT(o.tau, 1.2);
 }
 
-}  // namespace
+}  // namespace test_strategies_drafters_distribution

@@ -19,7 +19,7 @@
 using namespace specdec;
 using namespace specdec::strategies;
 
-namespace {
+namespace test_strategies_drafters_learned {  // this file's own names (its tests compile in a batch with others)
 
 using Opts = std::map<std::string, std::string>;
 
@@ -278,4 +278,4 @@ TEST(LearnedDrafters, BadParametersAreNamedErrorsWithTheirRanges) {
   }
 }
 
-}  // namespace
+}  // namespace test_strategies_drafters_learned

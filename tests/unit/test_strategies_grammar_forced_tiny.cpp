@@ -38,7 +38,7 @@ using namespace specdec;
 using namespace specdec::strategies;
 namespace grammar_tiny = specdec::testing_support::grammar_tiny;
 
-namespace {
+namespace test_strategies_grammar_forced_tiny {  // this file's own names (its tests compile in a batch with others)
 
 // The target (tests/support/grammar_tiny.h) is its own draft model:
 // every token the drafter drafts after the forced ones is then the target's, and accepted at
@@ -266,4 +266,4 @@ TEST(GrammarForcedLaw, EveryModeReproducesTheConstrainedTarget) {
   std::printf("  %lld cases with a forced token, worst TV %.3g\n", static_cast<long long>(cases), worst);
 }
 
-}  // namespace
+}  // namespace test_strategies_grammar_forced_tiny

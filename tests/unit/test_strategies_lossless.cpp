@@ -18,11 +18,12 @@
 
 using namespace specdec;
 using namespace specdec::strategies;
+
+namespace test_strategies_lossless {  // this file's own names (its tests compile in a batch with others)
+
 using test_support::error_of;
 using test_support::P;
 using test_support::tiny;
-
-namespace {
 
 using Values = std::map<std::string, std::string>;
 
@@ -172,4 +173,4 @@ TEST(Lossless, BlockVerificationOfAProposalItCannotServeIsANamedError) {
   EXPECT_EQ(modes(tw.stats), "sampling");
 }
 
-}  // namespace
+}  // namespace test_strategies_lossless

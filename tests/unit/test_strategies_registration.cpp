@@ -12,7 +12,7 @@
 using namespace specdec;
 using namespace specdec::strategies;
 
-namespace {
+namespace test_strategies_registration {  // this file's own names (its tests compile in a batch with others)
 
 // Proposes max_depth copies of token 7: mostly wrong, sometimes right.
 class SevensDrafter : public Drafter {
@@ -86,4 +86,4 @@ TEST(DrafterRegistration, NamedErrors) {
   EXPECT_NE(error_of([] { unregister_drafter("test_none"); }).find("unknown drafter 'test_none'"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace test_strategies_registration
