@@ -180,6 +180,10 @@ ParamTable<SpeculativeParams> speculative_table() {
              "structured output: every drafter drafts inside the grammar: those that draw from rows (model, "
              "layer_skip, eagle, medusa, tree) mask them after their draft path (q is the masked law they draw "
              "from); the lookup drafters cut their proposals at the first refused token")
+      .field("draft_stop", &S::draft_stop, "0",
+             "the model and layer_skip drafters' chains stop early once the draft's own odds that the whole "
+             "chain is accepted (the product of the probabilities it gave its drawn tokens) fall below this "
+             "(SpecDec++-style; lossless; 0 = off: every round drafts its full length)")
       .field("synthetic_acceptance", &S::synthetic_acceptance, "off",
              "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
              "accepted at random instead of verified (chains position by position with a1; trees child by child, "
@@ -230,6 +234,7 @@ void parse_speculative(const ParamTable<SpeculativeParams>& table, Params& p) {
   SD_CHECK(s.verify == "tokenwise" || s.verify == "block", "speculative: verify must be tokenwise or block, got '",
            s.verify, "'");
   s.block_verify = s.verify == "block";
+  SD_CHECK(s.draft_stop >= 0 && s.draft_stop <= 1, "speculative: draft_stop must be in [0, 1], got ", s.draft_stop);
   // The drafter name and every drafter's parameters.
   parse_drafter_params(p, s.drafter);
   s.drafter_list = parse_drafter_list(s);

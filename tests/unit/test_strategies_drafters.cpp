@@ -467,6 +467,68 @@ TEST(ModelDrafter, WithARepetitionPenaltyEachDraftRowSeesItsOwnPath) {
   check(propose("tree", {{"tree_budget", "6"}, {"tree_topk", "2"}}, 3), kept, "dynamic tree");
 }
 
+// draft_stop (speculative's confidence stopping, drafters/model.cpp): after token i the chain
+// stops once prod_{j<=i} q_j(x_j), the probability the draft gave each token it drew, is below
+// the threshold. Checked against those probabilities computed apart, with thresholds just above
+// and just below each product, greedy (softmax of the draft's rows) and sampled (the q rows; the
+// same generator draws the same tokens, so the stopped chain is a prefix of the full one).
+// Planted (2026-12-03, not committed): stopping one token late (depth i + 2) fails both tests
+// below; the last token's probability alone in place of the product fails this one.
+TEST(ModelDrafter, DraftStopEndsTheChainWhereItsOwnOddsFallBelowTheThreshold) {
+  const Tokens prompt = {1, 5, 9, 5, 9, 3};
+  const int64_t depth = 5;
+  for (const char* temperature : {"0", "1"}) {
+    const auto propose = [&](double stop) {
+      Rig rig({{"temperature", temperature}, {"draft_stop", std::to_string(stop)}});
+      rig.req.target = tiny(11);
+      rig.req.draft = tiny(12);
+      auto d = rig.make("model");
+      d->prefill(Tokens(prompt.begin(), prompt.end() - 1), {});
+      DraftProposal p = d->propose(prompt, depth);
+      p.read_drawn(/*synced=*/false);
+      return p;
+    };
+    const DraftProposal full = propose(0);
+    ASSERT_EQ(full.size(), depth);
+    // Each drawn token's probability: its q row's entry, or (greedy) the softmax of its row.
+    std::vector<double> odds;  // odds[i] = prod_{j<=i}
+    Tokens text = prompt;
+    for (int64_t i = 0; i < depth; ++i) {
+      double p = 0;
+      if (full.q.defined()) {
+        p = full.q[i][full.tokens[i]].item<double>();
+      } else {
+        model::KVCache cache = tiny(12)->make_cache(1, 64);
+        const at::Tensor rows = forward_tokens(*tiny(12), cache, text.data(), static_cast<int64_t>(text.size()), 0);
+        p = at::softmax(rows[rows.size(0) - 1], 0)[full.tokens[i]].item<double>();
+      }
+      odds.push_back((odds.empty() ? 1.0 : odds.back()) * p);
+      text.push_back(full.tokens[i]);
+    }
+    ASSERT_LT(odds[depth - 2], 0.9) << "the random draft is unsure enough for every threshold below";
+    const auto expected_length = [&](double stop) {
+      for (int64_t i = 0; i + 1 < depth; ++i)
+        if (odds[i] < stop) return i + 1;
+      return depth;
+    };
+    for (int64_t i = 0; i + 1 < depth; ++i)
+      for (double stop : {odds[i] * 1.001, odds[i] * 0.999}) {
+        const DraftProposal got = propose(stop);
+        const std::string what = std::string("T=") + temperature + " draft_stop=" + std::to_string(stop);
+        ASSERT_EQ(got.size(), expected_length(stop)) << what;
+        EXPECT_EQ(got.tokens, Tokens(full.tokens.begin(), full.tokens.begin() + got.size())) << what;
+        if (full.q.defined()) EXPECT_TRUE(at::equal(got.q, full.q.narrow(0, 0, got.size()))) << what;
+      }
+  }
+}
+
+TEST(DrafterRegistry, DraftStopOutsideZeroToOneIsANamedError) {
+  for (const char* bad : {"-0.1", "1.5"})
+    EXPECT_NE(error_of([&] { resolve("speculative", P({{"draft_stop", bad}})); }).find("draft_stop must be in [0, 1]"),
+              std::string::npos)
+        << bad;
+}
+
 // ---- every drafter through the strategy ------------------------------------------------------------
 TEST(SpeculativeDrafters, GreedyEqualsGreedyTargetWithEveryRegisteredDrafter) {
   Request req;
@@ -483,6 +545,36 @@ TEST(SpeculativeDrafters, GreedyEqualsGreedyTargetWithEveryRegisteredDrafter) {
     const Result spec = create("speculative", P(values))->generate(r, {});
     EXPECT_EQ(spec.tokens, base.tokens) << d.name;
     EXPECT_GT(spec.stats.n_drafted, 0) << d.name;
+  }
+}
+
+// draft_stop through the strategy, alone and in a batch: greedy output, rounds that stop early
+// (draft_stop 1: every round drafts one token), the stops counted.
+TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
+  std::vector<Request> reqs(3);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = {1, 5, 9, 5, static_cast<TokenId>(9 + i), 3};
+    reqs[i].target = tiny(11);
+    reqs[i].draft = tiny(12);
+    reqs[i].stop.max_new_tokens = 24;
+  }
+  const auto greedy = create("greedy", {});
+  for (const char* stop : {"0.3", "1"}) {
+    const auto spec = create("speculative", P({{"temperature", "0"}, {"drafter", "model"}, {"draft_stop", stop}}));
+    const std::vector<Result> batch = spec->generate_batch(reqs, {3, 0}, {});
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Result alone = spec->generate(reqs[i], {});
+      EXPECT_EQ(alone.tokens, greedy->generate(reqs[i], {}).tokens) << stop << " request " << i;
+      EXPECT_EQ(batch[i].tokens, alone.tokens) << stop << " request " << i;
+      EXPECT_EQ(batch[i].stats.n_drafted, alone.stats.n_drafted) << stop << " request " << i;
+      EXPECT_GT(alone.stats.drafter_stats.at("draft_stops"), 0) << stop;
+      if (std::string(stop) == "1") {
+        // Every round drafts one token, but one with a single token left to emit, which drafts none.
+        EXPECT_LE(alone.stats.n_drafted, alone.stats.n_rounds);
+        EXPECT_GE(alone.stats.n_drafted, alone.stats.n_rounds - 1);
+        EXPECT_EQ(batch[i].stats.drafter_stats.at("draft_stops"), alone.stats.drafter_stats.at("draft_stops"));
+      }
+    }
   }
 }
 

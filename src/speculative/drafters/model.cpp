@@ -13,6 +13,14 @@
 // rows are: the drafter proposes only tokens the grammar admits, and q is the masked law it drew
 // from. The matcher needs each drafted token on the host before the next row: a read per draft
 // token (without a constraint the tokens stay unread until the verdict).
+//
+// Confidence stopping (speculative's draft_stop, off by default; SpecDec++'s rule, Huang et al.
+// 2024, with the draft's own probabilities in place of a trained acceptance head): a chain stops
+// after a token once the product of the probabilities the draft gave its drawn tokens, its own
+// estimate that the whole chain so far is accepted, falls below draft_stop. The round then
+// verifies the shorter chain; any length a drafter chooses from its own draws is lossless, and
+// q stays the law each kept token was drawn from. Each drafted token's probability is read to
+// the host as it is drawn: one small read per draft token (on a GPU a wait each).
 #include <algorithm>
 
 #include "core/error.h"
@@ -33,7 +41,25 @@ struct DraftSlot {
   std::shared_ptr<model::CausalLM> model;
   Rng* rng = nullptr;
   std::shared_ptr<sampling::ConstraintState> grammar;  // its rows' mask; null: none
+  double stop_below = 0;  // draft_stop (0: off)
+  int64_t n_stopped = 0;  // chains it cut short (report(): draft_stops)
 };
+
+DraftSlot make_slot(std::shared_ptr<model::CausalLM> model, const DrafterContext& ctx) {
+  return {std::move(model), &ctx.rng, draft_grammar(ctx).state, ctx.params.typed<SpeculativeParams>().draft_stop};
+}
+
+// The probability the draft gave the token it just drew: its q row's entry, or (greedy, no q)
+// the softmax of the row it took the argmax of. A read.
+double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token) {
+  const at::Tensor q = q_rows.empty() ? at::softmax(row.to(at::kFloat), -1) : q_rows.back()[0];  // [V]
+  return q.index_select(0, token.clamp_min(0)).item<double>();
+}
+
+// The drafter's stats (Stats::drafter_stats): draft_stops, the chains draft_stop cut short.
+void report_stops(const DraftSlot& slot, std::map<std::string, double>& out) {
+  if (slot.stop_below > 0) out["draft_stops"] = static_cast<double>(slot.n_stopped);
+}
 
 // One forward per distinct model among the slots that feed something (in practice one):
 // slot b feeds fed[b] from cache position start[b]. Stores each fed slot's last logits row
@@ -101,9 +127,10 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
 // round's verdict brings them in, with no read of their own (a repetition penalty too: it
 // takes the tokens drafted so far where they are). Time goes to `ms` by phase (a catch-up
 // that feeds a prompt: prefill).
-std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots,
+// A slot with draft_stop may end its chain early (depth[b] cut to the tokens it drew).
+std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
-                                       const std::vector<int64_t>& depth, PhaseTimes& ms) {
+                                       std::vector<int64_t> depth, PhaseTimes& ms) {
   const int64_t B = static_cast<int64_t>(slots.size());
   std::vector<DraftProposal> out(B);
   PhaseClock clock(ms);
@@ -114,6 +141,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
   std::vector<std::vector<at::Tensor>> drafted(B);  // [1] int64 on the draft's device each
   std::vector<std::vector<double>> u(B);           // slot b's uniforms, in the order it draws them
   std::vector<Tokens> path(B);                      // a masked slot's sequence + its draft so far
+  std::vector<double> sure(B, 1.0);                 // draft_stop: the chain's own odds of acceptance
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= 0) continue;
@@ -149,8 +177,13 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
         grammar->mask_draft(row[b], path[b]);
       }
       pick_draft(row[b], cfg, *seqs[b], drafted[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]);
+      if (slots[b].stop_below > 0 && i + 1 < depth[b]) {
+        sure[b] *= drawn_probability(row[b], q_rows[b], drafted[b].back());
+        if (sure[b] < slots[b].stop_below) depth[b] = i + 1, ++slots[b].n_stopped;
+      }
     }
     clock.charge(&PhaseTimes::sample);
+    longest = *std::max_element(depth.begin(), depth.end());  // a chain may have stopped
   }
   // The drafted tokens stay on the device for the target's forward and the verifier
   // (DraftProposal::drawn), their host copy queued.
@@ -171,13 +204,11 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, const std::vector<
 class ModelDrafter : public Drafter {
  public:
   ModelDrafter(std::shared_ptr<model::CausalLM> draft, const DrafterContext& ctx)
-      : slot_{std::move(draft), &ctx.rng, draft_grammar(ctx).state},
-        cfg_(ctx.proc),
-        cache_(slot_.model->make_cache(1, ctx.capacity)) {}
+      : slot_{make_slot(std::move(draft), ctx)}, cfg_(ctx.proc), cache_(slot_[0].model->make_cache(1, ctx.capacity)) {}
 
   void prefill(const Tokens& tokens, const at::Tensor&) override {
     if (tokens.empty()) return;
-    forward_tokens(*slot_.model, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
+    forward_tokens(*slot_[0].model, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
   }
 
   // A chain: the accepted path is the cache's own prefix, so dropping the rest is enough.
@@ -189,14 +220,15 @@ class ModelDrafter : public Drafter {
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     if (max_depth <= 0) return {};
     PhaseTimes ms;
-    DraftProposal out = std::move(draft_slots(cache_, {slot_}, cfg_, {&seq}, {max_depth}, ms)[0]);
+    DraftProposal out = std::move(draft_slots(cache_, slot_, cfg_, {&seq}, {max_depth}, ms)[0]);
     out.ms = ms;
     return out;
   }
   bool has_distribution() const override { return true; }
+  void report(std::map<std::string, double>& out) const override { report_stops(slot_[0], out); }
 
  private:
-  DraftSlot slot_;
+  std::vector<DraftSlot> slot_;  // one
   sampling::ProcessorConfig cfg_;
   model::KVCache cache_;
 };
@@ -211,7 +243,7 @@ class ModelBatchDrafter : public BatchDrafter {
   }
 
   void join(int64_t slot, const DrafterContext& ctx) override {
-    slots_.at(slot) = {model_of_(ctx), &ctx.rng, draft_grammar(ctx).state};
+    slots_.at(slot) = make_slot(model_of_(ctx), ctx);
     cache_.truncate(slot, 0);  // the slot's earlier sequence
   }
   Drafter& at(int64_t slot) override { return *views_.at(slot); }
@@ -241,6 +273,7 @@ class ModelBatchDrafter : public BatchDrafter {
     }
     bool prefill_later() const override { return true; }
     bool has_distribution() const override { return true; }
+    void report(std::map<std::string, double>& out) const override { report_stops(owner_.slots_[slot_], out); }
 
    private:
     ModelBatchDrafter& owner_;
