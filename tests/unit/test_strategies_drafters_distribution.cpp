@@ -43,6 +43,7 @@ struct Outcome {
   double p_value;
   double tau;
   int64_t n_drafted;
+  double n_stops;  // chains draft_stop cut short (drafter_stats)
 };
 
 Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, bool with_draft) {
@@ -57,6 +58,7 @@ Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, boo
   req.stop.max_new_tokens = 3;
   std::map<Triple, int64_t> counts;
   int64_t n_forwards = 0, n_tokens = 0, n_drafted = 0;
+  double n_stops = 0;
   for (int64_t i = 0; i < kSamples; ++i) {
     req.seed = 5000 + uint64_t(i);
     const Result r = strategy->generate(req, {});
@@ -66,10 +68,11 @@ Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, boo
     n_forwards += r.stats.n_target_forwards - 1;
     n_tokens += 3;
     n_drafted += r.stats.n_drafted;
+    if (const auto it = r.stats.drafter_stats.find("draft_stops"); it != r.stats.drafter_stats.end()) n_stops += it->second;
   }
   const double tau = double(n_tokens) / double(std::max<int64_t>(1, n_forwards));
   std::printf("  tau = %.3f, %lld draft tokens\n", tau, static_cast<long long>(n_drafted));
-  return {ts::chi_square_p(exact, counts, kSamples), tau, n_drafted};
+  return {ts::chi_square_p(exact, counts, kSamples), tau, n_drafted, n_stops};
 }
 
 const Tokens kPrompt = {1, 2, 3};
@@ -90,6 +93,13 @@ TEST(DrafterDistribution, DynamicTreeVerifiedTokensOnly) {
 TEST(DrafterDistribution, BlockVerification) {
   const Outcome o = run({{"drafter", "model"}, {"verify", "block"}, {"gamma", "2"}}, kPrompt, true);
   EXPECT_GT(o.p_value, kPValue);
+}
+
+// draft_stop: chains whose length the draft chose from its own draws (drafters/model.cpp).
+TEST(DrafterDistribution, ChainsStoppedByTheDraftsOwnConfidence) {
+  const Outcome o = run({{"drafter", "model"}, {"gamma", "3"}, {"draft_stop", "0.4"}}, kPrompt, true);
+  EXPECT_GT(o.p_value, kPValue);
+  EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
 }
 
 TEST(DrafterDistribution, LayerSkipSelfSpeculation) {
