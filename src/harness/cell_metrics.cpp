@@ -5,11 +5,9 @@
 #include <array>
 #include <utility>
 
-#include "core/error.h"
 #include "harness/metrics.h"
 #include "harness/plan.h"
 #include "harness/stats.h"
-#include "strategies/registry.h"
 
 namespace specdec::harness {
 

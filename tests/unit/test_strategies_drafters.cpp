@@ -490,21 +490,16 @@ TEST(ModelDrafter, DraftStopEndsTheChainWhereItsOwnOddsFallBelowTheThreshold) {
     };
     const DraftProposal full = propose(0);
     ASSERT_EQ(full.size(), depth);
-    // Each drawn token's probability: its q row's entry, or (greedy) the softmax of its row.
-    std::vector<double> odds;  // odds[i] = prod_{j<=i}
+    // Each drawn token's probability: its q row's entry, or (greedy) the softmax of the draft's
+    // row before it, from one forward over the prompt and the chain.
     Tokens text = prompt;
-    for (int64_t i = 0; i < depth; ++i) {
-      double p = 0;
-      if (full.q.defined()) {
-        p = full.q[i][full.tokens[i]].item<double>();
-      } else {
-        model::KVCache cache = tiny(12)->make_cache(1, 64);
-        const at::Tensor rows = forward_tokens(*tiny(12), cache, text.data(), static_cast<int64_t>(text.size()), 0);
-        p = at::softmax(rows[rows.size(0) - 1], 0)[full.tokens[i]].item<double>();
-      }
-      odds.push_back((odds.empty() ? 1.0 : odds.back()) * p);
-      text.push_back(full.tokens[i]);
-    }
+    text.insert(text.end(), full.tokens.begin(), full.tokens.end());
+    model::KVCache cache = tiny(12)->make_cache(1, 64);
+    const at::Tensor rows = forward_tokens(*tiny(12), cache, text.data(), static_cast<int64_t>(text.size()), 0);
+    const at::Tensor probs = full.q.defined() ? full.q : at::softmax(rows.narrow(0, prompt.size() - 1, depth), 1);
+    std::vector<double> odds;  // odds[i] = prod_{j<=i}
+    for (int64_t i = 0; i < depth; ++i)
+      odds.push_back((odds.empty() ? 1.0 : odds.back()) * probs[i][full.tokens[i]].item<double>());
     ASSERT_LT(odds[depth - 2], 0.9) << "the random draft is unsure enough for every threshold below";
     const auto expected_length = [&](double stop) {
       for (int64_t i = 0; i + 1 < depth; ++i)

@@ -50,7 +50,7 @@ DraftSlot make_slot(std::shared_ptr<model::CausalLM> model, const DrafterContext
 }
 
 // The probability the draft gave the token it just drew: its q row's entry, or (greedy, no q)
-// the softmax of the row it took the argmax of. A read.
+// the softmax of its logits row (before a repetition penalty). A read.
 double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token) {
   const at::Tensor q = q_rows.empty() ? at::softmax(row.to(at::kFloat), -1) : q_rows.back()[0];  // [V]
   return q.index_select(0, token.clamp_min(0)).item<double>();
