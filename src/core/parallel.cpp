@@ -10,8 +10,11 @@
 // that has not started.
 #include "core/parallel.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -64,6 +67,11 @@ std::atomic<int> g_spin_us{[] {
   const char* e = std::getenv("SPECDEC_SPIN_US");
   return e && *e ? std::max(0, std::atoi(e)) : 50;
 }()};
+// SPECDEC_WORKER_SLICE_US: the slice the workers ask for (request_slice; 0 = the kernel's).
+const int g_worker_slice_us = [] {
+  const char* e = std::getenv("SPECDEC_WORKER_SLICE_US");
+  return e && *e ? std::max(0, std::atoi(e)) : 100;
+}();
 std::atomic<Backend> g_backend{Backend::kPool};
 std::atomic<int64_t> g_steps[2] = {0, 0}, g_flips{0}, g_starved{0};
 const bool g_step_trace = [] {
@@ -97,6 +105,32 @@ bool spin_until(const Pred& pred) {
     else SD_CPU_RELAX();
     if ((i & 63) == 0 && clock::now() - t0 >= limit) return pred();
   }
+}
+
+// The scheduler's view of a thread, as sched_setattr(2) takes it (glibc has no wrapper).
+struct SchedAttr {
+  uint32_t size = sizeof(SchedAttr), policy = 0;
+  uint64_t flags = 0;
+  int32_t nice = 0;
+  uint32_t priority = 0;
+  uint64_t runtime = 0, deadline = 0, period = 0;  // runtime: the slice a normal thread asks for
+  uint32_t util_min = 0, util_max = 0;
+};
+
+// Asks the kernel to run this thread in slices of `us` microseconds (0: leave its default).
+// Linux's EEVDF scheduler (6.12 and later) lets a waking thread with a shorter slice than the
+// running one take the core at once, instead of waiting for that one's slice (~3 ms) to end. A
+// worker is woken for each loop, and a loop of a decode step lasts ~0.1 ms: beside a busy
+// process the worker came too late for every loop and the caller ran ~97 % of the chunks itself
+// (docs/busy_machine.md). Only a thread of the normal policy is touched, its nice level kept;
+// older kernels ignore the field, and a refusal changes nothing.
+void request_slice(int us) {
+  SchedAttr a;
+  if (us <= 0 || syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.policy != SCHED_OTHER) return;
+  a.size = sizeof a;
+  a.flags = 0;
+  a.runtime = static_cast<uint64_t>(us) * 1000;
+  syscall(SYS_sched_setattr, 0, &a, 0);
 }
 
 class Pool {
@@ -176,6 +210,7 @@ class Pool {
 
   void worker_main() {
     omp_set_num_threads(1);  // library calls made from a chunk stay single-threaded
+    request_slice(g_worker_slice_us);
     t_in_region = true;
     uint64_t seen = gen_of(state_.load(std::memory_order_acquire));
     const auto woken = [&] { return stop_.load() || gen_of(state_.load(std::memory_order_seq_cst)) != seen; };
@@ -313,9 +348,18 @@ namespace detail {
 int ModeChooser::pick() {
   if (trial_left_ == 0 && until_trial_-- <= 0) {  // time for a trial of the other mode
     trial_left_ = kTrial;
+    trial_starved_ = false;
     n_[1 - preferred_] = next_[1 - preferred_] = 0;  // its older times are of another load
   }
   return trial_left_ > 0 ? 1 - preferred_ : preferred_;
+}
+
+void ModeChooser::free_cores(bool free) {
+  free_seen_ = free ? free_seen_ + 1 : 0;
+  if (free_seen_ < free_needed_) return;
+  free_seen_ = 0;
+  until_trial_ = 0;  // the next pick() starts a trial of the pool
+  signalled_trial_ = true;
 }
 
 void ModeChooser::record(int mode, double ms, bool starved) {
@@ -325,6 +369,7 @@ void ModeChooser::record(int mode, double ms, bool starved) {
   next_[mode] = (next_[mode] + 1) % kHeld;
   n_[mode] = std::min(n_[mode] + 1, kHeld);
   const bool trial = mode != preferred_;
+  trial_starved_ = trial_starved_ || (trial && mode == 0 && starved);
   if (trial && --trial_left_ > 0) return;  // the trial goes on
   const int other = 1 - preferred_;
   if (n_[other] == 0) return;  // the first steps: nothing to compare with yet
@@ -337,6 +382,13 @@ void ModeChooser::record(int mode, double ms, bool starved) {
     g_flips.fetch_add(1, std::memory_order_relaxed);
   }
   if (!flip && !trial) return;
+  // The free-cores signal: watched while alone after a starved pool trial; it must hold longer
+  // after each trial it brought that was starved again, and is reset by a pool that wins.
+  if (preferred_ == 0) free_needed_ = kFreeSeen;
+  else if (trial && trial_starved_ && signalled_trial_) free_needed_ = std::min(2 * free_needed_, 64);
+  waiting_out_starved_ = preferred_ == 1 && trial_starved_;
+  signalled_trial_ = false;
+  free_seen_ = 0;
   // After a flip (the load changed) the other is tried again in 8 steps; after a lost trial, at
   // a spacing that keeps trials near 1 % of the time: 100 steps per unit of the trial's excess
   // per step of the trial, 8 .. 128.
@@ -356,6 +408,24 @@ namespace {
 thread_local std::deque<std::pair<std::pair<const void*, int64_t>, detail::ModeChooser>> t_steps;  // stable addresses
 thread_local bool t_in_step = false;
 
+// CPUs no thread wants now: the online CPUs less the machine's runnable threads (the 4th field
+// of /proc/loadavg, "runnable/total", which counts the caller). Both are the whole machine's,
+// also inside a container. -1 when unreadable. About 10 us; read only while a chooser waits
+// out a starved pool.
+int idle_cpus() {
+  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t got = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (got <= 0) return -1;
+  buf[got] = 0;
+  int runnable = 0;
+  if (std::sscanf(buf, "%*f %*f %*f %d/", &runnable) != 1 || runnable < 1) return -1;
+  static const int online = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  return online - runnable;
+}
+
 detail::ModeChooser& chooser_of(const void* who, int64_t kind) {
   for (auto& [key, c] : t_steps)
     if (key.first == who && key.second == kind) return c;
@@ -373,6 +443,7 @@ Step::Step(const void* who, int64_t kind) {
   t_solo = false;                        // a Step that does not choose leaves the pool as usual
   if (num_threads() == 1 || g_backend != Backend::kPool) return;
   chooser_ = &chooser_of(who, kind);
+  if (chooser_->free_cores_wanted()) chooser_->free_cores(idle_cpus() >= num_threads() - 1);
   mode_ = chooser_->pick();
   t_in_step = true;
   t_solo = mode_ == 1;

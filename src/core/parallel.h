@@ -12,7 +12,9 @@
 // nothing: the others finish its share, and the caller waits only for chunks already being
 // worked on. Idle workers spin for a short while (the next region of the same step usually
 // starts within microseconds) and then sleep on a condition variable, so an idle engine costs
-// no CPU.
+// no CPU. Workers ask the kernel for short time slices (100 us; SPECDEC_WORKER_SLICE_US, 0 =
+// the kernel's): on Linux 6.12+ a woken worker then takes its core from a busy neighbour at once
+// instead of after the neighbour's slice, by which time the caller had run the loop alone.
 //
 // ATen, OpenBLAS and oneDNN are kept single-threaded (set_num_threads sets their OpenMP thread
 // count to 1 in every thread of the pool), so no second set of spinning threads competes with
@@ -62,19 +64,32 @@ namespace detail {
 // a quarter of their fair share of its chunks) counts as lost whatever its time: beside a busy
 // process the workers rarely get a core, the pool is at best the thread alone plus its stalls,
 // and a pool trial without a stall would otherwise win the pool back (docs/busy_machine.md).
+// A starved loss is far (128 steps to the next trial), so after one the chooser also watches
+// for free cores: when `free_cores_wanted()`, Step tells it before each step whether the
+// machine has a core free for every worker (`free_cores`); kFreeSeen such steps in a row bring
+// the trial forward to the next step. A trial the signal brought that is starved again (a
+// neighbour that the signal does not see, e.g. another guest of the hypervisor) doubles the
+// steps the signal must hold next time, up to 64; a pool that wins resets it.
 class ModeChooser {
  public:
   int pick();  // the mode for the next step
   // How long it took; starved: a pool step whose workers ran under a quarter of their share.
   void record(int mode, double ms, bool starved = false);
-  double mean(int mode) const;       // of the times held (0 before any)
+  double mean(int mode) const;  // of the times held (0 before any)
+  bool free_cores_wanted() const { return waiting_out_starved_ && trial_left_ == 0; }
+  void free_cores(bool free);  // before pick(), when free_cores_wanted()
 
  private:
-  static constexpr int kHeld = 5;   // times held per mode
-  static constexpr int kTrial = 3;  // steps of a trial
+  static constexpr int kHeld = 5;      // times held per mode
+  static constexpr int kTrial = 3;     // steps of a trial
+  static constexpr int kFreeSeen = 2;  // steps with free cores in a row that bring a trial
   double ms_[2][kHeld] = {};
   int n_[2] = {0, 0}, next_[2] = {0, 0};
   int preferred_ = 0, until_trial_ = kTrial, trial_left_ = 0;
+  bool trial_starved_ = false;       // a step of the running pool trial was starved
+  bool waiting_out_starved_ = false;  // alone after a pool trial lost to starvation
+  bool signalled_trial_ = false;      // the running trial came from the free-cores signal
+  int free_seen_ = 0, free_needed_ = kFreeSeen;
 };
 }  // namespace detail
 

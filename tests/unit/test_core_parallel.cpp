@@ -215,6 +215,41 @@ TEST(Parallel, StepChooserCountsStarvedPoolStepsAsLost) {
   EXPECT_LE(run(1000, 4.5, false), 128 + 8);
 }
 
+// After a starved loss the chooser asks, before each step, whether every worker would find a
+// free core (Step reads the machine's runnable threads). When the busy process leaves, the
+// signal brings the pool back within a few steps instead of the 128 of the retry spacing; while
+// it stays, the signal stays off and nothing changes; and a signal that is wrong (free cores
+// seen, the pool still starved) costs trials that get rarer each time.
+TEST(Parallel, StepChooserTriesThePoolSoonWhenCoresAreFreeAgain) {
+  sp::detail::ModeChooser c;
+  int asked = 0;
+  const auto run = [&](int steps, bool busy, bool cores_free) {
+    int solo = 0;
+    for (int i = 0; i < steps; ++i) {
+      if (c.free_cores_wanted()) {
+        ++asked;
+        c.free_cores(cores_free);
+      }
+      const int mode = c.pick();
+      c.record(mode, mode == 0 ? (busy ? 5.0 : 4.5) : 6.0, mode == 0 && busy);
+      solo += mode;
+    }
+    return solo;
+  };
+  EXPECT_LE(run(200, false, true), 20);  // quiet: the pool
+  EXPECT_EQ(asked, 0) << "the signal was read with no starved loss to wait out";
+  EXPECT_GE(run(1000, true, false), 950) << "busy, no free cores: alone, trials 128 apart";
+  EXPECT_GT(asked, 500);
+  // The busy process left: at most one retry spacing's start (the 3 steps of the starved trial
+  // that saw it go, 2 with free cores, a 3-step trial), not 128.
+  EXPECT_LE(run(200, false, true), 12);
+  EXPECT_LE(run(200, false, true), 20) << "the pool did not stay";
+  // The signal wrong: free cores seen, the workers still starved. Trials come 2, 4, .. 64 steps
+  // apart, so alone keeps most steps: 3 pool steps a trial, 7 trials in the first 150 steps.
+  run(60, true, false);  // onto the thread alone again
+  EXPECT_GE(run(1000, true, true), 900);
+}
+
 // A Step that runs alone keeps every chunk on the calling thread, and so do the loops after it
 // until the next Step; the first 3 Steps of a kind use the pool and the next 3 try the thread
 // alone; a Step inside a Step changes nothing.
