@@ -104,14 +104,15 @@ class Speculative : public Strategy {
       log::warn("adaptive_gamma=cost calibrating: the costs measured in this process go to ", cfg_.calibrate,
                 " (for controller_costs); these decisions follow wall-clock timings, so with temperature > 0 the "
                 "sampled tokens are NOT reproducible from the seed");
-    } else {
+    } else if (!cfg_.verify.proc.greedy()) {
       // adaptive_gamma=cost without a fixed table is NOT reproducible from the seed when
       // temperature > 0. It picks gamma from measured wall-clock costs, and gamma decides which
       // positions are drafted (a draft sample, then accept/reject against the target, then a
       // residual sample) and which are plain bonus samples of the target, and how many uniforms
       // each round takes from the RNG. The law of the output is the target's for every gamma,
       // but the tokens drawn for a given seed are not: a different timing is a different
-      // coupling. Greedy runs emit the target's argmax whatever gamma is. Said once per process.
+      // coupling. Greedy runs emit the target's argmax whatever gamma is (no warning). Said
+      // once per process.
       static const bool warned =
           (log::warn("adaptive_gamma=cost chooses gamma from wall-clock timings: with temperature > 0 the sampled "
                      "tokens are not reproducible from the seed (greedy runs are; fix the costs with "
