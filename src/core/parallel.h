@@ -64,7 +64,7 @@ namespace detail {
 // a quarter of their fair share of its chunks) counts as lost whatever its time: beside a busy
 // process the workers rarely get a core, the pool is at best the thread alone plus its stalls,
 // and a pool trial without a stall would otherwise win the pool back (docs/busy_machine.md).
-// A starved loss is far (128 steps to the next trial), so after one the chooser also watches
+// After a starved loss the next trial is far (up to 128 steps), so the chooser also watches
 // for free cores: when `free_cores_wanted()`, Step tells it before each step whether the
 // machine has a core free for every worker (`free_cores`); kFreeSeen such steps in a row bring
 // the trial forward to the next step. A trial the signal brought that is starved again (a

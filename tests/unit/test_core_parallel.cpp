@@ -240,12 +240,12 @@ TEST(Parallel, StepChooserTriesThePoolSoonWhenCoresAreFreeAgain) {
   EXPECT_EQ(asked, 0) << "the signal was read with no starved loss to wait out";
   EXPECT_GE(run(1000, true, false), 950) << "busy, no free cores: alone, trials 128 apart";
   EXPECT_GT(asked, 500);
-  // The busy process left: at most one retry spacing's start (the 3 steps of the starved trial
-  // that saw it go, 2 with free cores, a 3-step trial), not 128.
+  // The busy process left: back on the pool within a few steps (two alone that see free cores,
+  // then the pool's trial, which wins), not the 128 of the retry spacing.
   EXPECT_LE(run(200, false, true), 12);
   EXPECT_LE(run(200, false, true), 20) << "the pool did not stay";
   // The signal wrong: free cores seen, the workers still starved. Trials come 2, 4, .. 64 steps
-  // apart, so alone keeps most steps: 3 pool steps a trial, 7 trials in the first 150 steps.
+  // apart, then every 64, so alone keeps most steps: 3 pool steps a trial, about 20 trials.
   run(60, true, false);  // onto the thread alone again
   EXPECT_GE(run(1000, true, true), 900);
 }
