@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -63,15 +64,22 @@ uint64_t gen_of(uint64_t s) { return s >> (2 * kIdxBits); }
 uint64_t chunks_of(uint64_t s) { return (s >> kIdxBits) & kIdxMask; }
 uint64_t next_of(uint64_t s) { return s & kIdxMask; }
 
-std::atomic<int> g_spin_us{[] {
-  const char* e = std::getenv("SPECDEC_SPIN_US");
-  return e && *e ? std::max(0, std::atoi(e)) : 50;
-}()};
-// SPECDEC_WORKER_SLICE_US: the slice the workers ask for (request_slice; 0 = the kernel's).
-const int g_worker_slice_us = [] {
-  const char* e = std::getenv("SPECDEC_WORKER_SLICE_US");
-  return e && *e ? std::max(0, std::atoi(e)) : 100;
-}();
+// A number of microseconds from the environment (read once, at start-up): `fallback` when the
+// variable is unset, and also, with a warning naming it, when it is not a whole number in
+// 0 .. 10^7.
+int env_microseconds(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (*end == 0 && v >= 0 && v <= 10'000'000) return static_cast<int>(v);
+  log::warn(name, "=", e, " is not a number of microseconds from 0 to 10000000: using ", fallback);
+  return fallback;
+}
+
+std::atomic<int> g_spin_us{env_microseconds("SPECDEC_SPIN_US", 50)};
+// The slice the workers ask for (request_slice; 0 = the kernel's).
+const int g_worker_slice_us = env_microseconds("SPECDEC_WORKER_SLICE_US", 100);
 std::atomic<Backend> g_backend{Backend::kPool};
 std::atomic<int64_t> g_steps[2] = {0, 0}, g_flips{0}, g_starved{0};
 const bool g_step_trace = [] {
