@@ -19,6 +19,15 @@
 #     --check-tokens N      tokens of the greedy-equality check (default --n-tokens), on
 #     --check-prompts N     the first N prompts (1) of each model
 #     --build-only          fetch and build llama.cpp (and the F32 copies), then stop
+#     --prompts FILE        a prompts .jsonl (default experiments/prompts/code.jsonl); --n-prompts 0 = all
+#     --category NAME       only its prompts of this category (e.g. json in json_tasks.jsonl)
+#     --constrain           structured output: each prompt's json_schema goes to both engines
+#                           (specdec --json-schema, llama.cpp --json-schema); the report counts
+#                           the outputs that are valid JSON for their schema (python3-jsonschema)
+#     --greedy all|target   greedy runs of every model (default) or of the target only
+#     --lookup              also n-gram lookup on the target alone: specdec drafter=ngram (with
+#                           jump_forward under --constrain) against llama-speculative-simple
+#                           --spec-type ngram-simple (suffixes of 3, drafts of gamma)
 #   The same settings can come from the environment: PEER_DIR THREADS N_TOKENS N_PROMPTS REPEATS
 #   GAMMA MODELS PRECISION SPEC OUT, LLAMA_CPP_PYTHON_VERSION (pin the sdist; default: newest,
 #   or the one already in PEER_DIR/sdist), LLAMA_EXTRA_ARGS (appended to every llama.cpp tool),
@@ -32,11 +41,16 @@
 #   scripts/peer_llamacpp.sh --models smollm2-135m --n-tokens 16 --n-prompts 1 --repeats 1
 #   scripts/peer_llamacpp.sh --models qwen2.5-coder-1.5b --check-only --check-tokens 32
 #   scripts/peer_llamacpp.sh --precision original              # as users run it (Q4_K_M)
+#   SPECDEC_DTYPE=native_q8 SPECDEC_DRAFT_DTYPE=q4_1 scripts/peer_llamacpp.sh --precision original \
+#     --prompts experiments/prompts/json_tasks.jsonl --category json --constrain --greedy target \
+#     --n-prompts 0 --repeats 1 --no-check                    # constrained, the JSON task set
 #
 # What it does:
 #  1. pip download --no-binary :all: --no-deps llama-cpp-python (sdist) into PEER_DIR/sdist,
-#     extracts it, and builds vendor/llama.cpp in PEER_DIR/build (Release, GGML_NATIVE, shared
-#     libllama; no server, UI, OpenSSL or tests, so nothing is downloaded) under nice -n 15 -j2.
+#     extracts it, and builds vendor/llama.cpp in PEER_DIR/build (Release, shared libllama; no
+#     server, UI, OpenSSL or tests, so nothing is downloaded) under nice -n 15 -j2. GGML_NATIVE
+#     is off and the CPU's AVX2 / AVX-512 extensions are named instead: with native on,
+#     ggml's AMX matmul crashes on the Intel machines that have AMX.
 #     Skipped when the binaries exist. Targets: llama-quantize llama-completion
 #     llama-speculative llama-speculative-simple llama-tokenize and libllama.
 #  2. F32 copies: llama-quantize --allow-requantize IN OUT F32 (skipped when present).
@@ -75,6 +89,11 @@ CHECK_TOKENS=0
 CHECK_PROMPTS=1
 BUILD_ONLY=0
 SPECDEC=${SPECDEC:-$REPO/build/specdec}
+PROMPTS=$REPO/experiments/prompts/code.jsonl
+CATEGORY=
+CONSTRAIN=()
+LOOKUP=()
+GREEDY=all
 LLAMA_EXTRA_ARGS=${LLAMA_EXTRA_ARGS:-}
 
 die() { echo "peer_llamacpp.sh: $*" >&2; exit 1; }
@@ -97,12 +116,19 @@ while [ $# -gt 0 ]; do
     --check-tokens) CHECK_TOKENS=$2; shift 2 ;;
     --check-prompts) CHECK_PROMPTS=$2; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
+    --prompts) PROMPTS=$(realpath "$2"); shift 2 ;;
+    --category) CATEGORY=$2; shift 2 ;;
+    --constrain) CONSTRAIN=(--constrain); shift ;;
+    --lookup) LOOKUP=(--lookup); shift ;;
+    --greedy) GREEDY=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
 case "$PRECISION" in f32|original) ;; *) die "--precision must be f32 or original, got '$PRECISION'" ;; esac
 case "$SPEC" in auto|yes|no) ;; *) die "--spec must be auto, yes or no, got '$SPEC'" ;; esac
+case "$GREEDY" in all|target) ;; *) die "--greedy must be all or target, got '$GREEDY'" ;; esac
+[ -f "$PROMPTS" ] || die "--prompts: no file $PROMPTS"
 for v in THREADS N_TOKENS N_PROMPTS REPEATS GAMMA CHECK_TOKENS CHECK_PROMPTS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
 done
@@ -155,7 +181,17 @@ if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=
   rm -rf "$BUILD"
 fi
 TOOLS="llama-quantize llama-completion llama-speculative llama-speculative-simple llama-tokenize"
-CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON
+# The CPU's own vector extensions, named (GGML_NATIVE=OFF: see the header).
+ISA=()
+has() { grep -qw "$1" /proc/cpuinfo; }
+if has avx2; then ISA+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON); fi
+if has avx512f && has avx512bw && has avx512vl; then
+  ISA+=(-DGGML_AVX512=ON)
+  has avx512vbmi && ISA+=(-DGGML_AVX512_VBMI=ON)
+  has avx512_vnni && ISA+=(-DGGML_AVX512_VNNI=ON)
+  has avx512_bf16 && ISA+=(-DGGML_AVX512_BF16=ON)
+fi
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF "${ISA[@]}"
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMIT="$LLAMA_COMMIT")
 CMAKE_LINE="cmake -S vendor/llama.cpp -B build ${CMAKE_ARGS[*]} && cmake --build build -j2 --target llama $TOOLS"
@@ -251,7 +287,7 @@ mkdir -p "$WORK"
 say "load average now: $(cut -d' ' -f1-3 /proc/loadavg) (timing figures want a quiet machine)"
 python3 "$REPO/scripts/peer/peer_bench.py" \
   --specdec "$SPECDEC" --llama-bin "$BUILD/bin" --tool "$TOOL" "${MODEL_ARGS[@]}" \
-  --work "$WORK" --prompts "$REPO/experiments/prompts/code.jsonl" \
+  --work "$WORK" --prompts "$PROMPTS" --category "$CATEGORY" "${CONSTRAIN[@]}" "${LOOKUP[@]}" --greedy "$GREEDY" \
   --n-prompts "$N_PROMPTS" --n-tokens "$N_TOKENS" --repeats "$REPEATS" --threads "$THREADS" \
   --gamma "$GAMMA" --spec "$SPEC" --check "$CHECK" --check-tokens "$CHECK_TOKENS" \
   --check-prompts "$CHECK_PROMPTS" --llama-extra "$LLAMA_EXTRA_ARGS" --out "$OUT" \

@@ -191,7 +191,7 @@ def parse_specdec(out):
     s = j["stats"]
     ms_decode = s["ms_total"] - s["ms_prefill"]
     r = {"tokens": j["tokens"], "n_prompt": s["n_prompt"], "n_gen": s["n_generated"],
-         "decode_s": ms_decode / 1000.0, "alpha": None}
+         "decode_s": ms_decode / 1000.0, "alpha": None, "ms_grammar_compile": j.get("ms_grammar_compile")}
     if s.get("n_rounds", 0) > 0:
         r["alpha"] = s["alpha"]
         r["tau"] = s["tau"]
@@ -213,8 +213,14 @@ def parse_llama_completion(out):
     if not pe or not ev:
         raise SystemExit("llama-completion: no timing lines in its output")
     ms_eval, runs = float(ev[-1][0]), int(ev[-1][1])
-    return {"n_prompt": int(pe[-1][1]), "n_gen": runs + 1, "decode_s": ms_eval / 1000.0,
-            "tok_s": runs / (ms_eval / 1000.0) if ms_eval > 0 else 0.0, "alpha": None}
+    # "eval time" is the forwards alone; its samplers (the grammar among them) are timed apart as
+    # "sampling time", over all runs + 1 tokens. specdec's decode time holds its sampling and
+    # grammar, so the share of the tokens after the first is added here.
+    sa = re.findall(r"sampling time =\s*" + _NUM + " ms", err)
+    ms_sample = float(sa[-1]) * runs / (runs + 1) if sa else 0.0
+    ms_decode = ms_eval + ms_sample
+    return {"n_prompt": int(pe[-1][1]), "n_gen": runs + 1, "decode_s": ms_decode / 1000.0,
+            "tok_s": runs / (ms_decode / 1000.0) if ms_decode > 0 else 0.0, "alpha": None}
 
 
 def parse_llama_speculative(out):
@@ -233,15 +239,48 @@ def parse_llama_speculative(out):
 
 # ----------------------------------------------------------------------------------------------
 
-def load_prompts(path, n):
+def load_prompts(path, n, category=""):
+    """The first n prompts of path (n = 0: all), only those of `category` when one is given."""
     prompts = []
     with open(path) as f:
         for line in f:
             if line.strip():
-                prompts.append(json.loads(line))
+                p = json.loads(line)
+                if not category or p.get("category") == category:
+                    prompts.append(p)
+    n = n or len(prompts)
     if n > len(prompts):
-        raise SystemExit(f"{path} has only {len(prompts)} prompts, {n} asked for")
+        raise SystemExit(f"{path} has only {len(prompts)} prompts{' of category ' + category if category else ''}, "
+                         f"{n} asked for")
     return prompts[:n]
+
+
+def json_output_status(text, schema):
+    """'valid' when text (surrounding whitespace aside) is one JSON value that meets schema,
+    'invalid' when it parses and does not, 'not JSON' otherwise (e.g. cut by the token limit)."""
+    try:
+        value = json.loads(text.strip())
+    except ValueError:
+        return "not JSON"
+    try:
+        import jsonschema  # Debian's python3-jsonschema, installed by scripts/setup.sh
+        jsonschema.validate(value, schema)
+    except ImportError:
+        return "parses (jsonschema missing)"
+    except jsonschema.ValidationError:
+        return "invalid"
+    return "valid"
+
+
+def generated_text(engine, out, prompt_text):
+    """What the engine generated, from its output: specdec's JSON line, llama-completion's stdout
+    (--no-display-prompt), the speculative tools' stdout after the echoed prompt."""
+    if engine == "specdec":
+        return json.loads([l for l in out["stdout"].splitlines() if l.startswith("{")][-1])["text"]
+    text = out["stdout"]
+    i = text.find(prompt_text)
+    text = text[i + len(prompt_text):] if i >= 0 else text
+    return text.split("<|im_end|>")[0].split("[end of text]")[0]
 
 
 class Bench:
@@ -254,7 +293,7 @@ class Bench:
         self.work = a.work
         self.logs = os.path.join(self.work, "logs")
         os.makedirs(self.logs, exist_ok=True)
-        self.prompts = load_prompts(a.prompts, a.n_prompts)
+        self.prompts = load_prompts(a.prompts, a.n_prompts, a.category)
         self.warnings = []
         self.runs = []
         self.prepared = {}  # model name -> list of {id, raw, chat, ids, raw_path, chat_path, ids_path}
@@ -287,7 +326,8 @@ class Bench:
             with open(ids_path, "w") as f:
                 f.write(",".join(map(str, ids)) + "\n")
             out.append({"id": p["id"], "chat": p.get("chat", True), "text": text, "ids": ids,
-                        "raw_path": raw_path, "chat_path": chat_path, "ids_path": ids_path})
+                        "raw_path": raw_path, "chat_path": chat_path, "ids_path": ids_path,
+                        "schema": p.get("json_schema") if self.a.constrain else None})
         self.prepared[name] = out
         return out
 
@@ -345,25 +385,42 @@ class Bench:
         sampling = ["--temp", "0", "--top-k", "1", "--seed", "0"]
         bin_ = lambda n: os.path.join(a.llama_bin, n)
         extra = shlex.split(a.llama_extra)
+        # --constrain: the prompt's JSON schema, compact, given to both engines (specdec compiles
+        # it with xgrammar; llama.cpp converts it to a GBNF grammar of its own).
+        schema = lambda p: ["--json-schema", json.dumps(p["schema"], separators=(",", ":"))] if p.get("schema") else []
         if mode == "greedy":
             name, path = tgt
             return [
                 ("specdec", lambda p: [a.specdec, "generate", "--model", path, "--prompt-file", p["chat_path"]]
-                 + common_sd, parse_specdec),
+                 + common_sd + schema(p), parse_specdec),
                 ("llama-completion", lambda p: [bin_("llama-completion"), "-m", path, "-p", p["text"],
                                                 "-n", str(a.n_tokens), "-t", t, "-tb", t] + ctx + sampling
-                 + ["-no-cnv", "--no-display-prompt"] + extra, parse_llama_completion),
+                 + ["-no-cnv", "--no-display-prompt"] + schema(p) + extra, parse_llama_completion),
+            ]
+        if mode == "lookup":  # drafts looked up in the context, no draft model
+            name, path = tgt
+            jump = ["--set", "jump_forward=true"] if a.constrain else []
+            return [
+                ("specdec", lambda p: [a.specdec, "generate", "--model", path, "--strategy", "speculative",
+                                       "--set", "drafter=ngram", "--set", f"gamma={a.gamma}", "--set", "temperature=0"]
+                 + jump + ["--prompt-file", p["chat_path"]] + common_sd + schema(p), parse_specdec),
+                # ngram-simple as specdec's n-gram drafter: suffixes of up to 3 tokens, drafts of gamma.
+                ("llama-speculative-simple", lambda p: [bin_("llama-speculative-simple"), "-m", path, "-p", p["text"],
+                                                        "-n", str(a.n_tokens), "-t", t, "-tb", t] + ctx + sampling
+                 + ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                    "--spec-ngram-simple-size-m", str(a.gamma), "--spec-draft-n-max", str(a.gamma)]
+                 + schema(p) + extra, parse_llama_speculative),
             ]
         (tname, tpath), (dname, dpath) = tgt, dft
         ll_dpath = a.llama_draft or dpath
         spec_ll = lambda tool: (lambda p: [bin_(tool), "-m", tpath, "-md", ll_dpath, "-p", p["text"],
                                            "-n", str(a.n_tokens), "-t", t, "-tb", t, "-td", t, "-tbd", t]
-                                + ctx + sampling + ["--spec-draft-n-max", str(a.gamma)] + extra)
+                                + ctx + sampling + ["--spec-draft-n-max", str(a.gamma)] + schema(p) + extra)
         return [
             ("specdec", lambda p: [a.specdec, "generate", "--model", tpath, "--draft", dpath,
                                    "--strategy", "speculative", "--set", f"gamma={a.gamma}",
                                    "--set", "temperature=0", "--prompt-file", p["chat_path"],
-                                   "--draft-dtype", SPECDEC_DRAFT_DTYPE] + common_sd,
+                                   "--draft-dtype", SPECDEC_DRAFT_DTYPE] + common_sd + schema(p),
              parse_specdec),
             # llama-speculative-simple needs the speculator named (its default type is none);
             # llama-speculative loads the draft model itself.
@@ -374,7 +431,7 @@ class Bench:
 
     def modes(self):
         out = []
-        for m in self.models:
+        for m in self.models if self.a.greedy == "all" else self.models[-1:]:
             out.append(("greedy", m, None, f"greedy {m[0]}"))
         spec = self.a.spec
         if spec == "auto":
@@ -384,6 +441,10 @@ class Bench:
             dft = self.models[0]  # with one model: self-speculation
             label = f"speculative {dft[0]} -> {tgt[0]}, gamma {self.a.gamma}"
             out.append(("speculative", tgt, dft, label))
+        if self.a.lookup:
+            tgt = self.models[-1]
+            jump = " + jump-forward" if self.a.constrain else ""
+            out.append(("lookup", tgt, None, f"n-gram lookup{jump} {tgt[0]}, gamma {self.a.gamma}"))
         return out
 
     def bench(self):
@@ -393,7 +454,8 @@ class Bench:
             prompts = self.prepare(tgt[0], tgt[1])
             engines = self.engines_for(mode, tgt, dft)
             for eng, build, _ in engines:
-                example = shlex.join(build({"chat_path": "PROMPT.txt", "text": "@PROMPT_TEXT@"}))
+                example = shlex.join(build({"chat_path": "PROMPT.txt", "text": "@PROMPT_TEXT@",
+                                            "schema": {"@SCHEMA@": 1} if a.constrain else None}))
                 self.commands[(label, eng)] = example.replace("@PROMPT_TEXT@", '"$PROMPT"')
             for rep in range(a.repeats):
                 for p in prompts:
@@ -412,6 +474,8 @@ class Bench:
                                "steal_cores": out["steal_cores"], "loadavg": out["loadavg"],
                                "own_cpu_s": out["own_cpu_s"]}
                         row.update({k: v for k, v in r.items() if k != "tokens"})
+                        if p.get("schema"):
+                            row["json"] = json_output_status(generated_text(eng, out, p["text"]), p["schema"])
                         self.runs.append(row)
                         acc = f" alpha {r['alpha']:.3f}" if r.get("alpha") is not None else ""
                         print(f"        {r['tok_s']:.2f} tok/s decode, {r['n_gen']} tokens, wall {out['wall_s']:.1f} s,"
@@ -436,7 +500,9 @@ class Bench:
         L.append(f"- Files (the same for both engines): {files}.")
         prompts_src = os.path.relpath(a.prompts, info["repo"])
         if self.runs:
-            L.append(f"- Prompts: first {a.n_prompts} of `{prompts_src}` "
+            L.append(f"- Prompts: first {len(self.prompts)} of `{prompts_src}`"
+                     f"{' (category ' + a.category + ')' if a.category else ''}"
+                     f"{', each with its JSON schema given to both engines (--json-schema)' if a.constrain else ''} "
                      f"({', '.join(p['id'] for p in self.prompts)}), ChatML-templated text given raw to both engines; "
                      f"{a.n_tokens} new tokens, greedy, {a.threads} threads, {a.repeats} repeats, engines alternated "
                      "per prompt and repeat.")
@@ -446,8 +512,9 @@ class Bench:
         L.append("")
         if self.runs:
             L.append("decode tok/s = each tool's own timing of the generation phase (prompt processing and "
-                     "model loading excluded): specdec `ms_total - ms_prefill`, llama-completion `eval time` "
-                     "(tokens after the first), llama-speculative(-simple) `decoded N tokens in T s`. "
+                     "model loading excluded, and specdec's grammar compile, which runs before its clock like "
+                     "llama.cpp's sampler set-up): specdec `ms_total - ms_prefill`, llama-completion "
+                     "`eval time` plus its `sampling time` (tokens after the first), llama-speculative(-simple) `decoded N tokens in T s`. "
                      "Greedy rows count the forwards after the prefill (n - 1 tokens) for both engines. "
                      "wall = the whole process (model load included). alpha = accepted / drafted. "
                      "foreign = CPU used by other processes during the runs, in cores "
@@ -456,45 +523,68 @@ class Bench:
                      f"process used more than {CONTENDED_CORES} cores during any run are marked contended "
                      "and do not rank the engines.")
             L.append("")
-            L.append("| mode | engine | decode tok/s (median) | min-max | tokens | wall s | alpha | foreign cores median (max) | load max |")
-            L.append("|---|---|---|---|---|---|---|---|---|")
+            L.append("| mode | engine | decode tok/s (median) | min-max | summed | tokens | wall s | alpha | foreign cores median (max) | load max |"
+                     + (" JSON valid / not JSON / invalid |" if a.constrain else ""))
+            L.append("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.constrain else ""))
             flag = lambda fc: " **contended**" if max(fc) > CONTENDED_CORES else ""
             groups = {}
             for r in self.runs:
                 groups.setdefault((r["label"], r["engine"]), []).append(r)
-            medians = {}
+            medians, summed = {}, {}
+            counted = lambda r: r["tok_s"] * r["decode_s"]  # the tokens its tok/s counts
             for (label, eng), rs in groups.items():
                 tok = [r["tok_s"] for r in rs]
                 med = statistics.median(tok)
+                summed[(label, eng)] = sum(map(counted, rs)) / max(1e-9, sum(r["decode_s"] for r in rs))
                 medians[(label, eng)] = med
                 gen = sorted(set(r["n_gen"] for r in rs))
+                gen = gen if len(gen) <= 3 else [f"{min(gen)}-{max(gen)} ({sum(r['n_gen'] for r in rs)} in all)"]
+                js = [r.get("json") for r in rs]
+                valid = (f" {js.count('valid')} / {js.count('not JSON')} / {js.count('invalid')} |"
+                         if a.constrain else "")
                 alphas = [r["alpha"] for r in rs if r.get("alpha") is not None]
                 fc = [r["foreign_cores"] for r in rs]
                 alpha = f"{statistics.median(alphas):.3f}" if alphas else "-"
                 wall = statistics.median(r["wall_s"] for r in rs)
                 L.append(f"| {label} | {eng} | **{med:.2f}** | {min(tok):.2f}-{max(tok):.2f} | "
+                         f"{summed[(label, eng)]:.2f} | "
                          f"{'/'.join(map(str, gen))} | {wall:.1f} | {alpha} | "
-                         f"{statistics.median(fc):.2f} ({max(fc):.2f}){flag(fc)} | {max(r['loadavg'] for r in rs):.2f} |")
+                         f"{statistics.median(fc):.2f} ({max(fc):.2f}){flag(fc)} | {max(r['loadavg'] for r in rs):.2f} |{valid}")
             # Speculative speedup within each engine, against its own greedy run of the target.
-            spec = [m for m in self.modes() if m[0] == "speculative"]
+            spec = [m for m in self.modes() if m[0] != "greedy"]
             if spec:
-                _, tgt, _, slabel = spec[0]
-                glabel = f"greedy {tgt[0]}"
+                glabel = f"greedy {spec[0][1][0]}"
                 lines = []
+                slabels = {m[3] for m in spec}
                 for (label, eng), med in medians.items():
-                    if label != slabel:
+                    if label not in slabels:
                         continue
                     base_eng = "specdec" if eng == "specdec" else "llama-completion"
                     base = medians.get((glabel, base_eng))
-                    if base:
-                        lines.append(f"| {eng} | {med:.2f} / {base:.2f} = **{med / base:.2f}x** |")
+                    if not base:
+                        continue
+                    # Each prompt and repeat's own ratio, paired with the greedy run beside it.
+                    g = {(r["prompt"], r["repeat"]): r["tok_s"] for r in groups[(glabel, base_eng)]}
+                    pairs = [r["tok_s"] / g[(r["prompt"], r["repeat"])] for r in groups[(label, eng)]
+                             if g.get((r["prompt"], r["repeat"]))]
+                    sb = summed[(glabel, base_eng)]
+                    lines.append(f"| {label} | {eng} | {med:.2f} / {base:.2f} = **{med / base:.2f}x** | "
+                                 f"{summed[(label, eng)]:.2f} / {sb:.2f} = {summed[(label, eng)] / sb:.2f}x | "
+                                 f"{statistics.median(pairs):.2f}x ({len(pairs)}) |")
                 if lines:
                     L.append("")
-                    L.append(f"Speculative over greedy within each engine (decode tok/s, {glabel} as the base):")
+                    L.append(f"Speculative over greedy within each engine (decode tok/s, {glabel} as the base): "
+                             "medians of the runs, summed (all tokens over all decode time), and the median "
+                             "of each prompt's own ratio:")
                     L.append("")
-                    L.append("| engine | speculative / greedy |")
-                    L.append("|---|---|")
+                    L.append("| mode | engine | median / median | summed | median of per-prompt ratios |")
+                    L.append("|---|---|---|---|---|")
                     L += lines
+            comp = [r["ms_grammar_compile"] for r in self.runs if r.get("ms_grammar_compile") is not None]
+            if comp:
+                L.append("")
+                L.append(f"specdec's grammar compile, before its clock (once per schema and tokenizer): median "
+                         f"{statistics.median(comp):.0f} ms ({min(comp):.0f}-{max(comp):.0f}) over {len(comp)} runs.")
             L.append("")
             L.append("Per-run figures: `" + os.path.join(self.work, "runs.jsonl") + "`; logs: `" + self.logs + "/`.")
             L.append("")
@@ -584,12 +674,20 @@ def main():
     ap.add_argument("--pycpp-version", default="unknown")
     ap.add_argument("--cmake-line", default="")
     ap.add_argument("--precision-note", default="")
+    ap.add_argument("--category", default="", help="only the prompts of this category (e.g. json)")
+    ap.add_argument("--lookup", action="store_true",
+                    help="also n-gram lookup on the target alone (specdec drafter=ngram, with jump-forward under "
+                         "--constrain; llama-speculative-simple --spec-type ngram-simple)")
+    ap.add_argument("--constrain", action="store_true", help="give each prompt's json_schema to both engines")
+    ap.add_argument("--greedy", choices=["all", "target"], default="all",
+                    help="greedy runs of every model, or of the target (the last) only")
     ap.add_argument("--llama-draft", default="", help="the draft file llama.cpp's speculative tools load "
                     "(default: the draft model's own)")
     a = ap.parse_args()
     if a.check_tokens <= 0:
         a.check_tokens = a.n_tokens
-    a.check_prompts = min(a.check_prompts, a.n_prompts)
+    if a.n_prompts:
+        a.check_prompts = min(a.check_prompts, a.n_prompts)
 
     b = Bench(a)
     load_start = _loadavg()
