@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "model/device.h"
 #include "sampling/grammar.h"
+#include "sampling/processors.h"
 #include "speculative/controller.h"
 #include "speculative/proposer.h"
 #include "speculative/scorer.h"
@@ -340,8 +341,13 @@ double SpecLoop::score() {
   return phase_.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
 }
 
-// The chains in one kernel call, the trees in another (per verify mode).
+// The chains in one kernel call, the trees in another (per verify mode). A round in which no
+// sequence drafts is, at T = 0, a greedy step: each token is its row's arg-max after the
+// processors, taken as greedy takes it, without the probability rows and the kernel call.
 void SpecLoop::verify() {
+  const bool plain = cfg_.verify.proc.greedy() && cfg_.synthetic.empty() &&
+                     std::all_of(active_.begin(), active_.end(),
+                                 [&](int64_t b) { return spec_[b].d.size() == 0 && !spec_[b].req->trace; });
   std::vector<at::Tensor> p;
   std::vector<const DraftProposal*> ds;
   std::vector<Rng*> rngs;
@@ -355,13 +361,22 @@ void SpecLoop::verify() {
       slots_[b]->st.n_refused += s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
       phases_.grammar += sw.ms();
     }
-    s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
     // the target's top tokens ride with the verdict
     s.top_ids = s.topk > 0 ? top_token_ids(s.logits, s.topk) : at::Tensor();
+    if (plain) {
+      s.p = at::Tensor();
+      s.v = Verdict{{}, {sampling::greedy_token(s.logits[0], cfg_.verify.proc, s.seq)}, std::nullopt};
+      continue;
+    }
+    s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
     s.best = !cfg_.synthetic.empty() ? top_token_ids(s.p, 1) : at::Tensor();  // likewise
     p.push_back(s.p);
     ds.push_back(&s.d);
     rngs.push_back(s.rng.get());
+  }
+  if (plain) {
+    phase_.charge(&PhaseTimes::sample);
+    return;
   }
   std::vector<Verdict> verdicts = verify_round(*backend_, cfg_.verify, ds, p, rngs);
   for (size_t i = 0; i < active_.size(); ++i) {

@@ -238,18 +238,35 @@ TEST(GammaController, FixedCostsDecideFromAcceptCountsAlone) {
 // Drafting that costs more than it can gain at any acceptance: every round steps aside (no
 // probes either), the output is greedy's token for token and the stats say 100 % aside. The
 // n-gram drafter's measured cost is near 0, so a controller that ignored the table would draft.
+// Such rounds take greedy's step (SpecLoop::verify): with a repetition penalty, which reads the
+// context, and in a batch, whose sequences each have their own.
 TEST(Controller, ExpensiveDraftingStepsAsideEveryRound) {
-  Request req = tiny_request(11, 40);
-  const Result base = run("greedy", {}, req);
   const std::string costs = cost_table(
       "expensive.json",
       R"({"drafter": "ngram", "verify_ms": {"1": 10, "9": 11}, "draft_ms_per_token": 1000, "acceptance": 1})");
-  const Result r = run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}}), req);
-  EXPECT_EQ(r.tokens, base.tokens);
-  EXPECT_EQ(r.stats.n_drafted, 0);
-  ASSERT_FALSE(r.stats.gamma_rounds.empty());
-  EXPECT_EQ(r.stats.gamma_rounds[0], r.stats.n_rounds);
-  EXPECT_EQ(r.stats.n_aside_tokens, r.stats.n_generated);
+  for (const char* penalty : {"1", "1.5"}) {
+    SCOPED_TRACE(std::string("repetition_penalty ") + penalty);
+    const Params greedy = P({{"repetition_penalty", penalty}});
+    const Params aside =
+        greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}, {"repetition_penalty", penalty}});
+    std::vector<Request> reqs;
+    for (uint64_t i = 0; i < 3; ++i) {
+      reqs.push_back(tiny_request(11, 40));
+      reqs.back().prompt.push_back(static_cast<TokenId>(2 + 9 * i));  // three different prompts
+    }
+    const std::vector<Result> base = create("greedy", greedy)->generate_batch(reqs, BatchOptions{3, 0}, {});
+    const std::vector<Result> got = create("speculative", aside)->generate_batch(reqs, BatchOptions{3, 0}, {});
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Result r = run("speculative", aside, reqs[i]);  // alone
+      for (const Result* x : {&r, &got[i]}) {
+        EXPECT_EQ(x->tokens, base[i].tokens) << "request " << i;
+        EXPECT_EQ(x->stats.n_drafted, 0);
+        ASSERT_FALSE(x->stats.gamma_rounds.empty());
+        EXPECT_EQ(x->stats.gamma_rounds[0], x->stats.n_rounds);
+        EXPECT_EQ(x->stats.n_aside_tokens, x->stats.n_generated);
+      }
+    }
+  }
 }
 
 // Free drafting and a draft that is the target: every round drafts gamma_max.
