@@ -178,16 +178,15 @@ void blend(double& slot, double x) {
 }
 }  // namespace
 
-void CostTable::measure_round(int64_t k, int64_t a, double ms_draft, double ms_verify) {
+void CostTable::measure_round(const RoundOutcome& r) {
   if (fixed_) return;
   constexpr double decay = 0.99;
   std::lock_guard<std::mutex> lock(mu_);
-  drafted_ = drafted_ * decay + double(k);
-  accepted_ = accepted_ * decay + double(a);
-  costs_.acceptance = (accepted_ + 1.0) / (drafted_ + 2.0);
-  if (k > 0 && ms_draft >= 0) blend(costs_.draft_ms_per_token, ms_draft / double(k));
-  auto it = costs_.verify_ms.emplace(k + 1, -1.0).first;
-  blend(it->second, ms_verify);
+  judged_ = judged_ * decay + r.trials();
+  accepted_ = accepted_ * decay + (r.judged ? double(r.accepted) : 0.0);
+  costs_.acceptance = (accepted_ + 1.0) / (judged_ + 2.0);
+  if (r.drafted > 0 && r.ms_draft >= 0) blend(costs_.draft_ms_per_token, r.ms_draft / double(r.drafted));
+  blend(costs_.verify_ms.emplace(r.rows(), -1.0).first->second, r.ms_verify);
 }
 
 void CostTable::measure_verify(int64_t rows, double ms) {
@@ -231,7 +230,7 @@ GammaController::GammaController(int64_t gamma, int64_t gamma_max, std::vector<s
 
 double GammaController::alpha_estimate(size_t arm) const {
   const Arm& x = arms_.at(arm);
-  return (x.accepted + prior_tokens * x.prior) / (x.drafted + prior_tokens);
+  return (x.accepted + prior_tokens * x.prior) / (x.judged + prior_tokens);
 }
 
 double GammaController::match_rate(const Arm& arm) const {
@@ -266,24 +265,25 @@ int64_t GammaController::next(int64_t remaining, int64_t behind) {
   return chosen_ = 0;
 }
 
-void GammaController::update(int64_t k, int64_t a, double ms_draft, double ms_verify) {
+void GammaController::update(RoundOutcome r) {
   constexpr double decay = 0.95;
   Arm& x = arms_[arm_];
-  if (k > 0 && x.paused) ms_draft = -1;  // a catch-up, not the cost of drafting
+  const int64_t k = r.drafted, a = r.accepted;
+  if (k > 0 && x.paused) r.ms_draft = -1;  // a catch-up, not the cost of drafting
   for (Arm& other : arms_) other.paused = other.paused || &other != &x;
   x.paused = k == 0;
-  x.drafted = x.drafted * decay + double(k);
-  x.accepted = x.accepted * decay + double(a);
+  x.judged = x.judged * decay + r.trials();
+  x.accepted = x.accepted * decay + (r.judged ? double(a) : 0.0);
   if (chosen_ > 0) {  // chosen to draft: did it propose anything?
     x.tried = x.tried * decay + 1.0;
     x.matched = x.matched * decay + (k > 0 ? 1.0 : 0.0);
   }
   if (mode_ == GammaMode::hf) {
-    gamma_ = (k > 0 && a == k) ? std::min(gamma_ + 2, gamma_max_) : std::max<int64_t>(gamma_ - 1, 1);
+    if (r.judged) gamma_ = (k > 0 && a == k) ? std::min(gamma_ + 2, gamma_max_) : std::max<int64_t>(gamma_ - 1, 1);
   } else if (mode_ == GammaMode::cost) {
-    x.costs->measure_round(k, a, ms_draft, ms_verify);
+    x.costs->measure_round(r);
     for (Arm& other : arms_)  // the target's verify curve, whoever drafted
-      if (&other != &x && other.costs != x.costs) other.costs->measure_verify(k + 1, ms_verify);
+      if (&other != &x && other.costs != x.costs) other.costs->measure_verify(r.rows(), r.ms_verify);
     choose_by_cost();
   }
 }

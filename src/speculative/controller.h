@@ -12,6 +12,23 @@ namespace specdec::strategies {
 
 struct Stats;
 
+// One round as the controller learns from it. Acceptance is Leviathan et al.'s per-token
+// chance a: a drafted token is judged only if every token before it was accepted, so a round
+// that accepted `accepted` of `drafted` judged accepted + (accepted < drafted) tokens, and the
+// estimate is accepted / judged (not accepted / drafted, which counts the tokens after the first
+// rejection as failures and so reads a lower a than the rounds had: a chain of 4 that yields 4
+// tokens a round has accepted / drafted 0.76 and a 0.88).
+struct RoundOutcome {
+  int64_t drafted = 0;     // the drafter's tokens (after the grammar's lead)
+  int64_t accepted = 0;    // of them
+  double ms_draft = 0;     // the draft's time (< 0: not a measure of drafting)
+  double ms_verify = 0;    // the target's forward over rows()
+  int64_t lead = 0;        // tokens verified before the drafter's: the grammar's forced and jump tokens
+  bool judged = true;      // false: the target rejected a lead token, so the drafter's went unjudged
+  int64_t rows() const { return lead + drafted + 1; }
+  double trials() const { return judged && drafted > 0 ? double(accepted + (accepted < drafted ? 1 : 0)) : 0.0; }
+};
+
 // adaptive_gamma.
 enum class GammaMode { off, hf, cost };
 // "off" | "hf" | "cost"; anything else is a specdec::Error naming adaptive_gamma and the value.
@@ -56,9 +73,9 @@ class CostTable {
                                             const std::shared_ptr<const void>& draft, const std::string& drafter);
   bool fixed() const { return fixed_; }
   StepCosts now() const;  // a copy
-  // A round that drafted k tokens and accepted a: the draft's ms (k > 0; < 0: not a measure of
-  // drafting, left out) and the target's ms over k + 1 rows. Ignored by a fixed table.
-  void measure_round(int64_t k, int64_t a, double ms_draft, double ms_verify);
+  // A round its drafter drafted (or a round at 0): the draft's ms per token (drafted > 0 and
+  // ms_draft >= 0), the target's ms over its rows, the acceptance. Ignored by a fixed table.
+  void measure_round(const RoundOutcome& r);
   // The target's ms over `rows` rows in a round another drafter drafted (or none): the verify
   // curve only. Ignored by a fixed table.
   void measure_verify(int64_t rows, double ms);
@@ -68,7 +85,7 @@ class CostTable {
  private:
   mutable std::mutex mu_;
   StepCosts costs_;
-  double drafted_ = 0, accepted_ = 0;  // decayed counts behind costs_.acceptance
+  double judged_ = 0, accepted_ = 0;  // decayed counts behind costs_.acceptance (RoundOutcome)
   bool fixed_ = false;
 };
 
@@ -109,17 +126,16 @@ class GammaController {
   int64_t next(int64_t remaining = -1, int64_t behind = 0);
   // The arm the last next() chose (0 before any; kept through a round that stepped aside).
   size_t drafter() const { return arm_; }
-  // One round: drafted k, accepted a, draft time (ms) and target verify time (ms, k+1 rows).
-  // A round that drafted after a pause (a round at 0, another arm's round, or a deferred
-  // prefill) caught its draft up on every token emitted meanwhile: its draft time is not taken
-  // as the cost of drafting.
-  void update(int64_t k, int64_t a, double ms_draft, double ms_verify);
+  // One round of the last next()'s arm. A round that drafted after a pause (a round at 0,
+  // another arm's round, or a deferred prefill) caught its draft up on every token emitted
+  // meanwhile: its draft time is not taken as the cost of drafting.
+  void update(RoundOutcome r);
   double alpha_estimate(size_t arm = 0) const;
 
  private:
   struct Arm {
     std::shared_ptr<CostTable> costs;
-    double drafted = 0, accepted = 0;  // this request's, exponentially decayed
+    double judged = 0, accepted = 0;   // this request's tokens judged and accepted, exponentially decayed
     double tried = 0, matched = 0;     // rounds it was chosen to draft, and of them proposed (decayed)
     double prior = 0.5;                // the table's acceptance when the request started
     int64_t n_idle = 0;                // rounds in a row it was not the best choice
@@ -144,7 +160,7 @@ class GammaController {
   size_t arm_ = 0;              // the arm of the last next()
   int64_t chosen_ = -1;         // the length the last next() returned (-1: none yet)
   static constexpr int64_t probe_every = 8;
-  static constexpr double prior_tokens = 4;  // the acceptance prior's weight, in drafted tokens
+  static constexpr double prior_tokens = 4;  // the acceptance prior's weight, in judged tokens
   static constexpr double prior_rounds = 2;  // the match rate's prior (1)'s weight, in rounds
 };
 

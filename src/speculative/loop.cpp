@@ -462,7 +462,7 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
     mine.drafted += k;
     mine.accepted += a;
   }
-  s.ctl->update(k, a, ms_draft, ms_verify);
+  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead});
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

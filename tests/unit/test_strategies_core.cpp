@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 
 #include "core/error.h"
 #include "model/tiny.h"
@@ -162,11 +163,11 @@ TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentMatch) {
 
 TEST(GammaController, HuggingFaceHeuristicIsBounded) {
   GammaController c(GammaMode::hf, 4, 7);
-  c.update(4, 4, 1, 1);
+  c.update({4, 4, 1, 1});
   EXPECT_EQ(c.next(), 6);
-  c.update(6, 6, 1, 1);
+  c.update({6, 6, 1, 1});
   EXPECT_EQ(c.next(), 7);
-  for (int i = 0; i < 10; ++i) c.update(c.next(), 0, 1, 1);
+  for (int i = 0; i < 10; ++i) c.update({c.next(), 0, 1, 1});
   EXPECT_EQ(c.next(), 1);
   EXPECT_THROW(parse_gamma_mode("fast"), Error);
 }
@@ -181,7 +182,7 @@ TEST(GammaController, CostDependsOnTimingsHfAndOffDoNot) {
     for (int i = 0; i < 12; ++i) {
       const int64_t k = c.next();
       seq.push_back(k);
-      c.update(k, k / 2, ms_draft_per_token * k, 10.0 + k);  // accept counts: a function of k only
+      c.update({k, k / 2, ms_draft_per_token * k, 10.0 + k});  // accept counts: a function of k only
     }
     return seq;
   };
@@ -191,16 +192,38 @@ TEST(GammaController, CostDependsOnTimingsHfAndOffDoNot) {
 
 TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
   GammaController good(GammaMode::cost, 2, 8);  // cheap draft, high acceptance -> long drafts
-  for (int i = 0; i < 20; ++i) good.update(good.next(), good.next(), 0.05 * good.next(), 10 + good.next());
+  for (int i = 0; i < 20; ++i) good.update({good.next(), good.next(), 0.05 * good.next(), 10.0 + good.next()});
   EXPECT_GE(good.next(), 4);
   GammaController bad(GammaMode::cost, 4, 8);  // draft costs as much as the target, never accepted -> 0
   int n_zero = 0;
   for (int i = 0; i < 40; ++i) {
     const int64_t g = bad.next();
     n_zero += g == 0;
-    bad.update(g, 0, 10.0 * g, 10 + g);
+    bad.update({g, 0, 10.0 * g, 10.0 + g});
   }
   EXPECT_GE(n_zero, 30);  // mostly plain decoding, with occasional 1-token probes
+}
+
+// The acceptance the controller reads is Leviathan's per-token chance a. Chains of 4 whose
+// tokens are each accepted with probability 0.88 until the first rejection: the table's estimate
+// lands on 0.88, where accepted / drafted (tokens after a rejection counted as failures) reads
+// ~0.76. Rounds whose drafter's tokens went unjudged (a grammar lead token rejected first)
+// count as rounds that drafted nothing (only the counts' decay moves it), not as rejections
+// (50 of those would read ~0.75).
+TEST(CostTable, AcceptanceIsThePerTokenChance) {
+  CostTable table;
+  std::mt19937_64 gen(7);
+  std::bernoulli_distribution accept(0.88);
+  for (int i = 0; i < 3000; ++i) {
+    int64_t a = 0;
+    while (a < 4 && accept(gen)) ++a;
+    table.measure_round({4, a, 4.0, 12.0});
+  }
+  EXPECT_NEAR(table.now().acceptance, 0.88, 0.04);  // the last ~100 rounds weigh: sd ~0.016
+  const double before = table.now().acceptance;
+  for (int i = 0; i < 50; ++i) table.measure_round({4, 0, 4.0, 14.0, /*lead=*/3, /*judged=*/false});
+  EXPECT_NEAR(table.now().acceptance, before, 0.005);
+  EXPECT_TRUE(table.now().verify_ms.count(8));  // 3 lead + 4 drafted + 1
 }
 
 // ---- the controller's cost table (adaptive_gamma=cost; docs/controller.md) ------------------------
@@ -226,7 +249,7 @@ TEST(GammaController, FixedCostsDecideFromAcceptCountsAlone) {
     for (int i = 0; i < 24; ++i) {
       const int64_t k = ctl.next();
       seq.push_back(k);
-      ctl.update(k, static_cast<int64_t>(accept_share * double(k)), ms_scale * double(k), ms_scale * (10.0 + k));
+      ctl.update({k, static_cast<int64_t>(accept_share * double(k)), ms_scale * double(k), ms_scale * (10.0 + k)});
     }
     return seq;
   };
@@ -361,11 +384,11 @@ std::string model_costs(const std::string& name, double draft_ms, double prefill
 TEST(LazyPrefill, TheCatchUpAfterAPauseIsNotTheCostOfDrafting) {
   const auto table = std::make_shared<CostTable>();
   GammaController ctl(GammaMode::cost, 2, 8, table);
-  ctl.update(2, 1, 4.0, 12.0);  // 2 ms a drafted token
-  ctl.update(0, 0, 0.0, 10.0);  // stepped aside
-  ctl.update(1, 1, 500.0, 11.0);  // caught up, then drafted one token
+  ctl.update({2, 1, 4.0, 12.0});  // 2 ms a drafted token
+  ctl.update({0, 0, 0.0, 10.0});  // stepped aside
+  ctl.update({1, 1, 500.0, 11.0});  // caught up, then drafted one token
   EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, 2.0);
-  ctl.update(1, 1, 3.0, 11.0);
+  ctl.update({1, 1, 3.0, 11.0});
   EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, 0.8 * 2.0 + 0.2 * 3.0);
 }
 
