@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "sampling/processors.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specdec::sampling {
@@ -257,7 +258,18 @@ struct ConstraintState::Impl {
   bool follow(const Tokens& context);
   // The admitted tokens of the matcher's current state into row `out` ([V] bytes, 1 = admitted).
   void fill(uint8_t* out, int64_t V);
+  // Whether the matcher's current state admits `t`, asked without a mask (false for an end id:
+  // its admission is left to the mask).
+  bool admits(TokenId t);
 };
+
+bool ConstraintState::Impl::admits(TokenId t) {
+  if (ended || t < 0 || t >= tok->vocab_size() || is_stop(t) || tok->is_special(t) ||
+      !matcher->AcceptToken(static_cast<int32_t>(t)))
+    return false;
+  matcher->Rollback(1);
+  return true;
+}
 
 void ConstraintState::Impl::compile(int64_t n_vocab) {
   Constraint::Impl& c = *constraint;
@@ -479,7 +491,7 @@ std::vector<bool> ConstraintState::admitted(const Tokens& context, const Tokens&
 }
 
 int64_t ConstraintState::mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft,
-                              const std::vector<int32_t>& parents) {
+                              const std::vector<int32_t>& parents, const ProcessorConfig* argmax) {
   Impl& s = *impl_;
   SD_CHECK(logits.dim() == 2, "structured output: logits must be [N, V], got ", logits.sizes());
   const int64_t N = logits.size(0), V = logits.size(1);
@@ -490,13 +502,25 @@ int64_t ConstraintState::mask(const at::Tensor& logits, const Tokens& context, c
   SD_CHECK(parents.empty() || parents.size() == draft.size(), "structured output: ", parents.size(), " parents for ",
            draft.size(), " draft tokens");
   s.sync(context);
+  if (argmax && !(logits.is_cpu() && logits.scalar_type() == at::kFloat && logits.stride(1) == 1)) argmax = nullptr;
   at::Tensor allowed = at::ones({N, V}, at::kByte);  // 1: kept (a row off the grammar stays whole)
   uint8_t* a = allowed.data_ptr<uint8_t>();
+  std::vector<int64_t> masked;  // the rows that got a mask
   xgrammar::GrammarMatcher& m = *s.matcher;
-  if (!s.ended) s.fill(a, V);
+  std::vector<int32_t> stack;  // draft nodes the matcher has accepted, root first
+  // Row i after the matcher's state (context + the draft nodes on `stack`).
+  const auto mask_row = [&](int64_t i) {
+    if (argmax) {
+      Tokens seen = context;  // what the repetition penalty sees: the row's own path
+      for (int32_t n : stack) seen.push_back(draft[n]);
+      if (s.admits(greedy_token(logits[i], *argmax, seen))) return;
+    }
+    s.fill(a + i * V, V);
+    masked.push_back(i);
+  };
+  if (!s.ended) mask_row(0);
   // Rows 1..N-1: walk each node's path from the nodes accepted so far (a chain never rolls back;
   // a tree rolls back to the common prefix of the previous path).
-  std::vector<int32_t> stack;  // draft nodes the matcher has accepted, root first
   std::vector<int32_t> path;
   int64_t refused = 0;
   for (int64_t i = 1; i < N; ++i) {
@@ -520,11 +544,15 @@ int64_t ConstraintState::mask(const at::Tensor& logits, const Tokens& context, c
       // Node i - 1 itself refused after its admitted path (an end id only where incomplete).
       else if (k + 1 == path.size() && !(s.is_stop(t) && m.IsCompleted())) ++refused;
     }
-    if (on_grammar) s.fill(a + i * V, V);
+    if (on_grammar) mask_row(i);
   }
   if (!stack.empty()) m.Rollback(static_cast<int>(stack.size()));
-  const at::Tensor off = allowed.eq(0).to(logits.device());
-  logits.masked_fill_(off, -std::numeric_limits<float>::infinity());
+  if (masked.size() == static_cast<size_t>(N)) {
+    logits.masked_fill_(allowed.eq(0).to(logits.device()), -std::numeric_limits<float>::infinity());
+  } else {
+    for (const int64_t i : masked)
+      logits[i].masked_fill_(allowed[i].eq(0).to(logits.device()), -std::numeric_limits<float>::infinity());
+  }
   return refused;
 }
 

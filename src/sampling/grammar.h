@@ -35,6 +35,8 @@ namespace specdec::tokenizer { class Tokenizer; }
 
 namespace specdec::sampling {
 
+struct ProcessorConfig;
+
 class ConstraintState;
 
 // The user's constraint, parsed once (errors come here, before any model is loaded; the
@@ -96,8 +98,14 @@ class ConstraintState {
   // the verifier never reaches it, since its parent row gives that token probability 0.
   // Returns how many draft nodes the grammar refuses where they stand (after context and their
   // parent's path, which it admits): tokens their parent's masked row gives probability 0.
+  // `argmax` (T = 0: the caller takes each row's arg-max under these processors, as
+  // greedy_token does, and nothing else from it): a row whose processed arg-max, unmasked, the
+  // grammar admits is left whole, since the mask would leave that token its arg-max (ties
+  // included: it is the first of the row's maxima). Only the other rows pay for a mask, as
+  // llama.cpp's sampler checks its pick before it applies the grammar. Rows not on the host in
+  // float, and end ids, take the mask.
   int64_t mask(const at::Tensor& logits, const Tokens& context, const Tokens& draft = {},
-               const std::vector<int32_t>& parents = {});
+               const std::vector<int32_t>& parents = {}, const ProcessorConfig* argmax = nullptr);
   // What the grammar lays down after `context` for a round's draft to start with (issue 57,
   // item 5), at most `max` tokens in all; what follows `context` is left as it was. n_vocab: the
   // logits' width, as for mask().

@@ -354,11 +354,15 @@ void SpecLoop::verify() {
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     // Structured output: each row masked first, after its own path (the draft read for it; the
-    // drafter's rows stay unmasked: a token the grammar refuses has target probability 0).
+    // drafter's rows stay unmasked: a token the grammar refuses has target probability 0). At
+    // T = 0 the verdict reads each row's arg-max alone: a row whose arg-max the grammar admits
+    // needs no mask (unless a drafter learns the row's top tokens, or a trace records it).
     if (s.grammar) {
       s.d.read_drawn(/*synced=*/false);
       const Stopwatch sw;
-      slots_[b]->st.n_refused += s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents);
+      const bool argmax_only = cfg_.verify.proc.greedy() && cfg_.synthetic.empty() && s.topk == 0 && !s.req->trace;
+      slots_[b]->st.n_refused +=
+          s.grammar->mask(s.logits, s.seq, s.d.tokens, s.d.parents, argmax_only ? &cfg_.verify.proc : nullptr);
       phases_.grammar += sw.ms();
     }
     // the target's top tokens ride with the verdict

@@ -152,7 +152,8 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
 // this loop with one slot.
 std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                                 const BatchTokenCallback& on_token, const MakePick& make_pick,
-                                                const std::shared_ptr<const sampling::Constraint>& constraint) {
+                                                const std::shared_ptr<const sampling::Constraint>& constraint,
+                                                const sampling::ProcessorConfig* argmax) {
   PhaseTimes phases;  // the batch's; each sequence's share is what accrues while it is in the batch
   PhaseClock phase(phases);
   const int64_t capacity = check_batch(requests, options, 0);
@@ -186,9 +187,9 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
       BatchSequence* s = slots[b];
       if (!s) continue;
       const at::Tensor row = logits[b][static_cast<int64_t>(fed[b].size()) - 1];  // [V]
-      if (grammar[b]) {  // the mask first, before every processor
+      if (grammar[b]) {  // the mask first, before every processor (an arg-max it admits: none needed)
         const Stopwatch sw;
-        grammar[b]->mask(row.unsqueeze(0), context[b]);
+        grammar[b]->mask(row.unsqueeze(0), context[b], {}, {}, requests[s->request].trace ? nullptr : argmax);
         phases.grammar += sw.ms();
       }
       const TokenId token = pick[b](row, context[b]);
@@ -213,13 +214,15 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
 }
 
 Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick,
-                             const std::shared_ptr<const sampling::Constraint>& constraint) {
+                             const std::shared_ptr<const sampling::Constraint>& constraint,
+                             const sampling::ProcessorConfig* argmax) {
   check_request(req);  // its own errors, not the batch's wording
   const std::vector<Request> one{req};
   const BatchTokenCallback each =
       on_token ? BatchTokenCallback([&](size_t, const Tokens& t, const std::string& text) { on_token(t, text); })
                : BatchTokenCallback();
-  return autoregressive_decode_batch(one, BatchOptions{1, 0}, each, [&](const Request&) { return pick; }, constraint)[0];
+  return autoregressive_decode_batch(one, BatchOptions{1, 0}, each, [&](const Request&) { return pick; }, constraint,
+                                     argmax)[0];
 }
 
 }  // namespace specdec::strategies

@@ -83,9 +83,11 @@ using MakePick = std::function<PickToken(const Request& req)>;
 // newcomer's prompt rides along with the others' decode rows). autoregressive_decode is this
 // loop with one request, so the loop is written once. Structured output: each sequence's own
 // matcher (start_constraint with the strategy's `constraint`) masks its row before the pick
-// (PhaseTimes::grammar).
+// (PhaseTimes::grammar). `argmax`: the pick is the row's arg-max under these processors
+// (greedy), so a row whose arg-max the grammar admits goes unmasked (ConstraintState::mask).
 std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                                 const BatchTokenCallback& on_token, const MakePick& make_pick,
-                                                const std::shared_ptr<const sampling::Constraint>& constraint = nullptr);
+                                                const std::shared_ptr<const sampling::Constraint>& constraint = nullptr,
+                                                const sampling::ProcessorConfig* argmax = nullptr);
 
 }  // namespace specdec::strategies

@@ -64,9 +64,10 @@ using PickToken = std::function<TokenId(const at::Tensor& row, const Tokens& con
 // Plain autoregressive decoding (prefill, then one target forward per token) shared by the
 // greedy and sampling strategies; the speculative baseline. It is autoregressive_decode_batch
 // (batch.h, batch.cpp) with one request. `constraint`: the strategy's (start_constraint; null:
-// only a request's own).
+// only a request's own). `argmax`: pick is the arg-max under these processors (greedy_token).
 Result autoregressive_decode(const Request& req, const TokenCallback& on_token, const PickToken& pick,
-                             const std::shared_ptr<const sampling::Constraint>& constraint = nullptr);
+                             const std::shared_ptr<const sampling::Constraint>& constraint = nullptr,
+                             const sampling::ProcessorConfig* argmax = nullptr);
 
 // The constraint a request is decoded under: its own when it sets one (Request::constraint),
 // else the strategy's (`strategy_constraint`, from Params::constraint); null: none.

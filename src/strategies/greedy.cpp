@@ -11,11 +11,12 @@ class Greedy : public Strategy {
  public:
   explicit Greedy(const Params& p) : cfg_(processor_config(p)), constraint_(p.constraint()) {}
   Result generate(const Request& req, const TokenCallback& on_token) override {
-    return autoregressive_decode(req, on_token, pick(), constraint_);
+    return autoregressive_decode(req, on_token, pick(), constraint_, &cfg_);
   }
   std::vector<Result> generate_batch(const std::vector<Request>& requests, const BatchOptions& options,
                                      const BatchTokenCallback& on_token) override {
-    return autoregressive_decode_batch(requests, options, on_token, [&](const Request&) { return pick(); }, constraint_);
+    return autoregressive_decode_batch(requests, options, on_token, [&](const Request&) { return pick(); }, constraint_,
+                                       &cfg_);
   }
 
  private:

@@ -15,9 +15,11 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "core/error.h"
 #include "sampling/grammar.h"
+#include "sampling/processors.h"
 #include "tests/support/grammar_law.h"
 #include "tokenizer/tokenizer.h"
 
@@ -209,6 +211,53 @@ TEST(SamplingGrammar, NoConstraintWhenNoneIsSet) {
   const auto c = Constraint::from_params({{"json_schema", path}});
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->key(), "json_schema");
+}
+
+// At T = 0 the verifier and greedy read each row's arg-max alone, so mask(..., argmax) leaves a
+// row whole where the grammar admits its processed arg-max. On random rows, chains and trees
+// (tokens on and off the grammar, the end id, the padding id) and a repetition penalty that
+// sees each row's own path, the arg-max rows it gives are the fully masked rows' arg-max
+// (sampling::probabilities, one-hot at T = 0, as the verifier takes them), and it does skip
+// masks as well as make them.
+TEST(SamplingGrammar, ArgmaxOnlyRowsPickWhatTheMaskedRowsPick) {
+  TinyTokenizer tok;
+  const auto c = Constraint::parse("regex", "(ab|c)+");
+  std::mt19937 gen(11);
+  std::normal_distribution<float> logit(0.0f, 2.0f);
+  std::uniform_int_distribution<int> id(0, static_cast<int>(kV) - 1);
+  int64_t skipped = 0, masked = 0;
+  for (const double penalty : {1.0, 1.8}) {
+    sampling::ProcessorConfig cfg;
+    cfg.temperature = 0;
+    cfg.repetition_penalty = penalty;
+    const Tokens context = {5, 1, 2, 3};  // "x", then "abc" generated
+    auto full_state = c->start(&tok, {5}, {0});
+    auto lazy_state = c->start(&tok, {5}, {0});
+    for (int trial = 0; trial < 300; ++trial) {
+      const int n = 1 + trial % 4;  // draft nodes
+      Tokens draft;
+      std::vector<int32_t> parents;
+      for (int j = 0; j < n; ++j) {
+        draft.push_back(j % 2 == 0 && gen() % 3 ? (gen() % 2 ? 1 : 3) : (j % 2 ? 2 : id(gen)));
+        if (trial % 2) parents.push_back(static_cast<int32_t>(gen() % (j + 1)) - 1);  // a tree
+      }
+      at::Tensor logits = at::empty({n + 1, kV});
+      for (int64_t r = 0; r <= n; ++r)
+        for (int64_t v = 0; v < kV; ++v) logits[r][v] = logit(gen);
+      at::Tensor full = logits.clone(), lazy = logits.clone();
+      full_state->mask(full, context, draft, parents);
+      lazy_state->mask(lazy, context, draft, parents, &cfg);
+      EXPECT_TRUE(at::equal(sampling::probabilities(full, cfg, context, draft, parents),
+                            sampling::probabilities(lazy, cfg, context, draft, parents)))
+          << "penalty " << penalty << ", trial " << trial;
+      for (int64_t r = 0; r <= n; ++r) {
+        if (at::equal(full[r], logits[r])) continue;  // a row off the grammar, or one the grammar leaves whole
+        (at::equal(lazy[r], logits[r]) ? skipped : masked) += 1;
+      }
+    }
+  }
+  EXPECT_GT(skipped, 100);
+  EXPECT_GT(masked, 100);
 }
 
 // ---- the exact law with a constraint ----------------------------------------------------------
