@@ -23,22 +23,30 @@ GammaMode parse_gamma_mode(const std::string& text) {
 
 // ---- cost tables ----------------------------------------------------------------------------
 
-// Linear model t(rows) = t1 + slope * (rows - 1) fitted to the measured rows; before two
-// entries exist, assume each extra row costs 10% of a 1-row step (CPU notes: 5 rows ~ 1.5x).
+// The measured row counts, interpolated: between two measured counts a straight line, below the
+// smallest the smallest's time, beyond the largest the slope of the last two (never negative).
+// The int8 kernels' verify time is flat up to a panel of rows and then jumps (on 2 cores: 5 rows
+// ~1.2x one row, 7 rows ~1.7x), which one line over every count cannot follow: fitted to 1-9
+// rows it put 5 rows at 1.9x one row, and the controller chose chains of 1-2 where 4 pays. One
+// count measured: each extra row costs 10 % of a 1-row step (CPU notes: 5 rows ~ 1.5x); none:
+// 1 + 0.1 (rows - 1).
 double StepCosts::verify_at(int64_t rows) const {
   if (verify_ms.empty()) return 1.0 + 0.1 * double(rows - 1);
   if (verify_ms.size() == 1) {
     const auto& [r, ms] = *verify_ms.begin();
     return ms * (1.0 + 0.1 * double(rows - 1)) / (1.0 + 0.1 * double(r - 1));
   }
-  double mx = 0, my = 0;
-  for (const auto& [x, y] : verify_ms) { mx += double(x); my += y; }
-  mx /= double(verify_ms.size());
-  my /= double(verify_ms.size());
-  double sxy = 0, sxx = 0;
-  for (const auto& [x, y] : verify_ms) { sxy += (double(x) - mx) * (y - my); sxx += (double(x) - mx) * (double(x) - mx); }
-  const double slope = std::max(0.0, sxy / sxx);
-  return std::max(1e-6, my + slope * (double(rows) - mx));
+  auto hi = verify_ms.lower_bound(rows);
+  if (hi == verify_ms.begin()) return hi->second;
+  const auto lo = std::prev(hi);
+  if (hi == verify_ms.end()) {  // beyond the largest: the last two counts' slope
+    const auto before = std::prev(lo);
+    const double slope = std::max(0.0, (lo->second - before->second) / double(lo->first - before->first));
+    return lo->second + slope * double(rows - lo->first);
+  }
+  if (hi->first == rows) return hi->second;
+  const double w = double(rows - lo->first) / double(hi->first - lo->first);
+  return std::max(1e-6, lo->second + w * (hi->second - lo->second));
 }
 
 namespace {
@@ -180,7 +188,7 @@ void blend(double& slot, double x) {
 
 void CostTable::measure_round(const RoundOutcome& r) {
   if (fixed_) return;
-  constexpr double decay = 0.99;
+  constexpr double decay = 0.999;  // ~the last 1000 rounds: the pair's acceptance over many requests, not the last one
   std::lock_guard<std::mutex> lock(mu_);
   judged_ = judged_ * decay + r.trials();
   accepted_ = accepted_ * decay + (r.judged ? double(r.accepted) : 0.0);

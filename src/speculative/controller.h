@@ -43,7 +43,8 @@ struct StepCosts {
   double draft_prefill_ms_per_token = -1;  // the draft's prompt forward per prompt token; < 0: not measured
   double acceptance = 0.5;               // the acceptance a request starts from (its prior)
 
-  // A line fitted to verify_ms (one entry: scaled as if each extra row cost 10 % of one row;
+  // verify_ms interpolated between the measured row counts (below them the smallest's, beyond
+  // them the last two's slope; one entry: scaled as if each extra row cost 10 % of one row;
   // none: 1 + 0.1 (rows - 1)).
   double verify_at(int64_t rows) const;
   // Reads a table written by write(). A missing or unreadable file, invalid JSON, an unknown or

@@ -204,6 +204,21 @@ TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
   EXPECT_GE(n_zero, 30);  // mostly plain decoding, with occasional 1-token probes
 }
 
+// The verify curve is the measured counts, interpolated: the int8 kernels' flat-then-jumping
+// time (here 5 rows cost 1.2x one row, 7 rows 1.7x) is not bent into one line, which would put
+// 5 rows at 1.37x.
+TEST(CostTable, VerifyTimeInterpolatesTheMeasuredRows) {
+  StepCosts c;
+  c.verify_ms = {{1, 20.0}, {5, 24.0}, {7, 34.0}};
+  EXPECT_DOUBLE_EQ(c.verify_at(5), 24.0);
+  EXPECT_DOUBLE_EQ(c.verify_at(3), 22.0);
+  EXPECT_DOUBLE_EQ(c.verify_at(6), 29.0);
+  EXPECT_DOUBLE_EQ(c.verify_at(9), 44.0);  // beyond: the slope of 5 -> 7
+  c.verify_ms = {{3, 30.0}, {4, 28.0}};
+  EXPECT_DOUBLE_EQ(c.verify_at(1), 30.0);  // below: the smallest count's
+  EXPECT_DOUBLE_EQ(c.verify_at(6), 28.0);  // a falling slope is not extended
+}
+
 // The acceptance the controller reads is Leviathan's per-token chance a. Chains of 4 whose
 // tokens are each accepted with probability 0.88 until the first rejection: the table's estimate
 // lands on 0.88, where accepted / drafted (tokens after a rejection counted as failures) reads
@@ -219,7 +234,7 @@ TEST(CostTable, AcceptanceIsThePerTokenChance) {
     while (a < 4 && accept(gen)) ++a;
     table.measure_round({4, a, 4.0, 12.0});
   }
-  EXPECT_NEAR(table.now().acceptance, 0.88, 0.04);  // the last ~100 rounds weigh: sd ~0.016
+  EXPECT_NEAR(table.now().acceptance, 0.88, 0.03);  // ~the last 1000 rounds weigh: sd ~0.005
   const double before = table.now().acceptance;
   for (int i = 0; i < 50; ++i) table.measure_round({4, 0, 4.0, 14.0, /*lead=*/3, /*judged=*/false});
   EXPECT_NEAR(table.now().acceptance, before, 0.005);
