@@ -218,7 +218,7 @@ GammaController::GammaController(GammaMode mode, int64_t gamma, int64_t gamma_ma
   if (mode_ != GammaMode::cost) return;
   arms_[0].costs = costs ? std::move(costs) : std::make_shared<CostTable>();
   arms_[0].prior = arms_[0].costs->now().acceptance;
-  choose_by_cost();  // a table that knows the costs decides the first round too
+  choose_by_cost(0, false);  // a table that knows the costs decides the first round too
 }
 
 GammaController::GammaController(int64_t gamma, int64_t gamma_max, std::vector<std::shared_ptr<CostTable>> tables)
@@ -233,7 +233,7 @@ GammaController::GammaController(int64_t gamma, int64_t gamma_max, std::vector<s
   }
   if (arms_.size() == 1) return;
   arms_[0].n_idle = 0;
-  choose_by_cost();  // again, over every arm
+  choose_by_cost(0, false);  // again, over every arm
 }
 
 double GammaController::alpha_estimate(size_t arm) const {
@@ -251,8 +251,9 @@ bool GammaController::defer_prefill(size_t arm) {
   return true;
 }
 
-int64_t GammaController::next(int64_t remaining, int64_t behind) {
+int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {
   if (mode_ != GammaMode::cost) return chosen_ = gamma_;
+  if (lead != ranked_lead_) choose_by_cost(lead, false);
   for (const Choice& c : ranked_) {
     Arm& x = arms_[c.arm];
     if (c.gamma == 0) break;
@@ -261,7 +262,7 @@ int64_t GammaController::next(int64_t remaining, int64_t behind) {
       // Nothing measured yet (a measured table's first request): draft, so that it gets measured.
       if (!t.verify_ms.empty() && remaining >= 0) {
         const double a = c.probe ? 0.999 : std::min(alpha_estimate(c.arm), 0.999), m = match_rate(x);
-        const double saved = double(remaining) * (ms_per_token(t, 0, a) - ms_per_token(t, c.gamma, a, m));
+        const double saved = double(remaining) * (ms_per_token(t, 0, a, 1.0, lead) - ms_per_token(t, c.gamma, a, m, lead));
         if (saved <= std::max(0.0, t.draft_prefill_ms_per_token) * double(behind)) continue;
       }
       x.deferred = false;  // this round's draft prefills
@@ -292,23 +293,25 @@ void GammaController::update(RoundOutcome r) {
     x.costs->measure_round(r);
     for (Arm& other : arms_)  // the target's verify curve, whoever drafted
       if (&other != &x && other.costs != x.costs) other.costs->measure_verify(r.rows(), r.ms_verify);
-    choose_by_cost();
+    choose_by_cost(r.lead, true);  // the next round's lead is unknown yet: next() re-ranks if it differs
   }
 }
 
-double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a, double m) const {
+double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a, double m, int64_t lead) const {
   const double t_draft = std::max(0.0, c.draft_ms_per_token);  // unmeasured: free, so it is tried
   const double expected = (1.0 - std::pow(a, double(g + 1))) / (1.0 - a);
-  // A round without a proposal (1 - m) is a round of plain decoding.
-  return (m * (double(g) * t_draft + c.verify_at(g + 1)) + (1.0 - m) * c.verify_at(1)) /
-         (m * expected + (1.0 - m));
+  // A round without a proposal (1 - m) verifies the lead alone. The lead's tokens count as
+  // accepted (forced ones are; jump-forward text mostly is).
+  return (m * (double(g) * t_draft + c.verify_at(lead + g + 1)) + (1.0 - m) * c.verify_at(lead + 1)) /
+         (double(lead) + m * expected + (1.0 - m));
 }
 
-void GammaController::choose_by_cost() {
+void GammaController::choose_by_cost(int64_t lead, bool new_round) {
   struct Best {
     int64_t g = 0;
     double ratio = 1.0;  // ms per token at g over plain decoding's
   };
+  ranked_lead_ = lead;
   std::vector<StepCosts> tables;
   for (const Arm& x : arms_) tables.push_back(x.costs->now());
   // Keep the start value until every table has timed a verify step.
@@ -318,10 +321,10 @@ void GammaController::choose_by_cost() {
       return;
     }
   const auto best_at = [&](size_t i, double a, double m) {
-    Best best;
     const double plain = ms_per_token(tables[i], 0, a);
+    Best best{0, ms_per_token(tables[i], 0, a, 1.0, lead) / plain};  // the lead alone (none: 1)
     for (int64_t g = 1; g <= gamma_max_; ++g) {
-      const double ratio = ms_per_token(tables[i], g, a, m) / plain;
+      const double ratio = ms_per_token(tables[i], g, a, m, lead) / plain;
       if (ratio < best.ratio) best = {g, ratio};
     }
     return best;
@@ -335,10 +338,11 @@ void GammaController::choose_by_cost() {
   for (const auto& [b, i] : bests) {
     Arm& x = arms_[i];
     const bool is_best = b.g > 0 && i == bests[0].second;
-    x.n_idle = is_best ? 0 : x.n_idle + 1;
+    if (new_round) x.n_idle = is_best ? 0 : x.n_idle + 1;
     // Passed over for a while, it drafts nothing, so its acceptance (and match rate) is never
     // re-measured: probe now and then, where at best (a = 1, always a match) it beats the choice.
-    if (!is_best && x.n_idle % probe_every == 0 && best_at(i, 0.999, 1.0).ratio < top.ratio && ranked_.empty())
+    if (!is_best && x.n_idle > 0 && x.n_idle % probe_every == 0 && best_at(i, 0.999, 1.0).ratio < top.ratio &&
+        ranked_.empty())
       ranked_.push_back({i, 1, true});
   }
   for (const auto& [b, i] : bests)

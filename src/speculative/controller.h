@@ -123,8 +123,11 @@ class GammaController {
   // The next round's draft length, and its arm (drafter()). remaining: the tokens the request
   // may still emit (< 0: unbounded); behind: the tokens a deferred draft would catch up (the
   // committed sequence). Both matter only while a prefill is deferred; an arm's first length
-  // > 0 returned ends its deferral.
-  int64_t next(int64_t remaining = -1, int64_t behind = 0);
+  // > 0 returned ends its deferral. lead: the tokens the round drafts before the drafter's
+  // (structured output's forced and jump-forward tokens): cost mode weighs every choice, 0
+  // included, with them verified first (taken as accepted), so a round whose lead already
+  // makes it cheap per token drafts only where the drafter adds to that.
+  int64_t next(int64_t remaining = -1, int64_t behind = 0, int64_t lead = 0);
   // The arm the last next() chose (0 before any; kept through a round that stepped aside).
   size_t drafter() const { return arm_; }
   // One round of the last next()'s arm. A round that drafted after a pause (a round at 0,
@@ -148,11 +151,13 @@ class GammaController {
     int64_t gamma = 0;
     bool probe = false;  // a 1-token probe, not the best length
   };
-  void choose_by_cost();
+  // Ranks the choices for a round after `lead` tokens; new_round: a round has passed since the
+  // last ranking (the arms' idle counts move).
+  void choose_by_cost(int64_t lead, bool new_round);
   double match_rate(const Arm& arm) const;
-  // Expected ms per emitted token at draft length g, acceptance a and match rate m (g = 0:
-  // plain decoding).
-  double ms_per_token(const StepCosts& c, int64_t g, double a, double m = 1.0) const;
+  // Expected ms per emitted token at draft length g after `lead` tokens, acceptance a and match
+  // rate m (g = 0, lead = 0: plain decoding).
+  double ms_per_token(const StepCosts& c, int64_t g, double a, double m = 1.0, int64_t lead = 0) const;
 
   GammaMode mode_;
   int64_t gamma_, gamma_max_;
@@ -160,6 +165,7 @@ class GammaController {
   std::vector<Choice> ranked_;  // cost mode: this round's choices, best first (deferral may skip some)
   size_t arm_ = 0;              // the arm of the last next()
   int64_t chosen_ = -1;         // the length the last next() returned (-1: none yet)
+  int64_t ranked_lead_ = 0;     // the lead ranked_ was ranked for
   static constexpr int64_t probe_every = 8;
   static constexpr double prior_tokens = 4;  // the acceptance prior's weight, in judged tokens
   static constexpr double prior_rounds = 2;  // the match rate's prior (1)'s weight, in rounds

@@ -240,10 +240,6 @@ double SpecLoop::draft() {
     s.n = static_cast<int64_t>(s.seq.size());
     // Never draft past max_new_tokens: the last allowed token comes from the target anyway.
     room[b] = s.req->stop.max_new_tokens - slots_[b]->tracker->n_tokens() - 1;
-    s.chosen = s.ctl->next(room[b] + 1, s.n);
-    s.arm = s.ctl->drafter();
-    s.drafter = s.drafters[s.arm];
-    depth[b] = std::min(s.chosen, room[b]);
   }
   phase_.charge(&PhaseTimes::other);
   // Structured output: the tokens the grammar forces come first, for free, then its jump-forward
@@ -260,9 +256,18 @@ double SpecLoop::draft() {
     s.ahead = s.seq;
     s.ahead.insert(s.ahead.end(), s.lead.tokens.begin(), s.lead.tokens.end());
     seqs[b] = &s.ahead;
-    depth[b] = std::min(depth[b], room[b] - static_cast<int64_t>(s.lead.tokens.size()));
   }
   phase_.charge(&PhaseTimes::sample);
+  // The round's drafter and length, knowing the lead it drafts after.
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    const auto lead = static_cast<int64_t>(s.lead.tokens.size());
+    s.chosen = s.ctl->next(room[b] + 1, s.n, lead);
+    s.arm = s.ctl->drafter();
+    s.drafter = s.drafters[s.arm];
+    depth[b] = std::min(s.chosen, room[b] - lead);
+  }
+  phase_.charge(&PhaseTimes::other);
   PhaseTimes parts;
   for (size_t j = 0; j < drafters_.size(); ++j) {  // the drafters not chosen propose at depth 0
     std::vector<int64_t> own(B_, 0);

@@ -252,6 +252,22 @@ std::string cost_table(const std::string& name, const std::string& body) {
 
 // With fixed costs the decisions are a function of the accept counts: timings that differ a
 // thousandfold give the same draft lengths, and other accept counts give other ones.
+// Structured output's lead (forced and jump-forward tokens) is verified before the drafter's
+// tokens. The controller weighs every choice after it: with 6 lead tokens the round already
+// costs 1.6 ms a token, and drafting more rows past the kernel's jump does not pay, so it drafts
+// nothing; with no lead the same table drafts. Weighing the choices without the lead (a planted
+// bug) drafts in both.
+TEST(GammaController, TheGrammarsLeadIsPartOfEveryChoice) {
+  StepCosts c;
+  c.verify_ms = {{1, 10.0}, {5, 11.0}, {7, 11.5}, {9, 20.0}, {13, 30.0}};
+  c.draft_ms_per_token = 3.0;
+  c.acceptance = 0.8;
+  GammaController ctl(GammaMode::cost, 4, 8, std::make_shared<CostTable>(c));
+  EXPECT_GT(ctl.next(-1, 0, 0), 0);
+  EXPECT_EQ(ctl.next(-1, 0, 6), 0);
+  EXPECT_GT(ctl.next(-1, 0, 0), 0);  // ranked again for the round's own lead
+}
+
 TEST(GammaController, FixedCostsDecideFromAcceptCountsAlone) {
   StepCosts c;
   c.verify_ms = {{1, 10.0}, {9, 14.0}};
