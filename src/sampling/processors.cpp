@@ -258,14 +258,9 @@ at::Tensor argmax_rows(const at::Tensor& rows) {
   return out.to(rows.device());
 }
 
-TokenId greedy_token(const at::Tensor& logits_row_in, const ProcessorConfig& cfg, const Tokens& context) {
-  if (!logits_row_in.is_cpu()) {  // on the device; one read: the token
-    at::Tensor row = logits_row_in.to(at::kFloat).contiguous().clone().view({1, -1});
-    apply_repetition_penalty(row, cfg, context, {}, {});
-    return static_cast<TokenId>(model::on_host(argmax_rows(row)).item<int64_t>());
-  }
-  count_host_read();  // what a device pays for the token (core/host_reads.h)
-  const at::Tensor& logits_row = logits_row_in;  // the scan runs on the host
+namespace {
+// greedy_token's pick of one host row (contiguous float [V]), without counting a read.
+TokenId host_greedy(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context) {
   SD_CHECK(logits_row.dim() == 1 && logits_row.scalar_type() == at::kFloat && logits_row.is_contiguous(),
            "greedy_token: expected a contiguous float [V] row");
   const int64_t n_vocab = logits_row.size(0);
@@ -278,6 +273,32 @@ TokenId greedy_token(const at::Tensor& logits_row_in, const ProcessorConfig& cfg
   std::vector<float> scores(row, row + n_vocab);
   penalise(scores.data(), seen.ids, static_cast<float>(cfg.repetition_penalty));
   return static_cast<TokenId>(kernels::math::argmax_row(scores.data(), n_vocab));
+}
+}  // namespace
+
+std::vector<TokenId> greedy_tokens(const std::vector<at::Tensor>& rows, const ProcessorConfig& cfg,
+                                   const std::vector<const Tokens*>& contexts) {
+  SD_CHECK(rows.size() == contexts.size(), "greedy_tokens: ", rows.size(), " rows, ", contexts.size(), " contexts");
+  std::vector<TokenId> out;
+  if (rows.empty()) return out;
+  if (rows[0].is_cpu()) {
+    count_host_read();  // what a device pays for the tokens (core/host_reads.h): one read for all
+    for (size_t i = 0; i < rows.size(); ++i) out.push_back(host_greedy(rows[i], cfg, *contexts[i]));
+    return out;
+  }
+  std::vector<at::Tensor> picks;  // on the device; one read brings them all
+  for (size_t i = 0; i < rows.size(); ++i) {
+    at::Tensor row = rows[i].to(at::kFloat).contiguous().clone().view({1, -1});
+    apply_repetition_penalty(row, cfg, *contexts[i], {}, {});
+    picks.push_back(argmax_rows(row));
+  }
+  const at::Tensor ids = model::on_host(at::cat(picks)).contiguous();
+  for (int64_t i = 0; i < ids.size(0); ++i) out.push_back(static_cast<TokenId>(ids[i].item<int64_t>()));
+  return out;
+}
+
+TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context) {
+  return greedy_tokens({logits_row}, cfg, {&context})[0];
 }
 
 TokenId sample_from(const float* probs, int64_t n_vocab, double u) {

@@ -82,6 +82,10 @@ at::Tensor argmax_rows(const at::Tensor& rows);
 // applies processors but no warpers). Avoids materialising a one-hot row.
 // logits_row: [V] float32 (contiguous), on any device
 TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context);
+// greedy_token for several rows at once, row i after contexts[i]: one read brings all the
+// tokens to the host (a batch's greedy step is one read, not one per sequence).
+std::vector<TokenId> greedy_tokens(const std::vector<at::Tensor>& rows, const ProcessorConfig& cfg,
+                                   const std::vector<const Tokens*>& contexts);
 
 // Inverse-CDF sample from one probability row with a uniform u in [0, 1).
 // probs: [n_vocab] (sums to 1 up to rounding; rounding slack goes to the last non-zero entry)

@@ -372,18 +372,26 @@ void SpecLoop::verify() {
     }
     // the target's top tokens ride with the verdict
     s.top_ids = s.topk > 0 ? top_token_ids(s.logits, s.topk) : at::Tensor();
-    if (plain) {
-      s.p = at::Tensor();
-      s.v = Verdict{{}, {sampling::greedy_token(s.logits[0], cfg_.verify.proc, s.seq)}, std::nullopt};
-      continue;
-    }
+    if (plain) continue;
     s.p = target_probabilities(s.logits, cfg_.verify.proc, s.seq, s.d);  // [k+1, V]
     s.best = !cfg_.synthetic.empty() ? top_token_ids(s.p, 1) : at::Tensor();  // likewise
     p.push_back(s.p);
     ds.push_back(&s.d);
     rngs.push_back(s.rng.get());
   }
-  if (plain) {
+  if (plain) {  // every sequence's token in one read, as a verdict would bring them
+    std::vector<at::Tensor> rows;
+    std::vector<const Tokens*> contexts;
+    for (int64_t b : active_) {
+      rows.push_back(spec_[b].logits[0]);
+      contexts.push_back(&spec_[b].seq);
+    }
+    const std::vector<TokenId> picks = sampling::greedy_tokens(rows, cfg_.verify.proc, contexts);
+    for (size_t i = 0; i < active_.size(); ++i) {
+      SpecSequence& s = spec_[active_[i]];
+      s.p = at::Tensor();
+      s.v = Verdict{{}, {picks[i]}, std::nullopt};
+    }
     phase_.charge(&PhaseTimes::sample);
     return;
   }
