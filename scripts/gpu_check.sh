@@ -21,8 +21,9 @@
 #      (batch_greedy) -> $OUT/steps.json;
 #   7. scripts/peer/hf_gpu_decode.py, the Hugging Face reference (eager and static cache +
 #      torch.compile, same shapes) -> $OUT/hf.json;
-#   8. `specdec generate` on cuda vs cpu: tokens of greedy, speculative (ngram, layer_skip, tree)
-#      and bfloat16;
+#   8. `specdec generate` on cuda vs cpu: tokens of greedy, speculative (ngram, layer_skip, tree,
+#      the cost controller over two drafters), bfloat16, and structured output (a JSON schema:
+#      constrained greedy, n-gram + jump-forward, the draft model, the controller);
 #   9. compute-sanitizer: memcheck + racecheck on test_kernels_cuda, memcheck on one
 #      `specdec generate --device cuda` speculative tree sampling run;
 #  10. the device tests' cpu half (CI runs it too: first to go when time runs short).
@@ -411,6 +412,8 @@ G=$LOGS/generate.jsonl
 : > "$G"
 PROMPT=$'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 SPEC=(--strategy speculative --set temperature=0)
+SCHEMA=$LOGS/schema.json   # structured output (issue 57): a small object
+printf '%s\n' '{"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "count": {"type": "integer"}}, "required": ["name", "count"]}' > "$SCHEMA"
 CPU_THREADS=${CPU_THREADS:-8}
 [ "$CPU_THREADS" -gt "$(nproc)" ] && CPU_THREADS=$(nproc)
 gen() { # gen LABEL args...: one `specdec generate --json --stats`; its JSON line kept in $G
@@ -430,7 +433,12 @@ CASES=("greedy|"
        "greedy_bf16|--dtype bfloat16"
        "greedy_bf16_nographs|--dtype bfloat16 --graphs off"
        "spec_model_bf16|${SPEC[*]} --set drafter=model --draft $MODEL --dtype bfloat16"
-       "spec_tree_bf16|${SPEC[*]} --set drafter=tree --draft $MODEL --dtype bfloat16")
+       "spec_tree_bf16|${SPEC[*]} --set drafter=tree --draft $MODEL --dtype bfloat16"
+       "spec_cost|${SPEC[*]} --set drafters=ngram,model --set adaptive_gamma=cost --draft $MODEL"
+       "greedy_json|--json-schema $SCHEMA"
+       "spec_ngram_json|${SPEC[*]} --set drafter=ngram --set jump_forward=true --json-schema $SCHEMA"
+       "spec_model_json|${SPEC[*]} --set drafter=model --draft $MODEL --json-schema $SCHEMA"
+       "spec_cost_json|${SPEC[*]} --set drafters=ngram,model --set adaptive_gamma=cost --set jump_forward=true --draft $MODEL --json-schema $SCHEMA")
 if want generate && [ -x "$BUILD/specdec" ]; then
   for c in "${CASES[@]}"; do   # device runs first: a tight deadline cuts the CPU ones
     # shellcheck disable=SC2086
@@ -466,13 +474,15 @@ print("  %-22s %-10s %-14s %-14s %s" % ("case", "dev==cpu", "dev==greedy", "cpu=
 for c in cases:
     if c == "greedy_packed": continue
     bf16 = "bf16" in c  # greedy_bf16, greedy_bf16_nographs, spec_*_bf16
-    ref = "greedy_bf16" if bf16 else "greedy"
+    ref = "greedy_bf16" if bf16 else "greedy_json" if c.endswith("_json") else "greedy"
     d, p = toks(dev + "_" + c), toks("cpu_" + c)
     r = {"case": c, "dev_vs_cpu": cmp(d, p), "dev_vs_dev_greedy": cmp(d, toks(dev + "_" + ref)),
          "cpu_vs_cpu_greedy": cmp(p, toks("cpu_" + ref))}
     st = ((rows.get(dev + "_" + c) or {}).get("out") or {}).get("stats") or {}
-    r["dev_stats"] = {k: st[k] for k in ("n_generated", "alpha", "tau", "n_accepted", "n_drafted", "ms_per_token",
-                                        "tokens_per_s") if k in st}
+    r["dev_stats"] = {k: st[k] for k in ("n_generated", "alpha", "tau", "n_accepted", "n_drafted", "n_forced", "n_jump",
+                                        "ms_per_token", "tokens_per_s") if k in st}
+    grammar_ms = ((st.get("phases") or {}).get("ms") or {}).get("grammar")
+    if grammar_ms: r["dev_stats"]["ms_grammar"] = grammar_ms
     table.append(r)
     # fp32 device == cpu, and greedy speculative == greedy on each device, are required; bf16 is
     # reported (other accumulation orders may legitimately flip a near-tie)

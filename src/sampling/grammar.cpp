@@ -513,7 +513,7 @@ int64_t ConstraintState::mask(const at::Tensor& logits, const Tokens& context, c
     if (argmax) {
       Tokens seen = context;  // what the repetition penalty sees: the row's own path
       for (int32_t n : stack) seen.push_back(draft[n]);
-      if (s.admits(greedy_token(logits[i], *argmax, seen))) return;
+      if (s.admits(host_greedy_token(logits[i], *argmax, seen))) return;
     }
     s.fill(a + i * V, V);
     masked.push_back(i);

@@ -258,9 +258,7 @@ at::Tensor argmax_rows(const at::Tensor& rows) {
   return out.to(rows.device());
 }
 
-namespace {
-// greedy_token's pick of one host row (contiguous float [V]), without counting a read.
-TokenId host_greedy(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context) {
+TokenId host_greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context) {
   SD_CHECK(logits_row.dim() == 1 && logits_row.scalar_type() == at::kFloat && logits_row.is_contiguous(),
            "greedy_token: expected a contiguous float [V] row");
   const int64_t n_vocab = logits_row.size(0);
@@ -274,7 +272,6 @@ TokenId host_greedy(const at::Tensor& logits_row, const ProcessorConfig& cfg, co
   penalise(scores.data(), seen.ids, static_cast<float>(cfg.repetition_penalty));
   return static_cast<TokenId>(kernels::math::argmax_row(scores.data(), n_vocab));
 }
-}  // namespace
 
 std::vector<TokenId> greedy_tokens(const std::vector<at::Tensor>& rows, const ProcessorConfig& cfg,
                                    const std::vector<const Tokens*>& contexts) {
@@ -283,7 +280,7 @@ std::vector<TokenId> greedy_tokens(const std::vector<at::Tensor>& rows, const Pr
   if (rows.empty()) return out;
   if (rows[0].is_cpu()) {
     count_host_read();  // what a device pays for the tokens (core/host_reads.h): one read for all
-    for (size_t i = 0; i < rows.size(); ++i) out.push_back(host_greedy(rows[i], cfg, *contexts[i]));
+    for (size_t i = 0; i < rows.size(); ++i) out.push_back(host_greedy_token(rows[i], cfg, *contexts[i]));
     return out;
   }
   std::vector<at::Tensor> picks;  // on the device; one read brings them all

@@ -86,6 +86,10 @@ TokenId greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, c
 // tokens to the host (a batch's greedy step is one read, not one per sequence).
 std::vector<TokenId> greedy_tokens(const std::vector<at::Tensor>& rows, const ProcessorConfig& cfg,
                                    const std::vector<const Tokens*>& contexts);
+// greedy_token of a row in host memory (contiguous float [V] on the CPU), counting no read: for
+// host-side looks that a device run never takes (the grammar's arg-max rows, which it skips
+// where the logits are elsewhere), so that the CPU twin counts the reads a GPU pays.
+TokenId host_greedy_token(const at::Tensor& logits_row, const ProcessorConfig& cfg, const Tokens& context);
 
 // Inverse-CDF sample from one probability row with a uniform u in [0, 1).
 // probs: [n_vocab] (sums to 1 up to rounding; rounding slack goes to the last non-zero entry)

@@ -5,7 +5,7 @@
 // scripts/gpu_check.sh), and skips elsewhere.
 //  - the tests of tests/support/strategies_device_cases.h (greedy speculative == greedy for
 //    chains and trees, aten == packed, batches == batch 1, seeded sampling, host reads per step
-//    and round, fresh EAGLE/Medusa heads), which run in seconds on a tiny random Llama in
+//    and round, fresh EAGLE/Medusa heads, structured output), which run in seconds on a tiny random Llama in
 //    tests/unit/test_strategies_device_tiny.cpp (the fast tier's twin);
 //  - a draft model on the other device (target on cuda, draft on the cpu, and the reverse):
 //    its q reaches the target's kernel on the target's device (needs CUDA on both params);
@@ -16,8 +16,8 @@
 // tests are two entries, in two shards (~7-8 min as one on a 2-core Intel Xeon at 2.0 GHz): those
 // on cpu_graphs are test_strategies_device_smollm2_graphs, the rest (cpu, and cuda where there is
 // one) test_strategies_device_smollm2_heavy.
-// ctest-heavy-part: graphs */OnDevice.GreedyEqualsThePackedCpuEngine/cpu_graphs:*/OnDevice.BatchesGiveEachRequestItsBatch1Tokens/cpu_graphs:*/OnDevice.SeededSpeculativeSamplingIsReproducible/cpu_graphs:*/OnDevice.HostReadsPerStepAndRound/cpu_graphs:*/OnDevice.TrainedHeadsDraftWhereTheTargetIsWithOneReadARound/cpu_graphs:*/OnDevice.ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice/cpu_graphs:*/OnDevice.RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit/cpu_graphs
-// ctest-heavy: */OnDevice.GreedyEqualsThePackedCpuEngine/*:*/OnDevice.BatchesGiveEachRequestItsBatch1Tokens/*:*/OnDevice.SeededSpeculativeSamplingIsReproducible/*:*/OnDevice.HostReadsPerStepAndRound/*:*/OnDevice.TrainedHeadsDraftWhereTheTargetIsWithOneReadARound/*:*/OnDevice.ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice/*:*/OnDevice.RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit/*
+// ctest-heavy-part: graphs */OnDevice.GreedyEqualsThePackedCpuEngine/cpu_graphs:*/OnDevice.BatchesGiveEachRequestItsBatch1Tokens/cpu_graphs:*/OnDevice.SeededSpeculativeSamplingIsReproducible/cpu_graphs:*/OnDevice.HostReadsPerStepAndRound/cpu_graphs:*/OnDevice.TrainedHeadsDraftWhereTheTargetIsWithOneReadARound/cpu_graphs:*/OnDevice.ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice/cpu_graphs:*/OnDevice.RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit/cpu_graphs:*/OnDevice.ConstrainedDecodingKeepsConstrainedGreedyAndReadsWhatTheMatcherNeeds/cpu_graphs
+// ctest-heavy: */OnDevice.GreedyEqualsThePackedCpuEngine/*:*/OnDevice.BatchesGiveEachRequestItsBatch1Tokens/*:*/OnDevice.SeededSpeculativeSamplingIsReproducible/*:*/OnDevice.HostReadsPerStepAndRound/*:*/OnDevice.TrainedHeadsDraftWhereTheTargetIsWithOneReadARound/*:*/OnDevice.ADraftModelOnTheOtherDeviceHandsItsQToTheTargetsDevice/*:*/OnDevice.RepetitionPenaltyOnTheDeviceEqualsTheHostsBitForBit/*:*/OnDevice.ConstrainedDecodingKeepsConstrainedGreedyAndReadsWhatTheMatcherNeeds/*
 #include <string>
 #include <vector>
 

@@ -17,7 +17,8 @@
 //  - batches give each request its batch-1 tokens;
 //  - speculative sampling runs and is reproducible with a seed;
 //  - host reads: one a greedy step, one a speculative round (chains, trees, batches, penalties);
-//  - trained drafters' heads (untrained here) draft where the target is, one read a round.
+//  - trained drafters' heads (untrained here) draft where the target is, one read a round;
+//  - structured output: each target row masked where the logits are, constrained greedy kept.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include "core/host_reads.h"
 #include "model/causal_lm.h"
 #include "model/draft_heads.h"
+#include "sampling/grammar.h"
 #include "strategies/registry.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,6 +55,9 @@ struct DeviceTarget {
   // The tests that check the static steps (cpu_graphs, cuda) skip the eager "cpu" param where
   // this is false (SmolLM2: CI's time); the eager path's own checks are test_model_aten's.
   bool static_tests_on_eager = false;
+  // A target with a tokenizer on a test's device, engine "aten", for structured output (unset:
+  // load(device, "aten"), whose tokenizer must then exist).
+  std::function<model::LoadedModel(const std::string& device)> load_with_tokenizer;
 };
 
 }  // namespace specdec::testing_support
@@ -404,6 +409,89 @@ TEST_P(OnDevice, TrainedHeadsDraftWhereTheTargetIsWithOneReadARound) {
     std::printf("host reads (%s): batch of 2, %s: %lld for %lld batch rounds\n", GetParam().c_str(), what.c_str(),
                 static_cast<long long>(reads), static_cast<long long>(rounds));
   }
+}
+
+// Structured output on the device (issue 57, item 4). The grammar's masks are made on the host
+// (xgrammar's matcher after each row's path) and applied where the logits are; the matcher needs
+// each round's drafted tokens on the host. At T = 0 constrained speculative decoding equals
+// constrained greedy on the same device: a host drafter (n-gram with the grammar's jump-forward
+// tokens), the draft model's chain and static tree (their rows masked as they draft), the chain
+// with draft_mask off, the cost controller over both drafters, and a batch of two. What the host
+// reads, per round (the counter of core/host_reads.h, the same on every device):
+//  - greedy: one a step, the token;
+//  - a host drafter: one, the verdict (its draft is on the host already);
+//  - the draft model with masked rows: each drafted token before its next row, and the verdict
+//    (chains: gamma + 1; a static tree: a read a depth, and the verdict);
+//  - the draft model with draft_mask off: its chain stays on the device while it drafts, and is
+//    read once for the target's masks before the verdict: two.
+TEST_P(OnDevice, ConstrainedDecodingKeepsConstrainedGreedyAndReadsWhatTheMatcherNeeds) {
+  if (static_steps_only()) GTEST_SKIP() << "the static steps' test (cpu_graphs, cuda)";
+  const model::LoadedModel m = dut().load_with_tokenizer ? dut().load_with_tokenizer(GetParam()) : load(GetParam(), "aten");
+  ASSERT_NE(m.tokenizer, nullptr);
+  ASSERT_EQ(m.model->device().is_cuda(), is_cuda(GetParam()));
+  const std::string schema =
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "count": {"type": "integer"}},)"
+      R"( "required": ["name", "count"]})";
+  const auto constrained = [&](std::map<std::string, std::string> p) {
+    p["json_schema"] = schema;
+    return params(p);
+  };
+  const auto req_for = [&](const std::string& prompt) {
+    Request r;
+    r.target = m.model;
+    r.tokenizer = m.tokenizer;
+    r.draft = m.model;  // the target drafts for itself: most drafts are accepted
+    r.prompt = m.tokenizer->encode(prompt, true);
+    r.stop.eos_ids = m.tokenizer->eos_ids();
+    r.stop.max_new_tokens = 24;
+    return r;
+  };
+  const Request req = req_for("A person as JSON: ");
+  const int64_t r0 = host_reads();
+  const Result g = create("greedy", constrained({}))->generate(req, {});
+  const int64_t greedy_reads = host_reads() - r0;
+  ASSERT_GT(g.tokens.size(), 4u) << g.text;
+  EXPECT_EQ(g.text.rfind("{", 0), 0u) << "the schema's object starts the output: " << g.text;
+  EXPECT_LE(greedy_reads, g.stats.n_target_forwards) << "constrained greedy: one read a step";
+  std::printf("constrained (%s): greedy %lld reads for %lld steps: %s\n", GetParam().c_str(),
+              static_cast<long long>(greedy_reads), static_cast<long long>(g.stats.n_target_forwards), g.text.c_str());
+  struct Case {
+    std::map<std::string, std::string> p;
+    int64_t per_round;  // reads a round at most
+  };
+  int64_t jumped = 0;
+  for (const Case& c : std::vector<Case>{
+           {{{"drafter", "ngram"}, {"jump_forward", "true"}}, 1},
+           {{{"drafter", "model"}, {"gamma", "3"}}, 4},
+           {{{"drafter", "model"}, {"gamma", "3"}, {"draft_mask", "false"}}, 2},
+           {{{"drafter", "tree"}, {"tree_branching", "2,2,1"}}, 4},
+           {{{"drafters", "ngram,model"}, {"adaptive_gamma", "cost"}, {"jump_forward", "true"}}, 0}}) {
+    std::string what;
+    for (const auto& [k, v] : c.p) what += (what.empty() ? "" : ", ") + k + "=" + v;
+    const int64_t r1 = host_reads();
+    const Result r = create("speculative", constrained(c.p))->generate(req, {});
+    const int64_t reads = host_reads() - r1;
+    ASSERT_GT(r.stats.n_rounds, 0) << what;
+    EXPECT_EQ(r.tokens, g.tokens) << what << "\n-- constrained greedy: " << g.text << "\n-- speculative: " << r.text;
+    if (!c.p.count("draft_mask"))
+      EXPECT_EQ(r.stats.n_refused, 0) << what << ": every built-in drafter drafts inside the grammar";
+    if (c.per_round > 0)
+      EXPECT_LE(reads, c.per_round * r.stats.n_rounds) << what << ": " << reads << " reads in " << r.stats.n_rounds << " rounds";
+    jumped += r.stats.n_forced + r.stats.n_jump_drafted;
+    std::printf("constrained (%s): speculative %s: %lld reads for %lld rounds, %lld of %lld drafts accepted, %lld forced, "
+                "%lld jump\n",
+                GetParam().c_str(), what.c_str(), static_cast<long long>(reads), static_cast<long long>(r.stats.n_rounds),
+                static_cast<long long>(r.stats.n_accepted), static_cast<long long>(r.stats.n_drafted),
+                static_cast<long long>(r.stats.n_forced), static_cast<long long>(r.stats.n_jump_drafted));
+  }
+  EXPECT_GT(jumped, 0) << "no forced or jump-forward token: the schema's keys went untested";
+  // A batch of two (one matcher a sequence): each request gets its batch-1 tokens.
+  std::vector<Request> reqs = {req, req_for("Another person, as JSON: ")};
+  const auto spec = create("speculative", constrained({{"drafter", "model"}, {"gamma", "3"}}));
+  const std::vector<Result> batch = spec->generate_batch(reqs, {2, 0}, {});
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0].tokens, g.tokens) << "batch, request 0";
+  EXPECT_EQ(batch[1].tokens, create("greedy", constrained({}))->generate(reqs[1], {}).tokens) << "batch, request 1";
 }
 
 }  // namespace
