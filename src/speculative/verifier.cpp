@@ -167,7 +167,7 @@ void verify_trees(kernels::Backend& backend, kernels::VerifyMode mode, const std
   verdict([&] { backend.verify_tree(args); });
   for (int64_t r = 0; r < B; ++r) {
     Verdict& v = out[rows[r]];
-    v.mode = mode;
+    if (drafts[rows[r]]->size() > 0) v.mode = mode;  // none: a plain step (no draft)
     v.path.assign(path.begin() + r * N, path.begin() + r * N + n_accepted[r]);
     v.emitted.assign(emitted.begin() + r * (N + 1), emitted.begin() + r * (N + 1) + n_accepted[r] + 1);
   }
@@ -214,14 +214,21 @@ std::vector<Verdict> verify_round(kernels::Backend& backend, const VerifySetup& 
     const auto mode = static_cast<size_t>(verify_mode(cfg, d));
     (d.is_chain() ? chains : trees)[mode].push_back(i);
   }
-  // A plain decoding step is a chain of 0 drafts: the kernel draws its token from p with its one
-  // uniform, the same law in every mode (greedy: the arg-max). It joins the round's first chain
-  // group, so the round still costs one read, the verdict.
+  // A plain decoding step is a chain of 0 drafts, or a tree of 0 nodes: either kernel draws its
+  // token from p with its last uniform, the same law and the same token in every mode (greedy:
+  // the arg-max). It joins the round's first chain group, else its first tree group, so the
+  // round still costs one read, the verdict.
   if (!plain.empty()) {
-    auto group = std::find_if(chains.begin(), chains.end(), [](const std::vector<size_t>& g) { return !g.empty(); });
-    if (group == chains.end())
-      group = chains.begin() + static_cast<size_t>(cfg.proc.greedy() ? kernels::VerifyMode::greedy
-                                                                     : kernels::VerifyMode::tokens_only);
+    const auto first = [](std::vector<std::vector<size_t>>& groups) -> std::vector<size_t>* {
+      for (auto& g : groups)
+        if (!g.empty()) return &g;
+      return nullptr;
+    };
+    std::vector<size_t>* group = first(chains);
+    if (!group) group = first(trees);
+    if (!group)
+      group = &chains[static_cast<size_t>(cfg.proc.greedy() ? kernels::VerifyMode::greedy
+                                                            : kernels::VerifyMode::tokens_only)];
     group->insert(group->end(), plain.begin(), plain.end());
   }
   for (size_t m = 0; m < chains.size(); ++m) {

@@ -3,13 +3,14 @@
 // verification, 32 greedy tokens, layer subsets and hidden outputs), and against itself
 // (a token tree's rows against the same paths fed as chains; a ragged batch against its
 // sequences alone). Both engines compute in fp32 but through different kernels, so logits
-// agree to rounding, not bit for bit: kTol bounds the difference by the rounding model of
+// agree to rounding, not bit for bit: tol() bounds the difference by the rounding model of
 // tests/support/float_bounds.h (the measured values are printed; a wrong RoPE position, mask or
 // cache slot moves logits by whole units). Heavy tier since 2026-12-02; its tiny twin is
 // test_model_aten (docs/testing.md).
 // ctest-heavy: *
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -34,12 +35,16 @@ const std::vector<int64_t> kPrompt = {1, 563, 28601, 28, 90, 2730, 198, 262, 446
 const std::vector<int64_t> kPrompt2 = {1, 9690, 198, 2683, 359, 253, 5356};
 // SmolLM2-135M: 30 layers; the longest reduction is the MLP's down projection (d_ff 1536).
 constexpr int64_t kLayers = 30, kLongestSum = 1536;
-// Its logits stay below this in magnitude on these prompts (largest seen 34.3; checked where
-// they are compared).
-constexpr float kLogitScale = 40.0f;
-// Largest |logit difference| accepted between two fp32 computations of the same row: the
-// rounding model's bound 31 layers deep (30 and the output head) at that scale, 5.8e-3.
-const float kTol = static_cast<float>(specdec::testing::absolute_bound(kLayers + 1, kLongestSum, kLogitScale));
+// The rounding model's bound scales with the logits' magnitude: the largest |logit| of the
+// reference rows compared so far (the packed engine's, or the first of two aten computations).
+// The real SmolLM2 stays below 40 on these prompts (largest seen 34.3: a bound 31 layers deep,
+// 30 and the output head, of 5.8e-3 at 40); the GPU pack's shrunk file (scripts/gpu_pack.sh: 2
+// of its 30 layers compute) reaches ~76, and the bound with it.
+float g_logit_scale = 0;
+// Largest |logit difference| accepted between two fp32 computations of the same row.
+float tol() {
+  return static_cast<float>(specdec::testing::absolute_bound(kLayers + 1, kLongestSum, std::max(g_logit_scale, 1.0f)));
+}
 
 at::Tensor ids_tensor(const std::vector<int64_t>& ids) {  // [1, T]
   return at::tensor(at::IntArrayRef(ids), at::kLong).view({1, -1});
@@ -47,7 +52,7 @@ at::Tensor ids_tensor(const std::vector<int64_t>& ids) {  // [1, T]
 
 float max_diff(const at::Tensor& a, const at::Tensor& b) {
   EXPECT_EQ(a.sizes(), b.sizes());
-  if (b.size(-1) > 1000) EXPECT_LT(b.abs().max().item<float>(), kLogitScale) << "logits beyond the scale kTol assumes";
+  if (b.size(-1) > 1000) g_logit_scale = std::max(g_logit_scale, b.abs().max().item<float>());
   return (a - b).abs().max().item<float>();
 }
 
@@ -105,7 +110,7 @@ TEST_P(SmolLM2Aten, LoadsOnTheCpuWithItsTokenizer) {
 }
 
 // Prefill, four decode steps, a 5-row verification, then a rollback by two and another
-// verification over the rolled-back slots: logits of both engines within kTol.
+// verification over the rolled-back slots: logits of both engines within tol().
 TEST_P(SmolLM2Aten, PrefillDecodeAndVerifyMatchThePackedEngine) {
   const int64_t P = static_cast<int64_t>(kPrompt.size());
   KVCache cp = packed_->make_cache(1, 64), ca = aten_of(GetParam())->make_cache(1, 64);
@@ -125,8 +130,8 @@ TEST_P(SmolLM2Aten, PrefillDecodeAndVerifyMatchThePackedEngine) {
   for (int64_t i = 0; i < 4; ++i) next = both({next}, P + i);
   both({next, 198, 262, 446, 284}, P + 4);  // verification: 5 rows
   both({90, 2730, 198, 42, 28}, P + 7);     // rollback to P + 7, overwriting slots
-  EXPECT_LT(worst, kTol);
-  std::printf("prefill/decode/verify: max |aten - packed| = %.3g (threshold %.3g)\n", worst, kTol);
+  EXPECT_LT(worst, tol());
+  std::printf("prefill/decode/verify: max |aten - packed| = %.3g (threshold %.3g)\n", worst, tol());
 }
 
 // Greedy decoding with each engine on its own: the same 32 tokens.
@@ -169,12 +174,12 @@ TEST_P(SmolLM2Aten, ChainsAndTreesBetweenBucketsMatchThePackedEngine) {
   ca.truncate(0, P + 11);
   cp.truncate(0, P + 11);
   worst = std::max(worst, max_diff(aten.forward(ids_tensor({42}), {P + 11}, ca), packed_->forward(ids_tensor({42}), {P + 11}, cp)));
-  EXPECT_LT(worst, kTol);
-  std::printf("between buckets (%s): max |aten - packed| = %.3g (threshold %.3g)\n", GetParam().c_str(), worst, kTol);
+  EXPECT_LT(worst, tol());
+  std::printf("between buckets (%s): max |aten - packed| = %.3g (threshold %.3g)\n", GetParam().c_str(), worst, tol());
 }
 
 // A random token tree: each node's row equals its root-to-node path fed as a chain through
-// the same engine (within kTol, and the same argmax); the tree's rows also match the packed
+// the same engine (within tol(), and the same argmax); the tree's rows also match the packed
 // engine's tree forward. Then the same tree grown over two forwards (tree_cached).
 TEST_P(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
   const int64_t P = static_cast<int64_t>(kPrompt.size()), V = aten_of(GetParam())->config().n_vocab, n = 12;
@@ -201,8 +206,8 @@ TEST_P(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
     EXPECT_EQ(tree[node].argmax().item<int64_t>(), row.argmax().item<int64_t>()) << "node " << node;
   }
   EXPECT_GT(max_depth, 2);  // a real tree, not only siblings
-  EXPECT_LT(worst_chain, kTol);
-  EXPECT_LT(worst_packed, kTol);
+  EXPECT_LT(worst_chain, tol());
+  EXPECT_LT(worst_packed, tol());
   // Grown in two forwards: nodes 0..5, then 6..11 with tree_cached = 6.
   KVCache grown = prefilled(*aten_of(GetParam()), kPrompt, P + n);
   ForwardOptions first, second;
@@ -213,7 +218,7 @@ TEST_P(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
   const at::Tensor b =
       aten_of(GetParam())->forward(ids_tensor({tokens.begin() + 6, tokens.end()}), {P + 6}, grown, second).logits[0];
   const float worst_grown = max_diff(at::cat({a, b}), tree);
-  EXPECT_LT(worst_grown, kTol);
+  EXPECT_LT(worst_grown, tol());
   // The same trees with their parents as a tensor on the model's device (a drafter's unread
   // tree, ForwardOptions::device_parents): the same rows bit for bit, whole and grown, on both
   // engines (the packed engine copies them to the host first), with no host read.
@@ -242,7 +247,7 @@ TEST_P(SmolLM2Aten, TreeRowsEqualTheirPathsFedAsChains) {
   std::printf("tree of %lld nodes (depth %lld): max |tree - chain| = %.3g, |aten - packed| = %.3g, "
               "|grown - whole| = %.3g (threshold %.3g)\n",
               static_cast<long long>(n), static_cast<long long>(max_depth), worst_chain, worst_packed, worst_grown,
-              kTol);
+              tol());
 }
 
 // A layer subset with hidden outputs: logits, the final normed hidden state and the residual
@@ -266,7 +271,7 @@ TEST_P(SmolLM2Aten, LayerSubsetAndHiddenOutputsMatchThePackedEngine) {
   // after all 30 layers, the residual stream after layer L / 2 (L / 2 + 1 layers deep).
   const double hidden_bound = specdec::testing::relative_bound(kLayers, kLongestSum);
   const double layer_bound = specdec::testing::relative_bound(L / 2 + 1, kLongestSum);
-  EXPECT_LT(logits, kTol);
+  EXPECT_LT(logits, tol());
   EXPECT_LT(hidden, hidden_bound);
   EXPECT_LT(layer, layer_bound);
   // The skipped layers matter (the subset is not the full model).
@@ -276,7 +281,7 @@ TEST_P(SmolLM2Aten, LayerSubsetAndHiddenOutputsMatchThePackedEngine) {
   opt.logits = false;
   EXPECT_FALSE(aten_of(GetParam())->forward(ids_tensor(tokens), {P}, ca, opt).logits.defined());
   std::printf("layer subset: max |aten - packed| logits %.3g (threshold %.3g), hidden %.3g (relative; %.3g), "
-              "layer %lld %.3g (relative; %.3g)\n", logits, kTol, hidden, hidden_bound, static_cast<long long>(L / 2),
+              "layer %lld %.3g (relative; %.3g)\n", logits, tol(), hidden, hidden_bound, static_cast<long long>(L / 2),
               layer, layer_bound);
 }
 
@@ -302,10 +307,10 @@ TEST_P(SmolLM2Aten, RaggedBatchEqualsSequencesAlone) {
   const at::Tensor d0 = aten_of(GetParam())->forward(ids_tensor(fed0), {P0}, c0)[0], d1 = aten_of(GetParam())->forward(ids_tensor(fed1), {P1}, c1)[0];
   const float worst = std::max({max_diff(r1[0], s0.narrow(0, P1, P0 - P1)), max_diff(r1[1], s1.narrow(0, 2, P1 - 2)),
                                 max_diff(r2[0], d0), max_diff(r2[1], d1)});
-  EXPECT_LT(worst, kTol);
+  EXPECT_LT(worst, tol());
   EXPECT_EQ(r2[0][2].argmax().item<int64_t>(), d0[2].argmax().item<int64_t>());
   EXPECT_EQ(r2[1][2].argmax().item<int64_t>(), d1[2].argmax().item<int64_t>());
-  std::printf("ragged batch: max |batched - alone| = %.3g (threshold %.3g)\n", worst, kTol);
+  std::printf("ragged batch: max |batched - alone| = %.3g (threshold %.3g)\n", worst, tol());
 }
 
 // bf16 linear weights on the same file: close to fp32 and the same next token.

@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "core/host_reads.h"
 #include "core/rng.h"
 #include "model/device.h"
 #include "sampling/processors.h"
@@ -160,6 +161,42 @@ TEST(StrategiesReference, VerifyRoundEqualsTheReferenceDrawByDraw) {
     EXPECT_GE(cases[what], test_support::sanitizer_scaled(50000, 10)) << what;
     EXPECT_GT(partial[what], test_support::sanitizer_scaled(2000, 10))
         << what << ": too few partial acceptances to test the residuals";
+  }
+}
+
+// A batch round whose drafts are all trees, beside sequences without a draft (a plain step: an
+// n-gram miss, a request's last token), is one read, the verdict: the plain steps ride in the
+// tree kernel's call as trees of 0 nodes (as they ride with chains as chains of 0 drafts), and
+// each verdict equals its sequence's alone. Chains beside plain steps likewise. The GPU check
+// caught two reads in such a round (results/gpu.md, run 6: a batch of two EAGLE dynamic trees,
+// 13 reads in 12 rounds on cuda); mixing chains and trees in one round still costs two.
+TEST(StrategiesReference, PlainStepsRideWithTheRoundsTreesOrChainsInOneRead) {
+  const auto backend = model::backend_of(at::Device(at::kCPU));
+  Rng gen(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    const bool tree = trial % 2 == 0, with_q = trial % 3 != 0;
+    VerifySetup setup;
+    setup.proc.temperature = trial % 5 == 0 ? 0.0 : 0.9;
+    const Tokens context = {1, 2};
+    std::vector<DraftProposal> d = {random_draft(gen, 3, tree), DraftProposal(), random_draft(gen, 2, tree)};
+    std::vector<at::Tensor> p;
+    for (DraftProposal& x : d) {
+      p.push_back(sampling::probabilities(at::randn({x.size() + 1, kVocab}) * 2.0, setup.proc, context, x.tokens,
+                                          x.parents));
+      if (with_q && x.size() > 0) x.q = at::softmax(at::randn({x.size(), kVocab}), 1);
+    }
+    std::vector<Rng> rngs, alone;
+    for (int i = 0; i < 3; ++i) rngs.emplace_back(100 * trial + i), alone.emplace_back(100 * trial + i);
+    const int64_t r0 = host_reads();
+    const std::vector<Verdict> v =
+        verify_round(*backend, setup, {&d[0], &d[1], &d[2]}, p, {&rngs[0], &rngs[1], &rngs[2]});
+    EXPECT_EQ(host_reads() - r0, 1) << (tree ? "trees" : "chains") << " and a plain step, trial " << trial;
+    for (int i = 0; i < 3; ++i) {
+      const Verdict one = verify_round(*backend, setup, {&d[i]}, {p[i]}, {&alone[i]})[0];
+      EXPECT_EQ(v[i].emitted, one.emitted) << "sequence " << i << ", trial " << trial;
+      EXPECT_EQ(v[i].path, one.path) << "sequence " << i << ", trial " << trial;
+      EXPECT_EQ(v[i].mode, one.mode) << "sequence " << i << ", trial " << trial;
+    }
   }
 }
 
