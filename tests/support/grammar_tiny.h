@@ -29,14 +29,18 @@ inline constexpr const char* kSchema =
     R"( "count": {"type": "integer"}, "valid": {"type": "boolean"}}, "required": ["name", "count", "valid"]})";
 
 // The tiny chat Llama of options `o` (chat set here), written as `name` into this process's
-// folder and loaded with one thread.
-inline model::LoadedModel load_chat_tiny(const std::string& name, specdec::testing::TinyGgufOptions o = {}) {
+// folder and loaded with one thread, on the engine `engine` (empty: the default) with static
+// steps `graphs` (empty: the default).
+inline model::LoadedModel load_chat_tiny(const std::string& name, specdec::testing::TinyGgufOptions o = {},
+                                         const std::string& engine = "", const std::string& graphs = "") {
   static const ProcessDir dir("specdec_grammar_tiny");
   o.chat = true;
   model::ModelSpec spec;
   spec.name = name;
   spec.path = specdec::testing::write_tiny_gguf((dir.path / name).string(), o);
   spec.threads = 1;
+  if (!engine.empty()) spec.engine = engine;
+  if (!graphs.empty()) spec.graphs = graphs;
   return model::load(spec);
 }
 

@@ -15,9 +15,8 @@
 #include "model/layer_subset.h"
 #include "model/llama_aten.h"
 #include "model/tiny.h"
-#include "tests/support/command.h"
+#include "tests/support/grammar_tiny.h"
 #include "tests/support/strategies_device_cases.h"
-#include "tests/support/tiny_gguf.h"
 
 namespace {
 
@@ -61,19 +60,11 @@ const specdec::testing_support::DeviceTarget& dut() {
       return prompts.at(i);
     };
     t.static_tests_on_eager = true;  // seconds here: the eager path runs them too
-    // Structured output needs a tokenizer: the tiny chat Llama of tests/support/tiny_gguf.h
-    // (byte vocabulary, ChatML control tokens), on the aten engine.
+    // Structured output needs a tokenizer: the structured-output tests' tiny chat Llama
+    // (tests/support/grammar_tiny.h: byte vocabulary, ChatML control tokens), on the aten engine.
     t.load_with_tokenizer = [](const std::string& device) {
-      static const testing_support::ProcessDir dir("specdec_device_tiny_chat");
-      static const std::string file = specdec::testing::write_tiny_gguf(
-          (dir.path / "chat.gguf").string(), [] { specdec::testing::TinyGgufOptions o; o.chat = true; return o; }());
-      model::ModelSpec spec;
-      spec.name = "tiny-chat";
-      spec.path = file;
-      spec.threads = 1;
-      spec.engine = "aten";
-      spec.graphs = device == "cpu_graphs" ? "on" : "off";
-      return model::load(spec);
+      return testing_support::grammar_tiny::load_chat_tiny("device_chat.gguf", {}, "aten",
+                                                           device == "cpu_graphs" ? "on" : "off");
     };
     return t;
   }();
