@@ -256,6 +256,8 @@ struct ConstraintState::Impl {
   // prompt), then accepts the rest; false where a token is refused (the state then follows
   // `context` up to it).
   bool follow(const Tokens& context);
+  // lead()'s tokens from the matcher's current state (left there).
+  Lead lead_here(int64_t n_vocab, int64_t max, bool forced, bool jump);
   // The admitted tokens of the matcher's current state into row `out` ([V] bytes, 1 = admitted).
   void fill(uint8_t* out, int64_t V);
   // Whether the matcher's current state admits `t`, asked without a mask (false for an end id:
@@ -424,8 +426,25 @@ ConstraintState::Lead ConstraintState::lead(const Tokens& context, int64_t n_voc
   SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
            s.compiled->n_vocab);
   s.sync(context);
+  return s.lead_here(n_vocab, max, forced, jump);
+}
+
+ConstraintState::Lead ConstraintState::lead_along(const Tokens& path, int64_t n_vocab, int64_t max, bool forced,
+                                                  bool jump) {
+  Impl& s = *impl_;
+  s.start_matcher(n_vocab);
+  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
+           s.compiled->n_vocab);
+  if (!s.follow(path)) return {};
+  return s.lead_here(n_vocab, max, forced, jump);
+}
+
+ConstraintState::Lead ConstraintState::Impl::lead_here(int64_t n_vocab, int64_t max, bool forced, bool jump) {
+  Impl& s = *this;
   Lead out;
-  if (s.ended) return out;
+  // Where every continuation starts with nothing in common there is neither a forced token nor
+  // a jump (a single admitted token would start them all), so the mask is not filled to ask.
+  if (s.ended || s.matcher->FindJumpForwardString().empty()) return out;
   const auto room = [&] { return static_cast<int64_t>(out.tokens.size()) < max; };
   while (forced && room()) {
     fill_bitmask(*s.matcher, n_vocab, s.bitmask);

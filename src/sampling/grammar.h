@@ -125,6 +125,11 @@ class ConstraintState {
     int64_t n_forced = 0;   // how many of `tokens` are forced (the rest: the jump's)
   };
   Lead lead(const Tokens& context, int64_t n_vocab, int64_t max, bool forced, bool jump);
+  // The same lead after a drafter's path (a draft chain reaching the grammar's skeleton:
+  // speculative/drafters/model.cpp, draft_lead), for a state of the drafter's own as
+  // mask_draft()'s: it follows `path` (rolling back past its common prefix with it) instead of
+  // extending a committed sequence. Nothing where `path` leaves the grammar or has ended.
+  Lead lead_along(const Tokens& path, int64_t n_vocab, int64_t max, bool forced, bool jump);
   // A drafter's own row (issue 57, item 4): masks `row` ([V] or [1, V], any device, in place)
   // after `path`, the prompt this state started after and any tokens after it, committed or not
   // (a drafter's sequence and its draft so far). Meant for a state of the drafter's own, which

@@ -181,6 +181,11 @@ ParamTable<SpeculativeParams> speculative_table() {
              "structured output: every drafter drafts inside the grammar: those that draw from rows (model, "
              "layer_skip, eagle, medusa, tree) mask them after their draft path (q is the masked law they draw "
              "from); the lookup drafters cut their proposals at the first refused token")
+      .field("draft_lead", &S::draft_lead, "true",
+             "structured output: where a model or layer_skip chain reaches the grammar's forced tokens (and, "
+             "with jump_forward, its jump-forward text), those tokens join the chain (within its length) without a "
+             "draft forward, "
+             "verified like its draws (lossless: each has a one-hot q)")
       .field("draft_stop", &S::draft_stop, "0",
              "the model and layer_skip drafters' chains stop early once the draft's own odds that the whole "
              "chain is accepted (the product of the probabilities it gave its drawn tokens) fall below this "

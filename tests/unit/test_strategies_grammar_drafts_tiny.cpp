@@ -95,8 +95,47 @@ TEST(GrammarDraftsTiny, BatchesMaskEachSlotsRows) {
 
 // At temperature > 0 every q row is the masked law it drew from: the drafter built through the
 // registry, as the loop builds it, proposing after prefixes of a constrained output.
+// With draft_lead (the default) the chains also hold the grammar's forced tokens after draws,
+// each with a one-hot q row on its token, so they are longer than the 4 draws.
 TEST(GrammarDraftsTiny, QIsTheMaskedLawItDrewFrom) {
-  EXPECT_GT(grammar_tiny::check_q_is_the_masked_law("model", {}, 4, 4, /*exact_n=*/4), 40);
+  EXPECT_GT(grammar_tiny::check_q_is_the_masked_law("model", {{"draft_lead", "false"}}, 4, 4, /*exact_n=*/4), 40);
+  EXPECT_GT(grammar_tiny::check_q_is_the_masked_law("model", {}, 4, 4), 40);
+}
+
+// draft_lead: where a masked chain reaches the grammar's forced tokens they join it without a
+// draft forward. At T = 0 the tokens are constrained greedy's with it on and off (alone, in
+// both verify modes, and in a batch of two), and on it takes lead tokens and spends fewer draft
+// forwards for the same draws.
+TEST(GrammarDraftsTiny, TheGrammarsLeadAlongTheChainCostsNoDraftForward) {
+  for (const std::string& prompt : {"A person: ", "JSON please"}) {
+    const Request req = request(prompt);
+    const Result base = create("greedy", params())->generate(req, {});
+    for (const char* verify : {"tokenwise", "block"}) {
+      std::map<std::string, std::string> setup = {{"drafter", "model"}, {"gamma", "3"}, {"verify", verify}};
+      auto off = setup;
+      off["draft_lead"] = "false";
+      const Result on = create("speculative", params(setup))->generate(req, {});
+      const Result plain = create("speculative", params(off))->generate(req, {});
+      EXPECT_EQ(on.tokens, base.tokens) << verify << "\n-- greedy: " << base.text << "\n-- spec: " << on.text;
+      EXPECT_EQ(plain.tokens, base.tokens) << verify << " draft_lead=false";
+      const double lead = on.stats.drafter_stats.count("draft_lead_tokens") ? on.stats.drafter_stats.at("draft_lead_tokens") : -1;
+      EXPECT_GT(lead, 0) << verify;
+      EXPECT_EQ(plain.stats.drafter_stats.count("draft_lead_tokens"), 0u) << verify;
+      EXPECT_LT(on.stats.n_draft_forwards, plain.stats.n_draft_forwards) << verify;
+      std::printf("  %-10s %-12s draft_lead: %lld forwards, %lld rounds, %.0f lead tokens; off: %lld forwards, %lld rounds\n",
+                  verify, prompt.c_str(), (long long)on.stats.n_draft_forwards, (long long)on.stats.n_rounds, lead,
+                  (long long)plain.stats.n_draft_forwards, (long long)plain.stats.n_rounds);
+    }
+  }
+  std::vector<Request> reqs = {request("A person: "), request("JSON please"), request("x")};
+  const std::vector<Result> batch =
+      create("speculative", params({{"drafter", "model"}, {"gamma", "3"}}))->generate_batch(reqs, BatchOptions{2, 0}, {});
+  ASSERT_EQ(batch.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Result alone = create("speculative", params({{"drafter", "model"}, {"gamma", "3"}}))->generate(reqs[i], {});
+    EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
+    EXPECT_EQ(batch[i].stats.n_draft_forwards, alone.stats.n_draft_forwards) << "request " << i;
+  }
 }
 
 }  // namespace

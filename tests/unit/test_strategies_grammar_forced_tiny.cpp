@@ -266,4 +266,53 @@ TEST(GrammarForcedLaw, EveryModeReproducesTheConstrainedTarget) {
   std::printf("  %lld cases with a forced token, worst TV %.3g\n", static_cast<long long>(cases), worst);
 }
 
+// The grammar's lead along a chain (speculative's draft_lead, drafters/model.cpp): after each
+// draw, the tokens ConstraintState::lead_along gives after the path so far (here: "b" after an
+// admitted "a") join the chain with a one-hot q row, and the draft goes on after them; the
+// chain's length then depends on its own draws. Drafted as append_lead does, with the real
+// lead_along, and verified by the reference.
+int64_t g_leads = 0;  // enumerated drafts that took a lead token
+
+ref::RoundOutput lead_round(ref::Enumerator& e, ref::RowCache& rows, const GrammarLawCase& c, ref::Plant plant) {
+  static const TinyTokenizer tok;
+  static const auto state = Constraint::parse("regex", "(ab|c)+")->start(&tok, {5, 1, 2}, {0});
+  specdec::Tokens path = {5, 1, 2};  // the committed text (grammar_law_cases without forced tokens)
+  ref::ChainInput in;
+  for (int i = 0; i < c.gamma; ++i) {
+    in.q.push_back(rows.q(in.draft));
+    in.draft.push_back(e.choose(in.q.back()));
+    path.push_back(in.draft.back());
+    for (const TokenId t : state->lead_along(path, kLawV, 8, /*forced=*/true, /*jump=*/false).tokens) {
+      ref::Row one_hot(kLawV, 0.0);
+      one_hot[t] = 1.0;
+      in.q.push_back(one_hot);
+      in.draft.push_back(t);
+      path.push_back(t);
+      ++g_leads;
+    }
+  }
+  in.p = rows.verifier_rows(in.draft, {});
+  in.final_u = in.n();
+  ref::EnumerationSource src(e);
+  const ref::Outcome o = ref::verify_chain(c.mode, in, src, plant);
+  return {o.tokens, o.accepted};
+}
+
+TEST(GrammarForcedLaw, LeadTokensAlongTheChainKeepTheConstrainedLaw) {
+  double worst = 0;
+  int64_t cases = 0;
+  g_leads = 0;
+  for (uint64_t seed : {1, 2})
+    for (GrammarLawCase c : grammar_law_cases(seed)) {
+      if (!c.parents.empty()) continue;
+      c.length = 2 * c.gamma + 1;  // each draw may bring one lead token
+      const ref::RoundLaw r = grammar_law(c, ref::Plant::none, lead_round);
+      EXPECT_LE(r.tv, 1e-12) << c.label << ", seed " << seed;
+      EXPECT_NEAR(r.mass, 1.0, 1e-12) << c.label;
+      worst = std::max(worst, r.tv), ++cases;
+    }
+  EXPECT_GT(g_leads, 0) << "no enumerated draft took a lead token";
+  std::printf("  %lld chain cases with lead tokens after draws, worst TV %.3g\n", static_cast<long long>(cases), worst);
+}
+
 }  // namespace test_strategies_grammar_forced_tiny

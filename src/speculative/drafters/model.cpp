@@ -14,6 +14,16 @@
 // from. The matcher needs each drafted token on the host before the next row: a read per draft
 // token (without a constraint the tokens stay unread until the verdict).
 //
+// The grammar's lead along the chain (speculative's draft_lead, on by default, with forced_tokens
+// or jump_forward): where a masked chain's path reaches the grammar's skeleton (a key, a quote,
+// a brace), the tokens the round would start with there (ConstraintState::lead_along: forced
+// tokens, then the jump-forward text's) join the chain without a draft forward of their own, as
+// the round's own lead does at its start; the next forward feeds them beside the drawn token.
+// Each has a one-hot q row, the law it was "drawn" from, so verification stays exact; a forced
+// token is the token its masked row would have drawn anyway, with the same q. They are read
+// on the host (the matcher needs them) and count towards the round's length like draws: the
+// chain stays as long as the round asked (its rows the target verifies), with fewer forwards.
+//
 // Confidence stopping (speculative's draft_stop, off by default; SpecDec++'s rule, Huang et al.
 // 2024, with the draft's own probabilities in place of a trained acceptance head): a chain stops
 // after a token once the product of the probabilities the draft gave its drawn tokens, its own
@@ -43,10 +53,33 @@ struct DraftSlot {
   std::shared_ptr<sampling::ConstraintState> grammar;  // its rows' mask; null: none
   double stop_below = 0;  // draft_stop (0: off)
   int64_t n_stopped = 0;  // chains it cut short (report(): draft_stops)
+  bool forced = false, jump = false;  // draft_lead: the grammar's lead along the chain, of these kinds
+  int64_t n_lead = 0;                 // lead tokens its chains took (report(): draft_lead_tokens)
 };
 
 DraftSlot make_slot(std::shared_ptr<model::CausalLM> model, const DrafterContext& ctx) {
-  return {std::move(model), &ctx.rng, draft_grammar(ctx).state, ctx.params.typed<SpeculativeParams>().draft_stop};
+  const auto& sp = ctx.params.typed<SpeculativeParams>();
+  DraftSlot slot{std::move(model), &ctx.rng, draft_grammar(ctx).state, sp.draft_stop};
+  const bool lead = slot.grammar && sp.draft_lead && sp.synthetic.empty();
+  slot.forced = lead && sp.forced_tokens;
+  slot.jump = lead && sp.jump_forward;
+  return slot;
+}
+
+// The grammar's lead after a slot's path (its sequence and chain so far, the last draw included):
+// appended to the chain, each with a one-hot q row where the chain keeps q. Returns how many.
+int64_t append_lead(DraftSlot& slot, int64_t n_vocab, int64_t room, Tokens& path, std::vector<at::Tensor>& drafted,
+                    std::vector<at::Tensor>& q_rows) {
+  if (!(slot.forced || slot.jump) || room <= 0) return 0;
+  const Tokens lead =
+      slot.grammar->lead_along(path, n_vocab, room, slot.forced, slot.jump).tokens;
+  for (const TokenId t : lead) {
+    path.push_back(t);
+    drafted.push_back(at::full({1}, static_cast<int64_t>(t), drafted.back().options()));
+    if (!q_rows.empty()) q_rows.push_back(at::zeros_like(q_rows.back()).index_fill_(1, drafted.back(), 1.0));
+  }
+  slot.n_lead += static_cast<int64_t>(lead.size());
+  return static_cast<int64_t>(lead.size());
 }
 
 // The probability the draft gave the token it just drew: its q row's entry, or (greedy, no q)
@@ -56,9 +89,11 @@ double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q
   return q.index_select(0, token.clamp_min(0)).item<double>();
 }
 
-// The drafter's stats (Stats::drafter_stats): draft_stops, the chains draft_stop cut short.
-void report_stops(const DraftSlot& slot, std::map<std::string, double>& out) {
+// The drafter's stats (Stats::drafter_stats): draft_stops, the chains draft_stop cut short;
+// draft_lead_tokens, the grammar's tokens its chains took without a forward.
+void report_slot(const DraftSlot& slot, std::map<std::string, double>& out) {
   if (slot.stop_below > 0) out["draft_stops"] = static_cast<double>(slot.n_stopped);
+  if (slot.forced || slot.jump) out["draft_lead_tokens"] = static_cast<double>(slot.n_lead);
 }
 
 // One forward per distinct model among the slots that feed something (in practice one):
@@ -83,27 +118,26 @@ void forward_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots, c
   }
 }
 
-// Feeds every slot that drafts at step i (depth[b] > i) its last drafted token, which is on the
-// draft's device and is not read: one forward per distinct model among them (as forward_slots),
-// the other slots feeding nothing. Slot b's token sits at cache position n[b] + i - 1.
+// Feeds every slot b with feeds_now[b] its last drafted token, which is on the draft's device and is
+// not read, at cache position pos[b]: one forward per distinct model among them (as
+// forward_slots), the other slots feeding nothing.
 void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
-                  const std::vector<std::vector<at::Tensor>>& drafted, const std::vector<int64_t>& depth,
-                  const std::vector<int64_t>& n, int64_t i, std::vector<at::Tensor>& row,
-                  std::vector<DraftProposal>& out) {
+                  const std::vector<std::vector<at::Tensor>>& drafted, const std::vector<bool>& feeds_now,
+                  const std::vector<int64_t>& pos, std::vector<at::Tensor>& row, std::vector<DraftProposal>& out) {
   const int64_t B = static_cast<int64_t>(slots.size());
   std::vector<bool> done(B, false);
   for (int64_t b = 0; b < B; ++b) {
-    if (depth[b] <= i || done[b]) continue;
+    if (!feeds_now[b] || done[b]) continue;
     // A token of -1 (no mass to draw from: named when the verdict brings the chain in) must not
     // reach an embedding lookup, where a device would assert: fed as 0 until then.
     const at::Tensor none = at::zeros({1}, drafted[b].back().options());  // slots not fed: never read
     std::vector<at::Tensor> ids(B);  // [1] int64 each
     std::vector<int64_t> from(B), n_fed(B, 0);
     for (int64_t c = 0; c < B; ++c) {
-      const bool feeds = !done[c] && depth[c] > i && slots[c].model == slots[b].model;
+      const bool feeds = !done[c] && feeds_now[c] && slots[c].model == slots[b].model;
       ids[c] = feeds ? drafted[c].back() : none;
       n_fed[c] = feeds ? 1 : 0;
-      from[c] = feeds ? n[c] + i - 1 : cache.length(c);  // a slot feeding nothing keeps its cache
+      from[c] = feeds ? pos[c] : cache.length(c);  // a slot feeding nothing keeps its cache
       done[c] = done[c] || feeds;
     }
     model::ForwardOptions opt;
@@ -127,7 +161,9 @@ void feed_drafted(model::KVCache& cache, const std::vector<DraftSlot>& slots,
 // round's verdict brings them in, with no read of their own (a repetition penalty too: it
 // takes the tokens drafted so far where they are). Time goes to `ms` by phase (a catch-up
 // that feeds a prompt: prefill).
-// A slot with draft_stop may end its chain early (depth[b] cut to the tokens it drew).
+// A slot with draft_stop may end its chain early (depth[b] cut to the tokens it drew). A slot
+// with draft_lead adds the grammar's lead after each draw, within depth[b] tokens in all (its
+// draws end earlier); the next forward feeds the lead (from the host) with the draw.
 std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftSlot>& slots,
                                        const sampling::ProcessorConfig& cfg, const std::vector<const Tokens*>& seqs,
                                        std::vector<int64_t> depth, PhaseTimes& ms) {
@@ -142,6 +178,8 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftS
   std::vector<std::vector<double>> u(B);           // slot b's uniforms, in the order it draws them
   std::vector<Tokens> path(B);                      // a masked slot's sequence + its draft so far
   std::vector<double> sure(B, 1.0);                 // draft_stop: the chain's own odds of acceptance
+  std::vector<int64_t> n_fed(B, 0);                 // chain tokens in the cache (at n[b], n[b] + 1, ...)
+  std::vector<int64_t> room(B, 0);                  // draft_lead: chain tokens it may still add (draws and lead)
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= 0) continue;
@@ -149,6 +187,7 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftS
     start[b] = cache.length(b);
     SD_CHECK(start[b] < n[b], "draft cache (", start[b], ") is ahead of the sequence (", n[b], ")");
     fed[b].assign(seqs[b]->begin() + start[b], seqs[b]->end());
+    room[b] = depth[b];
     longest = std::max(longest, depth[b]);
     if (!cfg.greedy())
       for (int64_t i = 0; i < depth[b]; ++i) u[b].push_back(slots[b].rng->uniform());
@@ -164,22 +203,41 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftS
     ms.draft_catchup += clock.charge(&PhaseTimes::draft);
   for (int64_t i = 0; i < longest; ++i) {
     clock.charge(&PhaseTimes::other);
-    if (i > 0) {
-      feed_drafted(cache, slots, drafted, depth, n, i, row, out);
+    if (i > 0) {  // the last draw, on the device; a lead after it from the host, with the draw
+      std::vector<bool> one(B, false);
+      std::vector<Tokens> more(B);
+      std::vector<int64_t> pos(B, 0);
+      for (int64_t b = 0; b < B; ++b) {
+        if (depth[b] <= i) continue;
+        const auto unfed = static_cast<int64_t>(drafted[b].size()) - n_fed[b];
+        pos[b] = n[b] + n_fed[b];
+        if (unfed == 1) one[b] = true;
+        else more[b].assign(path[b].end() - unfed, path[b].end());
+        n_fed[b] += unfed;
+      }
+      feed_drafted(cache, slots, drafted, one, pos, row, out);
+      forward_slots(cache, slots, more, pos, row, out);
       clock.charge(&PhaseTimes::draft);
     }
     for (int64_t b = 0; b < B; ++b) {
       if (depth[b] <= i) continue;
-      const auto& grammar = slots[b].grammar;
-      if (grammar) {  // the row after the slot's sequence and its draft so far (read here)
+      DraftSlot& slot = slots[b];
+      const bool lead = slot.forced || slot.jump;
+      if (slot.grammar) {  // the row after the slot's sequence and its draft so far (read here)
         if (i == 0) path[b] = *seqs[b];
-        else path[b].push_back(static_cast<TokenId>(drafted[b].back().item<int64_t>()));
-        grammar->mask_draft(row[b], path[b]);
+        else if (!lead) path[b].push_back(static_cast<TokenId>(drafted[b].back().item<int64_t>()));
+        slot.grammar->mask_draft(row[b], path[b]);
       }
       pick_draft(row[b], cfg, *seqs[b], drafted[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]);
-      if (slots[b].stop_below > 0 && i + 1 < depth[b]) {
+      --room[b];
+      if (slot.stop_below > 0 && i + 1 < depth[b]) {
         sure[b] *= drawn_probability(row[b], q_rows[b], drafted[b].back());
-        if (sure[b] < slots[b].stop_below) depth[b] = i + 1, ++slots[b].n_stopped;
+        if (sure[b] < slot.stop_below) depth[b] = i + 1, ++slot.n_stopped;
+      }
+      if (lead) {  // draft_lead: the grammar's tokens after this draw join the chain
+        path[b].push_back(static_cast<TokenId>(drafted[b].back().item<int64_t>()));
+        room[b] -= append_lead(slot, row[b].size(-1), room[b], path[b], drafted[b], q_rows[b]);
+        if (room[b] <= 0) depth[b] = i + 1;
       }
     }
     clock.charge(&PhaseTimes::sample);
@@ -225,7 +283,7 @@ class ModelDrafter : public Drafter {
     return out;
   }
   bool has_distribution() const override { return true; }
-  void report(std::map<std::string, double>& out) const override { report_stops(slot_[0], out); }
+  void report(std::map<std::string, double>& out) const override { report_slot(slot_[0], out); }
 
  private:
   std::vector<DraftSlot> slot_;  // one
@@ -273,7 +331,7 @@ class ModelBatchDrafter : public BatchDrafter {
     }
     bool prefill_later() const override { return true; }
     bool has_distribution() const override { return true; }
-    void report(std::map<std::string, double>& out) const override { report_stops(owner_.slots_[slot_], out); }
+    void report(std::map<std::string, double>& out) const override { report_slot(owner_.slots_[slot_], out); }
 
    private:
     ModelBatchDrafter& owner_;
