@@ -194,11 +194,11 @@ void CostTable::measure_round(const RoundOutcome& r) {
   accepted_ = accepted_ * decay + (r.judged ? double(r.accepted) : 0.0);
   costs_.acceptance = (accepted_ + 1.0) / (judged_ + 2.0);
   if (r.drafted > 0 && r.ms_draft >= 0) blend(costs_.draft_ms_per_token, r.ms_draft / double(r.drafted));
-  blend(costs_.verify_ms.emplace(r.rows(), -1.0).first->second, r.ms_verify);
+  if (r.forward_rows() > 0) blend(costs_.verify_ms.emplace(r.forward_rows(), -1.0).first->second, r.ms_verify);
 }
 
 void CostTable::measure_verify(int64_t rows, double ms) {
-  if (fixed_) return;
+  if (fixed_ || rows <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   blend(costs_.verify_ms.emplace(rows, -1.0).first->second, ms);
 }
@@ -252,6 +252,7 @@ bool GammaController::defer_prefill(size_t arm) {
 }
 
 int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {
+  started_ = false;
   if (mode_ != GammaMode::cost) return chosen_ = gamma_;
   if (lead != ranked_lead_) choose_by_cost(lead, false);
   for (const Choice& c : ranked_) {
@@ -266,6 +267,7 @@ int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {
         if (saved <= std::max(0.0, t.draft_prefill_ms_per_token) * double(behind)) continue;
       }
       x.deferred = false;  // this round's draft prefills
+      started_ = true;
     }
     arm_ = c.arm;
     return chosen_ = c.gamma;
@@ -292,9 +294,84 @@ void GammaController::update(RoundOutcome r) {
   } else if (mode_ == GammaMode::cost) {
     x.costs->measure_round(r);
     for (Arm& other : arms_)  // the target's verify curve, whoever drafted
-      if (&other != &x && other.costs != x.costs) other.costs->measure_verify(r.rows(), r.ms_verify);
+      if (&other != &x && other.costs != x.costs) other.costs->measure_verify(r.forward_rows(), r.ms_verify);
     choose_by_cost(r.lead, true);  // the next round's lead is unknown yet: next() re-ranks if it differs
   }
+}
+
+BatchSeat GammaController::seat(int64_t remaining, int64_t behind) const {
+  const Arm& x = arms_[arm_];
+  const StepCosts t = x.costs->now();
+  BatchSeat s;
+  s.cap = chosen_;
+  s.a = std::min(alpha_estimate(arm_), 0.999);
+  s.m = match_rate(x);
+  s.lead = ranked_lead_;
+  s.t_draft = std::max(0.0, t.draft_ms_per_token);
+  s.prefill_ms = started_ ? std::max(0.0, t.draft_prefill_ms_per_token) * double(behind) : 0.0;
+  s.remaining = remaining;
+  return s;
+}
+
+void GammaController::settle(int64_t g) {
+  SD_CHECK(g >= 0 && g <= std::max<int64_t>(chosen_, 0), "controller: settle(", g, ") after next() chose ", chosen_);
+  if (g == 0 && started_) arms_[arm_].deferred = true;
+  chosen_ = g;
+}
+
+namespace {
+// A seat's expected tokens and target rows at length g (as ms_per_token: a round without a
+// proposal verifies the lead alone).
+double seat_tokens(const BatchSeat& s, int64_t g) {
+  if (g == 0) return double(s.lead) + 1.0;
+  return double(s.lead) + s.m * (1.0 - std::pow(s.a, double(g + 1))) / (1.0 - s.a) + (1.0 - s.m);
+}
+double seat_rows(const BatchSeat& s, int64_t g) { return double(s.lead) + 1.0 + s.m * double(g); }
+}  // namespace
+
+std::vector<int64_t> batch_lengths(const std::vector<BatchSeat>& seats, const StepCosts& costs) {
+  const auto goodput = [&](const std::vector<int64_t>& g) {
+    double tokens = 0, rows = 0, draft = 0, prefill = 0;
+    for (size_t i = 0; i < seats.size(); ++i) {
+      const BatchSeat& s = seats[i];
+      const double e = seat_tokens(s, g[i]);
+      tokens += e;
+      rows += seat_rows(s, g[i]);
+      draft = std::max(draft, double(g[i]) * s.t_draft);
+      if (g[i] > 0 && s.prefill_ms > 0) prefill += s.prefill_ms * (s.remaining > 0 ? std::min(1.0, e / double(s.remaining)) : 1.0);
+    }
+    return tokens / (draft + costs.verify_at(std::llround(rows)) + prefill);
+  };
+  std::vector<int64_t> best(seats.size(), 0), g(seats.size(), 0);
+  double best_rate = goodput(best);
+  const auto consider = [&](const std::vector<int64_t>& x) {
+    const double rate = goodput(x);
+    if (rate > best_rate * (1 + 1e-9)) best = x, best_rate = rate;
+  };
+  int64_t top = 0;
+  for (const BatchSeat& s : seats) top = std::max(top, s.cap);
+  for (int64_t k = 1; k <= top; ++k) {  // every seat at min(k, its cap)
+    for (size_t i = 0; i < seats.size(); ++i) g[i] = std::min(k, seats[i].cap);
+    consider(g);
+  }
+  // One draft token at a time to the seat where the step gains most (or loses least), up to every
+  // cap; the best point on that path counts too (a knee in the curve makes the gain not monotone).
+  std::fill(g.begin(), g.end(), 0);
+  while (true) {
+    size_t pick = seats.size();
+    double pick_rate = -1;
+    for (size_t i = 0; i < seats.size(); ++i) {
+      if (g[i] >= seats[i].cap) continue;
+      ++g[i];
+      const double rate = goodput(g);
+      --g[i];
+      if (rate > pick_rate) pick = i, pick_rate = rate;
+    }
+    if (pick == seats.size()) break;
+    ++g[pick];
+    consider(g);
+  }
+  return best;
 }
 
 double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a, double m, int64_t lead) const {

@@ -25,7 +25,11 @@ struct RoundOutcome {
   double ms_verify = 0;    // the target's forward over rows()
   int64_t lead = 0;        // tokens verified before the drafter's: the grammar's forced and jump tokens
   bool judged = true;      // false: the target rejected a lead token, so the drafter's went unjudged
+  int64_t batch_rows = 0;  // the forward's rows over the whole batch (0: rows(), a batch of one;
+                           // < 0: not a verify time, the forward fed a newcomer's prompt too)
   int64_t rows() const { return lead + drafted + 1; }
+  // The row count the verify curve files ms_verify under (< 0: none).
+  int64_t forward_rows() const { return batch_rows == 0 ? rows() : batch_rows; }
   double trials() const { return judged && drafted > 0 ? double(accepted + (accepted < drafted ? 1 : 0)) : 0.0; }
 };
 
@@ -59,6 +63,27 @@ struct StepCosts {
   // Writes one table as an object (write), several as a list of them.
   static void write_all(const std::vector<StepCosts>& tables, const std::string& path);
 };
+
+// One sequence of a batch step as the batch-wide decision sees it (batch_lengths).
+struct BatchSeat {
+  int64_t cap = 0;         // the length its own controller chose: the most it drafts this step
+  double a = 0.5, m = 1;   // its drafter's acceptance and match rate (GammaController)
+  int64_t lead = 0;        // the grammar's lead it verifies first
+  double t_draft = 0;      // its drafter's ms per drafted token (a batched draft step)
+  double prefill_ms = 0;   // a deferred draft's catch-up if it drafts now (0: none)
+  int64_t remaining = -1;  // tokens it may still emit (< 0: unbounded)
+};
+
+// The batch step's draft lengths (adaptive_gamma=cost in a batch; docs/controller.md,
+// "Batches"): each seat's length in [0, cap], chosen to maximise the step's expected tokens per
+// ms, sum of E_i / (max_i g_i t_draft_i + T(sum of rows) + prefills), as SmartSpec's goodput
+// (Liu et al. 2024): T is the target's forward over all the batch's rows (the verify curve,
+// measured over whole batch forwards), so a draft row is weighed by what it costs every
+// sequence's step, and the drafts share their draft forwards. A deferred draft's catch-up is
+// charged to this step by the share of its remaining tokens the step is expected to emit. The
+// best of the uniform lengths (all seats at min(k, cap)) and of the path that adds one draft
+// token at a time where the step gains most.
+std::vector<int64_t> batch_lengths(const std::vector<BatchSeat>& seats, const StepCosts& costs);
 
 // The costs a controller decides from. Measured (the default): every round and draft prefill
 // of every request of the process that uses it updates it, so later requests start from what
@@ -135,6 +160,11 @@ class GammaController {
   // meanwhile: its draft time is not taken as the cost of drafting.
   void update(RoundOutcome r);
   double alpha_estimate(size_t arm = 0) const;
+  // The last next()'s choice as the batch-wide decision needs it (cost mode). behind: as next().
+  BatchSeat seat(int64_t remaining, int64_t behind) const;
+  // The batch-wide decision drafts g (<= the last next()'s length) this round: a draft whose
+  // prefill that next() started, cut to 0, stays deferred.
+  void settle(int64_t g);
 
  private:
   struct Arm {
@@ -166,6 +196,7 @@ class GammaController {
   size_t arm_ = 0;              // the arm of the last next()
   int64_t chosen_ = -1;         // the length the last next() returned (-1: none yet)
   int64_t ranked_lead_ = 0;     // the lead ranked_ was ranked for
+  bool started_ = false;        // the last next() ended its arm's deferral
   static constexpr int64_t probe_every = 8;
   static constexpr double prior_tokens = 4;  // the acceptance prior's weight, in judged tokens
   static constexpr double prior_rounds = 2;  // the match rate's prior (1)'s weight, in rounds

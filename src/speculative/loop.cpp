@@ -41,6 +41,7 @@ struct SpecSequence {
   std::unique_ptr<Rng> synthetic_rng;  // synthetic_acceptance's own: rng's draws stay as without it
   std::vector<Drafter*> drafters;      // its slot's, in each of the batch's BatchDrafters (one per drafter)
   std::vector<bool> lazy;              // each one's draft prefills with its first draft (GammaController::defer_prefill)
+  std::vector<bool> started;           // each one has drafted for this sequence (its draft caught up on the prompt)
   size_t arm = 0;                      // this round's drafter (an index into drafters), as the controller chose it
   Drafter* drafter = nullptr;          // drafters[arm]
   int64_t topk = 0;                    // the target's top tokens any of its drafters wants (TargetWants::topk)
@@ -96,6 +97,7 @@ class SpecLoop {
   // adaptive_gamma=cost: the tables every controller decides from, one per drafter.
   std::vector<std::shared_ptr<CostTable>> costs_;
   std::vector<int64_t> active_;
+  int64_t forward_rows_ = 0;  // the last score() forward's rows over the batch (-1: it fed a prompt too)
 };
 
 SpecLoop::SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, const BatchOptions& options,
@@ -177,6 +179,7 @@ void SpecLoop::join(int64_t b) {
              cfg_.drafters[j], "' reads the target's features, which a drafter that sits rounds out would miss; "
              "it drafts alone (drafter=", cfg_.drafters[j], ")");
     s.lazy.push_back(s.drafters[j]->prefill_later() && s.ctl->defer_prefill(j));
+    s.started.push_back(false);
     s.topk = std::max(s.topk, s.drafters[j]->target_wants().topk);
   }
   s.drafter = s.drafters[0];
@@ -258,15 +261,27 @@ double SpecLoop::draft() {
     seqs[b] = &s.ahead;
   }
   phase_.charge(&PhaseTimes::sample);
-  // The round's drafter and length, knowing the lead it drafts after.
+  // The round's drafter and length, knowing the lead it drafts after; in a batch the lengths
+  // are then the batch step's (batch_lengths: what every sequence's rows cost the shared step).
+  std::vector<BatchSeat> seats;
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     const auto lead = static_cast<int64_t>(s.lead.tokens.size());
     s.chosen = s.ctl->next(room[b] + 1, s.n, lead);
     s.arm = s.ctl->drafter();
     s.drafter = s.drafters[s.arm];
-    depth[b] = std::min(s.chosen, room[b] - lead);
+    if (B_ > 1 && !costs_.empty()) seats.push_back(s.ctl->seat(room[b] + 1, s.n));
   }
+  const StepCosts curve = seats.size() > 1 ? costs_[0]->now() : StepCosts();
+  if (!curve.verify_ms.empty()) {  // (a fresh table's first round keeps the start value)
+    const std::vector<int64_t> g = batch_lengths(seats, curve);
+    for (size_t i = 0; i < active_.size(); ++i) {
+      SpecSequence& s = spec_[active_[i]];
+      if (g[i] < s.chosen) s.ctl->settle(s.chosen = g[i]);
+    }
+  }
+  for (int64_t b : active_)
+    depth[b] = std::min(spec_[b].chosen, room[b] - static_cast<int64_t>(spec_[b].lead.tokens.size()));
   phase_.charge(&PhaseTimes::other);
   PhaseTimes parts;
   for (size_t j = 0; j < drafters_.size(); ++j) {  // the drafters not chosen propose at depth 0
@@ -277,9 +292,18 @@ double SpecLoop::draft() {
       if (spec_[b].arm == j) spec_[b].d = std::move(drafts[b]);
   }
   for (int64_t b : active_) prepend_forced(spec_[b].d, spec_[b].lead.tokens);
-  // A lazy draft's prefill (its first draft's catch-up), measured where it is the slot's own.
-  if (!costs_.empty() && B_ == 1 && parts.prefill > 0)
-    costs_[spec_[0].arm]->measure_prefill(static_cast<int64_t>(seqs[0]->size()), parts.prefill);
+  // A draft's prefill (its first draft's catch-up: a lazy draft's, or in a batch any draft's),
+  // measured over the prompts it fed, in a batch together.
+  int64_t prompt_tokens = 0, prompt_arm = -1;
+  for (int64_t b : active_) {
+    SpecSequence& s = spec_[b];
+    if (depth[b] <= 0 || s.started[s.arm]) continue;
+    s.started[s.arm] = true;
+    prompt_tokens += static_cast<int64_t>(seqs[b]->size());
+    prompt_arm = static_cast<int64_t>(s.arm);
+  }
+  if (!costs_.empty() && parts.prefill > 0 && prompt_tokens > 0)
+    costs_[prompt_arm]->measure_prefill(prompt_tokens, parts.prefill);
   // The batch's draft time, as the verify time is the batch's (gamma control).
   return phase_.charge_parts(parts, &PhaseTimes::draft) - parts.prefill;
 }
@@ -323,8 +347,10 @@ double SpecLoop::score() {
   std::vector<std::vector<int32_t>> trees(B_);  // a tree round's parents over fed[b]
   std::vector<at::Tensor> unread(B_), unread_parents(B_);  // drafts (and tree shapes) still on the draft's device
   bool prefill = false;
+  forward_rows_ = 0;
   for (int64_t b : active_) {
     const SpecSequence& s = spec_[b];
+    forward_rows_ += s.d.size() + 1;
     target_feed(s, fed[b], start[b], trees[b]);
     if (s.d.drawn.defined()) unread[b] = s.d.drawn_on(target_.device());
     if (s.d.drawn_parents.defined())  // the tree's entries over [last committed, node 0, ...]
@@ -343,6 +369,7 @@ double SpecLoop::score() {
   }
   // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch
   // (the others' verification rows ride along); a pure verification round as verify.
+  if (prefill) forward_rows_ = -1;
   return phase_.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
 }
 
@@ -479,7 +506,7 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
     mine.drafted += k;
     mine.accepted += a;
   }
-  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead});
+  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead, B_ > 1 ? forward_rows_ : 0});
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

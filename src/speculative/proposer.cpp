@@ -92,6 +92,11 @@ void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, co
   drafted.push_back(sampling::pick_tokens(q, {u}));
 }
 
+double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token) {
+  const at::Tensor q = q_rows.empty() ? at::softmax(row.to(at::kFloat), -1) : q_rows.back()[0];  // [V]
+  return q.index_select(0, token.clamp_min(0)).item<double>();
+}
+
 std::vector<int64_t> parse_int_list(const std::string& drafter, const std::string& key, const std::string& text,
                                     int64_t lo, int64_t hi) {
   std::vector<int64_t> out;

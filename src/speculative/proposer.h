@@ -293,6 +293,10 @@ std::vector<int64_t> parse_int_list(const std::string& drafter, const std::strin
 // repetition penalty reads none of them.
 void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, const Tokens& context,
                 std::vector<at::Tensor>& drafted, double u, std::vector<at::Tensor>& q_rows);
+// The probability the draft gave the token it just drew (pick_draft's last): its q row's entry,
+// or (greedy, no q) the softmax of its logits row (before a repetition penalty). A read. The
+// factor of speculative's draft_stop (a chain's own odds of being accepted whole).
+double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token);
 
 // Structured output's drafts inside the grammar (issue 57, item 4; speculative's draft_mask, on
 // by default): a drafter's own matcher (sampling::ConstraintState), which follows its draft, and

@@ -219,6 +219,53 @@ TEST(CostTable, VerifyTimeInterpolatesTheMeasuredRows) {
   EXPECT_DOUBLE_EQ(c.verify_at(6), 28.0);  // a falling slope is not extended
 }
 
+// The batch step's lengths (batch_lengths): a draft row is weighed by what it costs the whole
+// step. Eight n-gram seats (free drafting, a = 0.6, at most 4): where the target's forward is
+// flat in the rows (memory-bound) every seat drafts its most; where each row costs as much as
+// a step's worth (compute-bound) none drafts; at a crossover of 16 rows they draft to about it;
+// seats that accept more draft longer; a deferred draft whose catch-up cannot pay stays at 0.
+TEST(BatchLengths, TheStepsRowsDecideForTheWholeBatch) {
+  BatchSeat ngram;
+  ngram.cap = 4, ngram.a = 0.6, ngram.m = 1, ngram.t_draft = 0, ngram.remaining = 40;
+  const std::vector<BatchSeat> eight(8, ngram);
+  const auto total_rows = [](const std::vector<int64_t>& g) {
+    int64_t r = 0;
+    for (int64_t x : g) r += x + 1;
+    return r;
+  };
+  StepCosts flat, steep, knee;
+  flat.verify_ms = {{1, 10.0}, {64, 11.0}};
+  steep.verify_ms = {{1, 10.0}, {8, 80.0}, {64, 640.0}};
+  knee.verify_ms = {{1, 10.0}, {16, 11.0}, {24, 40.0}, {64, 200.0}};
+  EXPECT_EQ(batch_lengths(eight, flat), std::vector<int64_t>(8, 4));
+  EXPECT_EQ(batch_lengths(eight, steep), std::vector<int64_t>(8, 0));
+  const std::vector<int64_t> at_knee = batch_lengths(eight, knee);
+  EXPECT_GE(total_rows(at_knee), 14);
+  EXPECT_LE(total_rows(at_knee), 18);
+  // Different acceptance: the sure seats draft at least as long as the unsure ones, and longer
+  // in all.
+  std::vector<BatchSeat> mixed(eight);
+  for (size_t i = 0; i < 4; ++i) mixed[i].a = 0.95, mixed[i + 4].a = 0.2;
+  const std::vector<int64_t> by_a = batch_lengths(mixed, knee);
+  int64_t sure = 0, unsure = 0;
+  for (size_t i = 0; i < 4; ++i) sure += by_a[i], unsure += by_a[i + 4];
+  EXPECT_GT(sure, unsure) << ::testing::PrintToString(by_a);
+  // A seat whose draft would first catch up on a long prompt, with 3 tokens left: it steps
+  // aside while the others draft as before.
+  std::vector<BatchSeat> lazy(eight);
+  lazy[2].prefill_ms = 500, lazy[2].remaining = 3;
+  const std::vector<int64_t> with_lazy = batch_lengths(lazy, flat);
+  EXPECT_EQ(with_lazy[2], 0);
+  EXPECT_EQ(with_lazy[0], 4);
+  // A draft model (3 ms a draft step, shared by the seats; a = 0.8): on the flat curve every seat
+  // drafts 3, where 8 x 2.95 tokens in 9 + 10.5 ms beat 8 x 3.36 in 12 + 10.6 (4) and
+  // 8 x 2.44 in 6 + 10.4 (2); on the steep one none.
+  BatchSeat model = ngram;
+  model.t_draft = 3, model.a = 0.8;
+  EXPECT_EQ(batch_lengths(std::vector<BatchSeat>(8, model), flat), std::vector<int64_t>(8, 3));
+  EXPECT_EQ(batch_lengths(std::vector<BatchSeat>(8, model), steep), std::vector<int64_t>(8, 0));
+}
+
 // The acceptance the controller reads is Leviathan's per-token chance a. Chains of 4 whose
 // tokens are each accepted with probability 0.88 until the first rejection: the table's estimate
 // lands on 0.88, where accepted / drafted (tokens after a rejection counted as failures) reads
@@ -321,6 +368,42 @@ TEST(Controller, ExpensiveDraftingStepsAsideEveryRound) {
       }
     }
   }
+}
+
+// Through the registry, with one fixed table (controller_costs) whose verify curve is cheap to 5
+// rows and then costs a step per row: alone a sequence drafts 4 every round (4 tokens + 1 fit
+// the cheap rows), while a batch of 3 already verifies 3 rows a plain step, so it drafts about
+// 2 tokens a step in all, to fill the cheap rows, and some sequences step aside in each step.
+// Both equal greedy token for token. (Each sequence deciding alone, the batch drafted 4 each.)
+TEST(BatchLengths, ABatchStepsAsideWhereItsRowsAreComputeBound) {
+  const std::string costs = cost_table(
+      "knee.json",
+      R"({"drafter": "model", "verify_ms": {"1": 10, "5": 10.5, "9": 50, "20": 160}, "draft_ms_per_token": 0.5, "acceptance": 0.7})");
+  const Params cost = greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}, {"gamma", "4"}, {"gamma_max", "4"}});
+  std::vector<Request> reqs;
+  for (uint64_t i = 0; i < 3; ++i) {
+    reqs.push_back(tiny_request(11, 40));
+    reqs.back().draft = tiny(11);  // the target: every draft token accepted
+    reqs.back().prompt.push_back(static_cast<TokenId>(2 + 9 * i));
+  }
+  const std::vector<Result> base = create("greedy", greedy_params())->generate_batch(reqs, BatchOptions{3, 0}, {});
+  const std::vector<Result> batch = create("speculative", cost)->generate_batch(reqs, BatchOptions{3, 0}, {});
+  int64_t aside_alone = 0, rounds_alone = 0, drafted_alone = 0, aside_batch = 0, rounds_batch = 0, drafted_batch = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Result alone = run("speculative", cost, reqs[i]);
+    EXPECT_EQ(alone.tokens, base[i].tokens) << "request " << i;
+    EXPECT_EQ(batch[i].tokens, base[i].tokens) << "request " << i;
+    aside_alone += alone.stats.gamma_rounds.at(0), rounds_alone += alone.stats.n_rounds;
+    aside_batch += batch[i].stats.gamma_rounds.at(0), rounds_batch += batch[i].stats.n_rounds;
+    drafted_alone += alone.stats.n_drafted, drafted_batch += batch[i].stats.n_drafted;
+  }
+  std::printf("  alone: %lld of %lld rounds aside, %.2f drafted a round; batch of 3: %lld of %lld aside, %.2f\n",
+              (long long)aside_alone, (long long)rounds_alone, double(drafted_alone) / double(rounds_alone),
+              (long long)aside_batch, (long long)rounds_batch, double(drafted_batch) / double(rounds_batch));
+  EXPECT_EQ(aside_alone, 0);
+  EXPECT_GT(double(drafted_alone) / double(rounds_alone), 3.5);
+  EXPECT_GT(4 * aside_batch, rounds_batch);  // (the last sequence left alone drafts 4)
+  EXPECT_LT(double(drafted_batch) / double(rounds_batch), 1.2);  // ~2 tokens a step over 3 sequences
 }
 
 // Free drafting and a draft that is the target: every round drafts gamma_max.

@@ -7,8 +7,11 @@
 // bugs in each mode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/tiny.h"
 #include "strategies/registry.h"
+#include "tests/support/fresh_heads.h"
 #include "tests/support/sanitizer.h"
 #include "tests/support/spec_distribution.h"
 
@@ -98,6 +101,19 @@ TEST(DrafterDistribution, BlockVerification) {
 // draft_stop: chains whose length the draft chose from its own draws (drafters/model.cpp).
 TEST(DrafterDistribution, ChainsStoppedByTheDraftsOwnConfidence) {
   const Outcome o = run({{"drafter", "model"}, {"gamma", "3"}, {"draft_stop", "0.4"}}, kPrompt, true);
+  EXPECT_GT(o.p_value, kPValue);
+  EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
+}
+
+// draft_stop on EAGLE's chains (drafters/eagle.cpp), with an untrained head: its spread draws
+// stop many chains after one or two tokens.
+TEST(DrafterDistribution, EagleChainsStoppedByTheHeadsOwnConfidence) {
+  const auto drafters = all_drafters();
+  const auto eagle = std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
+  ASSERT_NE(eagle, drafters.end());
+  std::map<std::string, std::string> p = {{"drafter", "eagle"}, {"gamma", "3"}, {"draft_stop", "0.4"}};
+  p.merge(test_support::fresh_head_values(*eagle, *models().tgt));
+  const Outcome o = run(p, kPrompt, false);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
 }

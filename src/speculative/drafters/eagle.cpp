@@ -25,12 +25,17 @@
 // are read once per depth, not once per sequence (bench_strategies_heads_batch). A row's results
 // do not depend on the rows beside it (model/linear.h), so every sequence drafts what it drafts
 // alone.
+//
+// A chain stops early under speculative's draft_stop as the draft model's does
+// (drafters/model.cpp): once the product of the probabilities the head gave its drawn tokens
+// falls below the threshold; each sequence of a batch on its own.
 #include <algorithm>
 #include <limits>
 
 #include "core/error.h"
 #include "model/device.h"
 #include "sampling/grammar.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
@@ -245,13 +250,16 @@ std::unique_ptr<EagleSource> make_source(const DrafterContext& ctx) {
 class EagleChainDrafter : public Drafter {
  public:
   EagleChainDrafter(std::unique_ptr<EagleSource> source, const sampling::ProcessorConfig& proc, Rng& rng,
-                    DraftGrammar grammar)
-      : source_(std::move(source)), proc_(proc), rng_(rng), grammar_(std::move(grammar)) {}
+                    DraftGrammar grammar, double stop_below)
+      : source_(std::move(source)), proc_(proc), rng_(rng), grammar_(std::move(grammar)), stop_below_(stop_below) {}
 
   bool has_distribution() const override { return true; }
   TargetWants target_wants() const override { return {0, true}; }
   void prefill(const Tokens& tokens, const at::Tensor& features) override { source_->prefill(tokens, features); }
   void observe(const Round& round) override { source_->observe(round, {}); }
+  void report(std::map<std::string, double>& out) const override {
+    if (stop_below_ > 0) out["draft_stops"] = static_cast<double>(n_stopped_);
+  }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
 
@@ -259,6 +267,8 @@ class EagleChainDrafter : public Drafter {
   sampling::ProcessorConfig proc_;
   Rng& rng_;
   DraftGrammar grammar_;  // structured output: its rows' mask (unset: none)
+  double stop_below_ = 0;  // draft_stop (0: off)
+  int64_t n_stopped_ = 0;  // chains it cut short
 };
 
 // The chains of slots b with depth[b] > 0, in lockstep: per depth one head forward over all
@@ -288,6 +298,7 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
   std::vector<std::vector<at::Tensor>> q_rows(B), drafted(B);  // [1, V] each; [1] int64 each
   std::vector<bool> drafting(B, false);
   std::vector<Tokens> path(B);  // a masked slot's sequence + its chain so far
+  std::vector<double> sure(B, 1.0);  // draft_stop: the chain's own odds of acceptance
   int64_t longest = 0;
   for (size_t b = 0; b < B; ++b) {
     if (!feat[b].defined()) continue;
@@ -318,6 +329,11 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
         g.state->mask_draft(logits[b][0], path[b]);
       }
       pick_draft(logits[b][0], proc, *seqs[b], drafted[b], u, q_rows[b]);
+      EagleChainDrafter& slot = *slots[b];
+      if (slot.stop_below_ > 0 && i + 1 < depth[b]) {
+        sure[b] *= drawn_probability(logits[b][0], q_rows[b], drafted[b].back());
+        if (sure[b] < slot.stop_below_) drafting[b] = false, ++slot.n_stopped_;
+      }
       if (!g) continue;
       const auto t = drafted[b].back().item<int64_t>();
       if (t >= 0) {
@@ -360,7 +376,8 @@ class EagleBatchDrafter : public BatchDrafter {
   }
 
   static std::unique_ptr<EagleChainDrafter> make_chain(const DrafterContext& ctx) {
-    return std::make_unique<EagleChainDrafter>(make_source(ctx), ctx.proc, ctx.rng, draft_grammar(ctx));
+    return std::make_unique<EagleChainDrafter>(make_source(ctx), ctx.proc, ctx.rng, draft_grammar(ctx),
+                                               ctx.params.typed<SpeculativeParams>().draft_stop);
   }
 
  private:

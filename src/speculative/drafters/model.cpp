@@ -82,13 +82,6 @@ int64_t append_lead(DraftSlot& slot, int64_t n_vocab, int64_t room, Tokens& path
   return static_cast<int64_t>(lead.size());
 }
 
-// The probability the draft gave the token it just drew: its q row's entry, or (greedy, no q)
-// the softmax of its logits row (before a repetition penalty). A read.
-double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token) {
-  const at::Tensor q = q_rows.empty() ? at::softmax(row.to(at::kFloat), -1) : q_rows.back()[0];  // [V]
-  return q.index_select(0, token.clamp_min(0)).item<double>();
-}
-
 // The drafter's stats (Stats::drafter_stats): draft_stops, the chains draft_stop cut short;
 // draft_lead_tokens, the grammar's tokens its chains took without a forward.
 void report_slot(const DraftSlot& slot, std::map<std::string, double>& out) {
