@@ -41,7 +41,8 @@ struct SpecSetup {
 // newcomer's prompt rides along), verifies them in one kernel call per verify mode (chains:
 // VerifyArgs.batch, ragged n_draft; trees, one per sequence) and rolls each sequence back on its
 // own. A request's tokens are those of its run alone (batch_size 1), which is what
-// Speculative::generate runs.
+// Speculative::generate runs; at T > 0 with adaptive_gamma=cost the batch step's lengths
+// (batch_lengths) depend on the whole batch, so its draws may differ (the law does not).
 std::vector<Result> speculative_decode(const SpecSetup& setup, const std::vector<Request>& requests,
                                        const BatchOptions& options, const BatchTokenCallback& on_token);
 
