@@ -209,6 +209,23 @@ void CostTable::measure_prefill(int64_t n_tokens, double ms) {
   blend(costs_.draft_prefill_ms_per_token, ms / double(n_tokens));
 }
 
+void CostTable::measure_length(int64_t n_tokens) {
+  if (fixed_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lengths_.size() >= 256) lengths_.erase(lengths_.begin());
+  lengths_.push_back(n_tokens);
+}
+
+int64_t CostTable::expected_left(int64_t n, int64_t bound) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t l : lengths_)
+    if (l > n) sum += double(l - n), ++count;
+  if (count < 4) return bound;
+  return std::min(bound, static_cast<int64_t>(std::llround(sum / double(count))));
+}
+
 // ---- the controller ---------------------------------------------------------------------------
 
 GammaController::GammaController(GammaMode mode, int64_t gamma, int64_t gamma_max, std::shared_ptr<CostTable> costs)

@@ -107,11 +107,21 @@ class CostTable {
   void measure_verify(int64_t rows, double ms);
   // The draft's prefill of n prompt tokens. Ignored by a fixed table.
   void measure_prefill(int64_t n_tokens, double ms);
+  // A finished request's output length. Ignored by a fixed table.
+  void measure_length(int64_t n_tokens);
+  // The tokens a request that has emitted n may still emit, at most `bound` (its max_new_tokens
+  // left): the mean, over the last 256 finished requests that emitted more than n, of what they
+  // emitted beyond n; `bound` while fewer than 4 did (and always for a fixed table). A lazily
+  // prefilled draft is weighed against it: a request of short answers (a JSON object ends the
+  // generation long before max_new_tokens) then does not start its draft for tokens it will
+  // never emit.
+  int64_t expected_left(int64_t n, int64_t bound) const;
 
  private:
   mutable std::mutex mu_;
   StepCosts costs_;
   double judged_ = 0, accepted_ = 0;  // decayed counts behind costs_.acceptance (RoundOutcome)
+  std::vector<int64_t> lengths_;       // the last finished requests' output lengths (measure_length)
   bool fixed_ = false;
 };
 

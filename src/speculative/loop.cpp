@@ -267,10 +267,13 @@ double SpecLoop::draft() {
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     const auto lead = static_cast<int64_t>(s.lead.tokens.size());
-    s.chosen = s.ctl->next(room[b] + 1, s.n, lead);
+    // What it may still emit, as far as the process's finished requests tell (CostTable::expected_left).
+    const int64_t left =
+        costs_.empty() ? room[b] + 1 : costs_[0]->expected_left(slots_[b]->tracker->n_tokens(), room[b] + 1);
+    s.chosen = s.ctl->next(left, s.n, lead);
     s.arm = s.ctl->drafter();
     s.drafter = s.drafters[s.arm];
-    if (B_ > 1 && !costs_.empty()) seats.push_back(s.ctl->seat(room[b] + 1, s.n));
+    if (B_ > 1 && !costs_.empty()) seats.push_back(s.ctl->seat(left, s.n));
   }
   const StepCosts curve = seats.size() > 1 ? costs_[0]->now() : StepCosts();
   if (!curve.verify_ms.empty()) {  // (a fresh table's first round keeps the start value)
@@ -512,6 +515,7 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
 
 void SpecLoop::finish(int64_t b) {
   for (Drafter* d : spec_[b].drafters) d->report(slots_[b]->st.drafter_stats);
+  for (const auto& table : costs_) table->measure_length(slots_[b]->tracker->n_tokens());
   slots_.finish(b);
   spec_[b] = SpecSequence();
 }

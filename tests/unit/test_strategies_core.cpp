@@ -266,6 +266,29 @@ TEST(BatchLengths, TheStepsRowsDecideForTheWholeBatch) {
   EXPECT_EQ(batch_lengths(std::vector<BatchSeat>(8, model), steep), std::vector<int64_t>(8, 0));
 }
 
+// What a request may still emit, from the lengths of the finished ones: after 10 tokens, four
+// requests of 30 say 20 more; beyond every finished length, or with fewer than 4 of them, the
+// bound (max_new_tokens left) stands; a fixed table never learns lengths.
+TEST(CostTable, ExpectedLeftComesFromTheFinishedRequestsLengths) {
+  CostTable table;
+  EXPECT_EQ(table.expected_left(10, 54), 54);
+  for (int64_t l : {30, 30, 30}) table.measure_length(l);
+  EXPECT_EQ(table.expected_left(10, 54), 54);  // three are not enough
+  table.measure_length(30);
+  EXPECT_EQ(table.expected_left(10, 54), 20);
+  EXPECT_EQ(table.expected_left(10, 15), 15);  // never past the bound
+  EXPECT_EQ(table.expected_left(30, 34), 34);  // none emitted more than 30
+  for (int64_t l : {60, 60, 60, 60}) table.measure_length(l);
+  EXPECT_EQ(table.expected_left(40, 24), 20);  // the four of 60
+  EXPECT_EQ(table.expected_left(10, 54), 35);  // all eight: (4 x 20 + 4 x 50) / 8
+  StepCosts c;
+  c.drafter = "model";
+  c.verify_ms = {{1, 10.0}};
+  CostTable fixed(c);
+  for (int i = 0; i < 8; ++i) fixed.measure_length(5);
+  EXPECT_EQ(fixed.expected_left(1, 40), 40);
+}
+
 // The acceptance the controller reads is Leviathan's per-token chance a. Chains of 4 whose
 // tokens are each accepted with probability 0.88 until the first rejection: the table's estimate
 // lands on 0.88, where accepted / drafted (tokens after a rejection counted as failures) reads
