@@ -355,7 +355,8 @@ std::vector<int64_t> batch_lengths(const std::vector<BatchSeat>& seats, const St
       tokens += e;
       rows += seat_rows(s, g[i]);
       draft = std::max(draft, double(g[i]) * s.t_draft);
-      if (g[i] > 0 && s.prefill_ms > 0) prefill += s.prefill_ms * (s.remaining > 0 ? std::min(1.0, e / double(s.remaining)) : 1.0);
+      if (g[i] > 0 && s.prefill_ms > 0)
+        prefill += s.prefill_ms * (s.remaining > 0 ? std::min(1.0, e / double(s.remaining)) : 1.0);
     }
     return tokens / (draft + costs.verify_at(std::llround(rows)) + prefill);
   };

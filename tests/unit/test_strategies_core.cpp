@@ -401,8 +401,10 @@ TEST(Controller, ExpensiveDraftingStepsAsideEveryRound) {
 TEST(BatchLengths, ABatchStepsAsideWhereItsRowsAreComputeBound) {
   const std::string costs = cost_table(
       "knee.json",
-      R"({"drafter": "model", "verify_ms": {"1": 10, "5": 10.5, "9": 50, "20": 160}, "draft_ms_per_token": 0.5, "acceptance": 0.7})");
-  const Params cost = greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}, {"gamma", "4"}, {"gamma_max", "4"}});
+      R"({"drafter": "model", "verify_ms": {"1": 10, "5": 10.5, "9": 50, "20": 160}, "draft_ms_per_token": 0.5,
+          "acceptance": 0.7})");
+  const Params cost =
+      greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}, {"gamma", "4"}, {"gamma_max", "4"}});
   std::vector<Request> reqs;
   for (uint64_t i = 0; i < 3; ++i) {
     reqs.push_back(tiny_request(11, 40));

@@ -557,7 +557,8 @@ TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
   }
   const auto greedy = create("greedy", {});
   const auto drafters = all_drafters();
-  const auto eagle = std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
+  const auto eagle =
+      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
   ASSERT_NE(eagle, drafters.end());
   const std::vector<std::pair<std::string, std::string>> cases = {{"model", "0.3"}, {"model", "1"}, {"eagle", "0.3"},
                                                                    {"eagle", "1"}};

@@ -109,7 +109,8 @@ TEST(DrafterDistribution, ChainsStoppedByTheDraftsOwnConfidence) {
 // stop many chains after one or two tokens.
 TEST(DrafterDistribution, EagleChainsStoppedByTheHeadsOwnConfidence) {
   const auto drafters = all_drafters();
-  const auto eagle = std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
+  const auto eagle =
+      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
   ASSERT_NE(eagle, drafters.end());
   std::map<std::string, std::string> p = {{"drafter", "eagle"}, {"gamma", "3"}, {"draft_stop", "0.4"}};
   p.merge(test_support::fresh_head_values(*eagle, *models().tgt));

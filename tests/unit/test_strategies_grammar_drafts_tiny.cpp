@@ -118,21 +118,23 @@ TEST(GrammarDraftsTiny, TheGrammarsLeadAlongTheChainCostsNoDraftForward) {
       const Result plain = create("speculative", params(off))->generate(req, {});
       EXPECT_EQ(on.tokens, base.tokens) << verify << "\n-- greedy: " << base.text << "\n-- spec: " << on.text;
       EXPECT_EQ(plain.tokens, base.tokens) << verify << " draft_lead=false";
-      const double lead = on.stats.drafter_stats.count("draft_lead_tokens") ? on.stats.drafter_stats.at("draft_lead_tokens") : -1;
+      const auto it = on.stats.drafter_stats.find("draft_lead_tokens");
+      const double lead = it != on.stats.drafter_stats.end() ? it->second : -1;
       EXPECT_GT(lead, 0) << verify;
       EXPECT_EQ(plain.stats.drafter_stats.count("draft_lead_tokens"), 0u) << verify;
       EXPECT_LT(on.stats.n_draft_forwards, plain.stats.n_draft_forwards) << verify;
-      std::printf("  %-10s %-12s draft_lead: %lld forwards, %lld rounds, %.0f lead tokens; off: %lld forwards, %lld rounds\n",
+      std::printf("  %-10s %-12s draft_lead: %lld forwards, %lld rounds, %.0f lead tokens; "
+                  "off: %lld forwards, %lld rounds\n",
                   verify, prompt.c_str(), (long long)on.stats.n_draft_forwards, (long long)on.stats.n_rounds, lead,
                   (long long)plain.stats.n_draft_forwards, (long long)plain.stats.n_rounds);
     }
   }
   std::vector<Request> reqs = {request("A person: "), request("JSON please"), request("x")};
-  const std::vector<Result> batch =
-      create("speculative", params({{"drafter", "model"}, {"gamma", "3"}}))->generate_batch(reqs, BatchOptions{2, 0}, {});
+  const auto spec = create("speculative", params({{"drafter", "model"}, {"gamma", "3"}}));
+  const std::vector<Result> batch = spec->generate_batch(reqs, BatchOptions{2, 0}, {});
   ASSERT_EQ(batch.size(), reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
-    const Result alone = create("speculative", params({{"drafter", "model"}, {"gamma", "3"}}))->generate(reqs[i], {});
+    const Result alone = spec->generate(reqs[i], {});
     EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
     EXPECT_EQ(batch[i].stats.n_draft_forwards, alone.stats.n_draft_forwards) << "request " << i;
   }
