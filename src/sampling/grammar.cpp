@@ -246,7 +246,8 @@ struct ConstraintState::Impl {
   bool is_stop(TokenId t) const { return std::binary_search(stop_ids.begin(), stop_ids.end(), static_cast<int32_t>(t)); }
 
   void compile(int64_t n_vocab);
-  // Compiles (once) for logits of width n_vocab and starts the matcher.
+  // Compiles (once) for logits of width n_vocab and starts the matcher; logits of another width
+  // than the first call's are a named error.
   void start_matcher(int64_t n_vocab);
   // Gives the next committed token to the matcher; false (and nothing changed) when the grammar
   // does not admit it there. An end id is admitted where the grammar is complete, and ends it.
@@ -316,9 +317,11 @@ void ConstraintState::Impl::compile(int64_t n_vocab) {
 }
 
 void ConstraintState::Impl::start_matcher(int64_t n_vocab) {
-  if (compiled) return;
-  compile(n_vocab);
-  matcher = std::make_unique<xgrammar::GrammarMatcher>(compiled->grammar, stop_ids);
+  if (!compiled) {
+    compile(n_vocab);
+    matcher = std::make_unique<xgrammar::GrammarMatcher>(compiled->grammar, stop_ids);
+  }
+  SD_CHECK(n_vocab == compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ", compiled->n_vocab);
 }
 
 bool ConstraintState::Impl::accept(TokenId t) {
@@ -423,8 +426,6 @@ ConstraintState::Lead ConstraintState::lead(const Tokens& context, int64_t n_voc
                                            bool jump) {
   Impl& s = *impl_;
   s.start_matcher(n_vocab);
-  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
-           s.compiled->n_vocab);
   s.sync(context);
   return s.lead_here(n_vocab, max, forced, jump);
 }
@@ -433,8 +434,6 @@ ConstraintState::Lead ConstraintState::lead_along(const Tokens& path, int64_t n_
                                                   bool jump) {
   Impl& s = *impl_;
   s.start_matcher(n_vocab);
-  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ",
-           s.compiled->n_vocab);
   if (!s.follow(path)) return {};
   return s.lead_here(n_vocab, max, forced, jump);
 }
@@ -480,7 +479,6 @@ bool ConstraintState::mask_draft(const at::Tensor& row, const Tokens& path) {
   SD_CHECK(row.dim() == 1 || (row.dim() == 2 && row.size(0) == 1), "structured output: a draft row must be [V] or [1, V], got ",
            row.sizes());
   s.start_matcher(V);
-  SD_CHECK(V == s.compiled->n_vocab, "structured output: logits of width ", V, " after ", s.compiled->n_vocab);
   if (!s.follow(path) || s.ended) return false;
   at::Tensor allowed = at::empty({V}, at::kByte);
   s.fill(allowed.data_ptr<uint8_t>(), V);
@@ -494,7 +492,6 @@ std::vector<bool> ConstraintState::admitted(const Tokens& context, const Tokens&
   SD_CHECK(parents.empty() || parents.size() == draft.size(), "structured output: ", parents.size(), " parents for ",
            draft.size(), " draft tokens");
   s.start_matcher(n_vocab);
-  SD_CHECK(n_vocab == s.compiled->n_vocab, "structured output: logits of width ", n_vocab, " after ", s.compiled->n_vocab);
   std::vector<bool> ok(draft.size(), false);
   Tokens path;  // context + node i's root-to-node path
   for (size_t i = 0; i < draft.size(); ++i) {
@@ -515,7 +512,6 @@ int64_t ConstraintState::mask(const at::Tensor& logits, const Tokens& context, c
   SD_CHECK(logits.dim() == 2, "structured output: logits must be [N, V], got ", logits.sizes());
   const int64_t N = logits.size(0), V = logits.size(1);
   s.start_matcher(V);
-  SD_CHECK(V == s.compiled->n_vocab, "structured output: logits of width ", V, " after ", s.compiled->n_vocab);
   SD_CHECK(static_cast<int64_t>(draft.size()) + 1 >= N, "structured output: ", N, " rows need ", N - 1,
            " draft tokens, got ", draft.size());
   SD_CHECK(parents.empty() || parents.size() == draft.size(), "structured output: ", parents.size(), " parents for ",

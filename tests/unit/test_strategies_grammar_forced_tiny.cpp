@@ -195,6 +195,15 @@ using namespace specdec::testing_support::grammar_law;
 // rows, the tree's roots below the last of them), and the reference verifies the whole.
 int64_t g_forced_rejections = 0;  // outcomes that did not accept every forced token
 
+// A drafted chain (in.draft, in.q) verified by the reference against the true target's rows.
+ref::Outcome verify_drafted_chain(ref::Enumerator& e, ref::RowCache& rows, ref::Mode mode, ref::ChainInput in,
+                                  ref::Plant plant) {
+  in.p = rows.verifier_rows(in.draft, {});
+  in.final_u = in.n();
+  ref::EnumerationSource src(e);
+  return ref::verify_chain(mode, in, src, plant);
+}
+
 ref::RoundOutput forced_round(ref::Enumerator& e, ref::RowCache& rows, const GrammarLawCase& c, ref::Plant plant) {
   const ref::Tokens head(c.forced.begin(), c.forced.end());
   const bool chain = c.parents.empty();
@@ -224,14 +233,11 @@ ref::RoundOutput forced_round(ref::Enumerator& e, ref::RowCache& rows, const Gra
     return out;
   };
   const ref::Tokens tokens(d.tokens.begin(), d.tokens.end());
-  ref::EnumerationSource src(e);
   if (d.parents.empty()) {
     ref::ChainInput in;
     in.draft = tokens;
     in.q = rows_of();
-    in.p = rows.verifier_rows(tokens, {});
-    in.final_u = in.n();
-    const ref::Outcome o = ref::verify_chain(c.mode, in, src, plant);
+    const ref::Outcome o = verify_drafted_chain(e, rows, c.mode, std::move(in), plant);
     g_forced_rejections += o.accepted < static_cast<int>(head.size());
     return {o.tokens, o.accepted};
   }
@@ -241,6 +247,7 @@ ref::RoundOutput forced_round(ref::Enumerator& e, ref::RowCache& rows, const Gra
   t.q = rows_of();
   t.p = rows.verifier_rows(tokens, t.parents);
   t.final_u = t.n();
+  ref::EnumerationSource src(e);
   const ref::Outcome o = ref::verify_tree(c.mode, t, src, plant);
   g_forced_rejections += o.accepted < static_cast<int>(head.size());
   return {o.tokens, o.accepted};
@@ -291,10 +298,7 @@ ref::RoundOutput lead_round(ref::Enumerator& e, ref::RowCache& rows, const Gramm
       ++g_leads;
     }
   }
-  in.p = rows.verifier_rows(in.draft, {});
-  in.final_u = in.n();
-  ref::EnumerationSource src(e);
-  const ref::Outcome o = ref::verify_chain(c.mode, in, src, plant);
+  const ref::Outcome o = verify_drafted_chain(e, rows, c.mode, std::move(in), plant);
   return {o.tokens, o.accepted};
 }
 
