@@ -262,10 +262,16 @@ double GammaController::match_rate(const Arm& arm) const {
   return (arm.matched + prior_rounds) / (arm.tried + prior_rounds);
 }
 
-bool GammaController::defer_prefill(size_t arm) {
+bool GammaController::defer_prefill(size_t arm, int64_t window) {
   if (mode_ != GammaMode::cost) return false;
   arms_.at(arm).deferred = arms_.at(arm).paused = true;
+  arms_[arm].window = window;
   return true;
+}
+
+double GammaController::catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind) {
+  const int64_t fed = x.window > 0 ? std::min(behind, x.window) : behind;
+  return std::max(0.0, t.draft_prefill_ms_per_token) * double(fed);
 }
 
 int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {
@@ -281,7 +287,7 @@ int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {
       if (!t.verify_ms.empty() && remaining >= 0) {
         const double a = c.probe ? 0.999 : std::min(alpha_estimate(c.arm), 0.999), m = match_rate(x);
         const double saved = double(remaining) * (ms_per_token(t, 0, a, 1.0, lead) - ms_per_token(t, c.gamma, a, m, lead));
-        if (saved <= std::max(0.0, t.draft_prefill_ms_per_token) * double(behind)) continue;
+        if (saved <= catch_up_ms(x, t, behind)) continue;
       }
       x.deferred = false;  // this round's draft prefills
       started_ = true;
@@ -325,7 +331,7 @@ BatchSeat GammaController::seat(int64_t remaining, int64_t behind) const {
   s.m = match_rate(x);
   s.lead = ranked_lead_;
   s.t_draft = std::max(0.0, t.draft_ms_per_token);
-  s.prefill_ms = started_ ? std::max(0.0, t.draft_prefill_ms_per_token) * double(behind) : 0.0;
+  s.prefill_ms = started_ ? catch_up_ms(x, t, behind) : 0.0;
   s.remaining = remaining;
   return s;
 }

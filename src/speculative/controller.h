@@ -153,8 +153,10 @@ class GammaController {
   GammaController(int64_t gamma, int64_t gamma_max, std::vector<std::shared_ptr<CostTable>> tables);
   // Arm `arm`'s draft model's prefill waits for the first round that arm drafts (its drafter
   // catches up then): true in cost mode, which then charges that catch-up to the first decision
-  // to draft with it; false otherwise (off, hf: the caller prefills as before).
-  bool defer_prefill(size_t arm = 0);
+  // to draft with it; false otherwise (off, hf: the caller prefills as before). window: the most
+  // tokens that catch-up feeds however far behind (a draft that reads a window of the prompt,
+  // Drafter::prefill_window); 0: all of them.
+  bool defer_prefill(size_t arm = 0, int64_t window = 0);
   // The next round's draft length, and its arm (drafter()). remaining: the tokens the request
   // may still emit (< 0: unbounded); behind: the tokens a deferred draft would catch up (the
   // committed sequence). Both matter only while a prefill is deferred; an arm's first length
@@ -184,6 +186,7 @@ class GammaController {
     double prior = 0.5;                // the table's acceptance when the request started
     int64_t n_idle = 0;                // rounds in a row it was not the best choice
     bool deferred = false;             // its draft has not prefilled yet (defer_prefill)
+    int64_t window = 0;                // the most tokens its deferred prefill feeds (0: all)
     bool paused = false;               // it did not draft last round: its next draft catches up first
   };
   struct Choice {
@@ -195,6 +198,8 @@ class GammaController {
   // last ranking (the arms' idle counts move).
   void choose_by_cost(int64_t lead, bool new_round);
   double match_rate(const Arm& arm) const;
+  // What arm x's deferred draft would spend catching up on `behind` tokens.
+  static double catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind);
   // Expected ms per emitted token at draft length g after `lead` tokens, acceptance a and match
   // rate m (g = 0, lead = 0: plain decoding).
   double ms_per_token(const StepCosts& c, int64_t g, double a, double m = 1.0, int64_t lead = 0) const;

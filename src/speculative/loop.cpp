@@ -178,7 +178,7 @@ void SpecLoop::join(int64_t b) {
     SD_CHECK(!features_ || drafters_.size() == 1, "speculative: drafters (", cfg_.verify.drafter, "): '",
              cfg_.drafters[j], "' reads the target's features, which a drafter that sits rounds out would miss; "
              "it drafts alone (drafter=", cfg_.drafters[j], ")");
-    s.lazy.push_back(s.drafters[j]->prefill_later() && s.ctl->defer_prefill(j));
+    s.lazy.push_back(s.drafters[j]->prefill_later() && s.ctl->defer_prefill(j, s.drafters[j]->prefill_window()));
     s.started.push_back(false);
     s.topk = std::max(s.topk, s.drafters[j]->target_wants().topk);
   }
@@ -302,7 +302,8 @@ double SpecLoop::draft() {
     SpecSequence& s = spec_[b];
     if (depth[b] <= 0 || s.started[s.arm]) continue;
     s.started[s.arm] = true;
-    prompt_tokens += static_cast<int64_t>(seqs[b]->size());
+    const int64_t window = s.drafter->prefill_window(), n = static_cast<int64_t>(seqs[b]->size());
+    prompt_tokens += window > 0 ? std::min(n, window) : n;
     prompt_arm = static_cast<int64_t>(s.arm);
   }
   if (!costs_.empty() && parts.prefill > 0 && prompt_tokens > 0)

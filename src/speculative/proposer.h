@@ -169,6 +169,10 @@ class Drafter {
   // adaptive_gamma=cost then prefills only when the controller first drafts (docs/controller.md,
   // "Lazy draft prefill"). Default false.
   virtual bool prefill_later() const { return false; }
+  // The most tokens its prefill feeds, however long the sequence (a draft model that reads only
+  // a window of the prompt: draft_window); 0 = the whole sequence. The controller weighs a lazy
+  // prefill by it.
+  virtual int64_t prefill_window() const { return 0; }
   // Whether its proposals carry q. The verifier reads each proposal's own q (tokens-only when
   // undefined), so this only describes the drafter; default false (a lookup: no q).
   virtual bool has_distribution() const { return false; }

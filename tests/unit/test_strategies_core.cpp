@@ -607,6 +607,37 @@ TEST(LazyPrefill, ThePrefillCostMakesAShortRequestStepAside) {
   EXPECT_EQ(longer.stats.gamma_rounds.at(0), 0);
 }
 
+// A draft that reads a window of the prompt (draft_window 9, draft_sink 2) prefills at most 11
+// tokens, and the controller weighs only those: a 60-token prompt at 10 ms a token (600 ms)
+// is more than 40 tokens repay (about 7 ms each), so the whole-prompt draft steps aside and never
+// runs; its 11-token window (110 ms) pays, and the draft's one prefill feeds just those 11.
+// Greedy output either way. Planted (2026-12-04, not committed): the controller weighing the
+// whole sequence (catch_up_ms without the window) fails the windowed case (no draft calls).
+TEST(LazyPrefill, AWindowedDraftIsWeighedByItsWindow) {
+  Request req = tiny_request(11, 40);
+  for (int i = 0; i < 54; ++i) req.prompt.push_back(static_cast<TokenId>(1 + (7 * i) % 13));
+  ASSERT_EQ(req.prompt.size(), 60u);
+  const Result base = run("greedy", {}, req);
+  const std::string costs = model_costs("lazy_window.json", 1, 10, 0.9);
+  for (const bool window : {false, true}) {
+    SCOPED_TRACE(window ? "draft_window=9" : "whole prompt");
+    const auto draft = std::make_shared<CountingLM>(tiny(11));
+    req.draft = draft;
+    std::map<std::string, std::string> values = {{"adaptive_gamma", "cost"}, {"controller_costs", costs}};
+    if (window) values.insert({{"draft_window", "9"}, {"draft_sink", "2"}});
+    const Result r = run("speculative", greedy_params(values), req);
+    EXPECT_EQ(r.tokens, base.tokens);
+    if (window) {
+      EXPECT_EQ(r.stats.gamma_rounds.at(0), 0);  // drafts from the first round
+      EXPECT_EQ(draft->prefills, std::vector<int64_t>{11});
+      EXPECT_EQ(r.stats.drafter_stats.at("draft_window_skipped"), 60 - 11);
+    } else {
+      EXPECT_EQ(draft->calls, 0);
+      EXPECT_EQ(r.stats.gamma_rounds.at(0), r.stats.n_rounds);
+    }
+  }
+}
+
 // ---- several drafters for one request (speculative's drafters; docs/controller.md) ------------
 // The target counts its forwards; a draft model beside it keeps a copy of what its cache holds
 // and, at the first draft forward after each target forward (a round's catch-up), the prefix

@@ -112,6 +112,13 @@ TEST(DrafterRegistry, BadChoicesAndValuesAreNamedErrors) {
   req.stop.max_new_tokens = 4;
   msg = error_of([&] { create("speculative", P({{"drafter", "model"}}))->generate(req, {}); });
   EXPECT_NE(msg.find("drafter 'model' needs a draft model"), std::string::npos) << msg;
+  msg = error_of([] { create("speculative", P({{"draft_window", "-1"}})); });
+  EXPECT_NE(msg.find("draft_window must be >= 0 (0 = the whole prompt), got -1"), std::string::npos) << msg;
+  msg = error_of([] { create("speculative", P({{"draft_sink", "2000"}})); });
+  EXPECT_NE(msg.find("draft_sink must be in [0, 1024], got 2000"), std::string::npos) << msg;
+  req.draft = tiny(12);
+  msg = error_of([&] { create("speculative", P({{"drafter", "model"}, {"draft_window", "8"}}))->generate(req, {}); });
+  EXPECT_NE(msg.find("draft_window (8) must exceed gamma_max (8)"), std::string::npos) << msg;
 }
 
 TEST(DrafterRegistry, ModelDrafterRefusesADraftWithAnotherVocabulary) {
@@ -338,6 +345,65 @@ TEST(ModelDrafter, DraftEqualToTargetProposesTheGreedyContinuation) {
   DraftProposal next = d->propose(seq, 3);
   next.read_drawn(/*synced=*/false);
   EXPECT_EQ(next.tokens, Tokens(greedy.begin() + 3, greedy.begin() + 6));
+}
+
+// draft_window: the draft's first feed is the sequence's first draft_sink tokens and its last
+// draft_window tokens, at consecutive positions. Its chains (tokens, and q at T = 1) then equal
+// those of a drafter without a window on that shorter text, before and after a round that takes
+// drafted tokens back, and differ from the whole prompt's. Offered the prompt but its last token
+// to prefill or not, the windowed draft feeds its window of the whole prompt with its first
+// proposal, as a batch's slot does. Planted (2026-12-04, not committed):
+// observe() cutting the cache at the sequence's length, not the window's, fails the second
+// chain in every case.
+TEST(ModelDrafter, AWindowedDraftDraftsFromItsSinkAndWindowAlone) {
+  Tokens prompt;
+  for (int i = 0; i < 30; ++i) prompt.push_back(static_cast<TokenId>(1 + (5 * i) % 17));
+  const int64_t sink = 2, window = 10;  // window > gamma_max (8)
+  for (const char* temperature : {"0", "1"})
+    for (const bool eager : {true, false}) {
+      SCOPED_TRACE(std::string("T=") + temperature + (eager ? " prefilled" : " lazy"));
+      // The text the windowed draft reads.
+      const auto first = static_cast<int64_t>(prompt.size());
+      Tokens shortened(prompt.begin(), prompt.begin() + sink);
+      shortened.insert(shortened.end(), prompt.end() - window, prompt.end());
+      // Two rounds: a chain of 4, two of it kept and a token of the target's own, then 3 more.
+      const auto rounds = [&](std::map<std::string, std::string> values, const Tokens& text) {
+        values["temperature"] = temperature;
+        Rig rig(values);
+        rig.req.target = tiny(11);
+        rig.req.draft = tiny(12);
+        auto d = rig.make("model");
+        if (eager) d->prefill(Tokens(text.begin(), text.end() - 1), {});
+        std::vector<DraftProposal> out;
+        out.push_back(d->propose(text, 4));
+        out.back().read_drawn(/*synced=*/false);
+        Tokens seq = text;
+        seq.insert(seq.end(), out.back().tokens.begin(), out.back().tokens.begin() + 2);
+        seq.push_back(static_cast<TokenId>((out.back().tokens[2] + 1) % 17));  // not the draft's third
+        d->observe(Round{static_cast<int64_t>(seq.size()) - 1, {0, 1}, {}});
+        out.push_back(d->propose(seq, 3));
+        out.back().read_drawn(/*synced=*/false);
+        std::map<std::string, double> stats;
+        d->report(stats);
+        return std::make_pair(out, stats);
+      };
+      const auto [windowed, stats] =
+          rounds({{"draft_window", std::to_string(window)}, {"draft_sink", std::to_string(sink)}}, prompt);
+      const auto [reference, none] = rounds({}, shortened);
+      const auto [whole, unused] = rounds({}, prompt);
+      EXPECT_EQ(stats.at("draft_window_skipped"), first - sink - window);
+      EXPECT_EQ(none.count("draft_window_skipped"), 0u);
+      bool differs = false;
+      for (size_t r = 0; r < 2; ++r) {
+        ASSERT_EQ(windowed[r].tokens, reference[r].tokens) << "round " << r;
+        EXPECT_EQ(windowed[r].n_forwards, reference[r].n_forwards) << "round " << r;
+        if (std::string(temperature) == "0") continue;
+        ASSERT_TRUE(windowed[r].q.defined());
+        EXPECT_TRUE(at::allclose(windowed[r].q, reference[r].q, 1e-6, 1e-7)) << "round " << r;
+        differs = differs || !at::allclose(windowed[0].q, whole[0].q, 1e-3, 1e-4);
+      }
+      if (std::string(temperature) == "1") EXPECT_TRUE(differs) << "the window changes nothing: the test sees nothing";
+    }
 }
 
 TEST(ModelDrafter, AnUnreadChainWithATokenWithoutMassIsANamedErrorWhenRead) {
@@ -582,6 +648,37 @@ TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
       }
     }
   }
+}
+
+// draft_window through the strategy, for both drafters with a cache of their own (a draft
+// model, the target's layer subset), alone and in a batch, with a fixed chain and under the cost
+// controller: greedy output, the batch's chains equal each sequence's alone, the window used.
+TEST(SpeculativeDrafters, DraftWindowKeepsGreedyOutputAloneAndInABatch) {
+  std::vector<Request> reqs(3);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (int t = 0; t < 28; ++t) reqs[i].prompt.push_back(static_cast<TokenId>(1 + (5 * t + 3 * i) % 17));
+    reqs[i].target = tiny(11);
+    reqs[i].draft = tiny(12);
+    reqs[i].stop.max_new_tokens = 24;
+  }
+  const auto greedy = create("greedy", {});
+  for (const char* drafter : {"model", "layer_skip"})
+    for (const char* adaptive : {"off", "cost"}) {
+      SCOPED_TRACE(std::string(drafter) + " adaptive_gamma=" + adaptive);
+      const auto spec = create("speculative", P({{"temperature", "0"}, {"drafter", drafter}, {"draft_window", "9"},
+                                                 {"draft_sink", "3"}, {"adaptive_gamma", adaptive}}));
+      const std::vector<Result> batch = spec->generate_batch(reqs, {3, 0}, {});
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        const Result alone = spec->generate(reqs[i], {});
+        EXPECT_EQ(alone.tokens, greedy->generate(reqs[i], {}).tokens) << "request " << i;
+        EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
+        if (std::string(adaptive) == "off") {
+          EXPECT_EQ(batch[i].stats.n_drafted, alone.stats.n_drafted) << "request " << i;
+          EXPECT_GT(alone.stats.n_drafted, 0);
+          EXPECT_GT(alone.stats.drafter_stats.at("draft_window_skipped"), 0);
+        }
+      }
+    }
 }
 
 TEST(SpeculativeDrafters, SuffixTreeModeKeepsGreedyOutput) {

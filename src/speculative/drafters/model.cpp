@@ -31,6 +31,15 @@
 // verifies the shorter chain; any length a drafter chooses from its own draws is lossless, and
 // q stays the law each kept token was drawn from. Each drafted token's probability is read to
 // the host as it is drawn: one small read per draft token (on a GPU a wait each).
+//
+// A window of the prompt (draft_window, off by default; the drafts of StreamingLLM's cache as in
+// MagicDec, Chen et al. 2024, and TriForce, Sun et al. 2024): the draft's first feed keeps the
+// sequence's first draft_sink tokens (attention sinks, Xiao et al. 2024) and its last
+// draft_window, at consecutive positions, and leaves the middle out, so a long prompt costs the
+// draft at most sink + window tokens of prefill. Everything after that first feed is read in
+// full. The slot remembers how many tokens it left out (`skip`): cache position i holds the
+// sequence's token i below the sink and i + skip from there. Lossless as any draft: the target
+// verifies, and q is still the law the draft drew from.
 #include <algorithm>
 
 #include "core/error.h"
@@ -41,9 +50,32 @@
 #include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/model.h"
+#include "strategies/param_table.h"
 
 namespace specdec::strategies {
 namespace {
+
+constexpr int64_t k_max_sink = 1024;
+
+// The model and layer_skip drafters' own parameters.
+struct DraftWindowParams {
+  int64_t window = 0, sink = 4;  // draft_window (0: the whole sequence), draft_sink
+};
+
+ParamTable<DraftWindowParams> draft_window_params() {
+  return ParamTable<DraftWindowParams>()
+      .field("draft_window", &DraftWindowParams::window, "0",
+             "the model and layer_skip drafters read only the prompt's first draft_sink tokens and its last "
+             "draft_window (StreamingLLM-style, as MagicDec's drafts): their prefill costs at most sink + window "
+             "tokens, whatever the prompt's length; lossless (0 = the whole prompt)")
+      .field("draft_sink", &DraftWindowParams::sink, "4",
+             "with draft_window: the prompt's first tokens the draft keeps (attention sinks)")
+      .finish([](DraftWindowParams& p) {
+        SD_CHECK(p.window >= 0, "drafter model: draft_window must be >= 0 (0 = the whole prompt), got ", p.window);
+        SD_CHECK(p.sink >= 0 && p.sink <= k_max_sink, "drafter model: draft_sink must be in [0, ", k_max_sink,
+                 "], got ", p.sink);
+      });
+}
 
 // One sequence's draft: the model it drafts with and the generator its draws come from. Its
 // K/V live in slot b of a draft cache (a 1-slot cache of its own in a batch-1 run).
@@ -55,11 +87,38 @@ struct DraftSlot {
   int64_t n_stopped = 0;  // chains it cut short (report(): draft_stops)
   bool forced = false, jump = false;  // draft_lead: the grammar's lead along the chain, of these kinds
   int64_t n_lead = 0;                 // lead tokens its chains took (report(): draft_lead_tokens)
+  int64_t window = 0, sink = 0;       // draft_window (0: off), draft_sink
+  int64_t skip = 0;                   // the sequence's tokens its first feed left out (after the sink)
+
+  // The most tokens its first feed takes (0: all of them).
+  int64_t prefill_window() const { return window > 0 ? sink + window : 0; }
+  // What the cache lacks of `seq` when it holds `cached` positions. A first feed under a
+  // window keeps the sink and the window, and sets `skip`.
+  Tokens unfed(const Tokens& seq, int64_t cached) {
+    const auto n = static_cast<int64_t>(seq.size());
+    if (cached > 0 || prefill_window() == 0 || n <= prefill_window()) {
+      SD_CHECK(cached + skip < n, "draft cache (", cached, " positions, ", skip, " tokens left out) is ahead of the "
+               "sequence (", n, ")");
+      return Tokens(seq.begin() + cached + skip, seq.end());
+    }
+    skip = n - sink - window;
+    Tokens fed(seq.begin(), seq.begin() + sink);
+    fed.insert(fed.end(), seq.end() - window, seq.end());
+    return fed;
+  }
+  // The cache length that keeps the sequence's first n tokens.
+  int64_t cached_of(int64_t n) const { return n - skip; }
 };
 
 DraftSlot make_slot(std::shared_ptr<model::CausalLM> model, const DrafterContext& ctx) {
   const auto& sp = ctx.params.typed<SpeculativeParams>();
   DraftSlot slot{std::move(model), &ctx.rng, draft_grammar(ctx).state, sp.draft_stop};
+  const auto& w = ctx.params.typed<DraftWindowParams>();
+  // A round's lead may take the window's last tokens back (rejected): the window outlasts it.
+  SD_CHECK(w.window == 0 || w.window > ctx.max_depth, "drafter model: draft_window (", w.window,
+           ") must exceed gamma_max (", ctx.max_depth, "), the most tokens a round may take back from it");
+  slot.window = w.window;
+  slot.sink = w.sink;
   const bool lead = slot.grammar && sp.draft_lead && sp.synthetic.empty();
   slot.forced = lead && sp.forced_tokens;
   slot.jump = lead && sp.jump_forward;
@@ -87,6 +146,7 @@ int64_t append_lead(DraftSlot& slot, int64_t n_vocab, int64_t room, Tokens& path
 void report_slot(const DraftSlot& slot, std::map<std::string, double>& out) {
   if (slot.stop_below > 0) out["draft_stops"] = static_cast<double>(slot.n_stopped);
   if (slot.forced || slot.jump) out["draft_lead_tokens"] = static_cast<double>(slot.n_lead);
+  if (slot.window > 0) out["draft_window_skipped"] = static_cast<double>(slot.skip);
 }
 
 // One forward per distinct model among the slots that feed something (in practice one):
@@ -176,10 +236,9 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftS
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b) {
     if (depth[b] <= 0) continue;
-    n[b] = static_cast<int64_t>(seqs[b]->size());
     start[b] = cache.length(b);
-    SD_CHECK(start[b] < n[b], "draft cache (", start[b], ") is ahead of the sequence (", n[b], ")");
-    fed[b].assign(seqs[b]->begin() + start[b], seqs[b]->end());
+    fed[b] = slots[b].unfed(*seqs[b], start[b]);
+    n[b] = slots[b].cached_of(static_cast<int64_t>(seqs[b]->size()));  // in cache positions
     room[b] = depth[b];
     longest = std::max(longest, depth[b]);
     if (!cfg.greedy())
@@ -257,16 +316,20 @@ class ModelDrafter : public Drafter {
   ModelDrafter(std::shared_ptr<model::CausalLM> draft, const DrafterContext& ctx)
       : slot_{make_slot(std::move(draft), ctx)}, cfg_(ctx.proc), cache_(slot_[0].model->make_cache(1, ctx.capacity)) {}
 
+  // Under a window the first proposal feeds the window of the whole sequence, as a batch's
+  // slot does (the window of the prompt but its last token would be another text).
   void prefill(const Tokens& tokens, const at::Tensor&) override {
-    if (tokens.empty()) return;
+    if (tokens.empty() || slot_[0].window > 0) return;
     forward_tokens(*slot_[0].model, cache_, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
   }
 
   // A chain: the accepted path is the cache's own prefix, so dropping the rest is enough.
   void observe(const Round& round) override {
-    if (cache_.length(0) > round.n_valid) cache_.truncate(0, round.n_valid);
+    const int64_t keep = slot_[0].cached_of(round.n_valid);
+    if (cache_.length(0) > keep) cache_.truncate(0, keep);
   }
   bool prefill_later() const override { return true; }  // draft_slots feeds from the cache's length
+  int64_t prefill_window() const override { return slot_[0].prefill_window(); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     if (max_depth <= 0) return {};
@@ -320,9 +383,11 @@ class ModelBatchDrafter : public BatchDrafter {
       return out;
     }
     void observe(const Round& round) override {
-      if (owner_.cache_.length(slot_) > round.n_valid) owner_.cache_.truncate(slot_, round.n_valid);
+      const int64_t keep = owner_.slots_[slot_].cached_of(round.n_valid);
+      if (owner_.cache_.length(slot_) > keep) owner_.cache_.truncate(slot_, keep);
     }
     bool prefill_later() const override { return true; }
+    int64_t prefill_window() const override { return owner_.slots_[slot_].prefill_window(); }
     bool has_distribution() const override { return true; }
     void report(std::map<std::string, double>& out) const override { report_slot(owner_.slots_[slot_], out); }
 
@@ -358,6 +423,7 @@ DrafterInfo model_drafter_info() {
   info.description = "a smaller causal LM (--draft) samples each draft token from its processed distribution q";
   info.needs_draft_model = true;
   info.chains_with_q = true;
+  declare_params(info, draft_window_params());  // layer_skip reads them too
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     return std::make_unique<ModelDrafter>(ctx.request.draft, ctx);
   };
