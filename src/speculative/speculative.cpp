@@ -187,8 +187,8 @@ ParamTable<SpeculativeParams> speculative_table() {
              "draft forward, "
              "verified like its draws (lossless: each has a one-hot q)")
       .field("draft_stop", &S::draft_stop, "0",
-             "the model, layer_skip and eagle drafters' chains stop early once the draft's own odds that the whole "
-             "chain is accepted (the product of the probabilities it gave its drawn tokens) fall below this "
+             "the model, layer_skip, eagle and medusa drafters' chains stop early once the draft's own odds that the "
+             "whole chain is accepted (the product of the probabilities it gave its drawn tokens) fall below this "
              "(SpecDec++-style; lossless; 0 = off: every round drafts its full length)")
       .field("synthetic_acceptance", &S::synthetic_acceptance, "off",
              "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "

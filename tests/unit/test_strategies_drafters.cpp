@@ -611,8 +611,9 @@ TEST(SpeculativeDrafters, GreedyEqualsGreedyTargetWithEveryRegisteredDrafter) {
 
 // draft_stop through the strategy, alone and in a batch: greedy output, rounds that stop early
 // (draft_stop 1: every round drafts one token), the stops counted. The draft model's chains and
-// an (untrained) EAGLE head's. Planted (2026-12-04, not committed): the EAGLE chain's stop
-// ignored fails the eagle cases (no stops; draft_stop 1 drafts whole chains).
+// an (untrained) EAGLE head's and (untrained) Medusa heads'. Planted (2026-12-04, not
+// committed): the EAGLE chain's stop ignored fails the eagle cases (no stops; draft_stop 1
+// drafts whole chains); the Medusa chain's likewise fails the medusa cases.
 TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
   std::vector<Request> reqs(3);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -626,12 +627,16 @@ TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
   const auto eagle =
       std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
   ASSERT_NE(eagle, drafters.end());
-  const std::vector<std::pair<std::string, std::string>> cases = {{"model", "0.3"}, {"model", "1"}, {"eagle", "0.3"},
-                                                                   {"eagle", "1"}};
+  const auto medusa =
+      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "medusa"; });
+  ASSERT_NE(medusa, drafters.end());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model", "0.3"}, {"model", "1"}, {"eagle", "0.3"}, {"eagle", "1"}, {"medusa", "0.3"}, {"medusa", "1"}};
   for (const auto& [drafter, stop] : cases) {
     SCOPED_TRACE(drafter);
     std::map<std::string, std::string> values = {{"temperature", "0"}, {"drafter", drafter}, {"draft_stop", stop}};
     if (drafter == "eagle") values.merge(test_support::fresh_head_values(*eagle, *reqs[0].target));
+    if (drafter == "medusa") values.merge(test_support::fresh_head_values(*medusa, *reqs[0].target));
     const auto spec = create("speculative", P(values));
     const std::vector<Result> batch = spec->generate_batch(reqs, {3, 0}, {});
     for (size_t i = 0; i < reqs.size(); ++i) {

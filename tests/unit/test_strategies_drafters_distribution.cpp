@@ -119,6 +119,20 @@ TEST(DrafterDistribution, EagleChainsStoppedByTheHeadsOwnConfidence) {
   EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
 }
 
+// draft_stop on Medusa's chains (drafters/medusa.cpp), with untrained heads: each head's row is
+// drawn without seeing the tokens drawn before it, and the chain stops on their product.
+TEST(DrafterDistribution, MedusaChainsStoppedByTheHeadsOwnConfidence) {
+  const auto drafters = all_drafters();
+  const auto medusa =
+      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "medusa"; });
+  ASSERT_NE(medusa, drafters.end());
+  std::map<std::string, std::string> p = {{"drafter", "medusa"}, {"gamma", "3"}, {"draft_stop", "0.4"}};
+  p.merge(test_support::fresh_head_values(*medusa, *models().tgt));
+  const Outcome o = run(p, kPrompt, false);
+  EXPECT_GT(o.p_value, kPValue);
+  EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
+}
+
 TEST(DrafterDistribution, LayerSkipSelfSpeculation) {
   const Outcome o = run({{"drafter", "layer_skip"}, {"skip_layers", "1"}, {"gamma", "2"}}, kPrompt, false);
   EXPECT_GT(o.p_value, kPValue);

@@ -12,6 +12,11 @@
 // head does not see the tokens drafted before it, so every node at depth d takes its children
 // from head d's row, and the whole tree still costs one forward.
 //
+// Confidence stopping (speculative's draft_stop) as the draft model's chains do it
+// (drafters/model.cpp): the chain ends after a token once the product of the probabilities its
+// heads gave their drawn tokens falls below draft_stop. The heads' rows are all computed anyway;
+// a shorter chain saves verified rows.
+//
 // In a batch the heads run once a round for every sequence (MedusaRows::run): one forward of
 // the heads and one output-head product over all the sequences' newest features, so the heads'
 // and the output head's weights are read once a round, not once per sequence. Chains do it in
@@ -24,6 +29,7 @@
 #include "core/error.h"
 #include "model/device.h"
 #include "sampling/grammar.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/tree.h"
 #include "speculative/drafters/trained_head.h"
@@ -91,10 +97,17 @@ class MedusaRows {
 
 class MedusaDrafter : public Drafter {
  public:
-  MedusaDrafter(std::shared_ptr<MedusaRows> rows, const sampling::ProcessorConfig& proc, Rng& rng, DraftGrammar grammar)
-      : rows_(std::move(rows)), proc_(proc), rng_(rng), grammar_(std::move(grammar)) {}
+  MedusaDrafter(std::shared_ptr<MedusaRows> rows, const DrafterContext& ctx)
+      : rows_(std::move(rows)),
+        proc_(ctx.proc),
+        rng_(ctx.rng),
+        grammar_(draft_grammar(ctx)),
+        stop_below_(ctx.params.typed<SpeculativeParams>().draft_stop) {}
 
   bool has_distribution() const override { return true; }
+  void report(std::map<std::string, double>& out) const override {
+    if (stop_below_ > 0) out["draft_stops"] = static_cast<double>(n_stopped_);
+  }
   TargetWants target_wants() const override { return {0, true}; }
   void prefill(const Tokens&, const at::Tensor& features) override { rows_->prefill(features); }
   void observe(const Round& round) override { rows_->observe(round); }
@@ -109,20 +122,29 @@ class MedusaDrafter : public Drafter {
     // (DraftProposal::drawn).
     // Structured output (draft_mask): row i masked after seq and the i tokens drafted before it,
     // each read for the next row's path; a draw without mass there ends the chain.
+    // draft_stop: the chain's own odds of being accepted whole.
     std::vector<at::Tensor> q_rows, drafted;
     Tokens path = seq;
+    double sure = 1.0;
     for (int64_t i = 0; i < logits.size(0); ++i) {
       if (grammar_) grammar_.state->mask_draft(logits[i], path);
       pick_draft(logits[i], proc_, seq, drafted, proc_.greedy() ? 0.0 : rng_.uniform(), q_rows);
-      if (!grammar_) continue;
-      const auto t = drafted.back().item<int64_t>();
-      if (t >= 0) {
+      if (grammar_) {
+        const auto t = drafted.back().item<int64_t>();
+        if (t < 0) {
+          drafted.pop_back();
+          if (q_rows.size() > drafted.size()) q_rows.pop_back();
+          break;
+        }
         path.push_back(static_cast<TokenId>(t));
-        continue;
       }
-      drafted.pop_back();
-      if (q_rows.size() > drafted.size()) q_rows.pop_back();
-      break;
+      if (stop_below_ > 0 && i + 1 < logits.size(0)) {
+        sure *= drawn_probability(logits[i], q_rows, drafted.back());
+        if (sure < stop_below_) {
+          ++n_stopped_;
+          break;
+        }
+      }
     }
     if (drafted.empty()) return out;
     out.hold_drawn(drafted);
@@ -137,6 +159,8 @@ class MedusaDrafter : public Drafter {
   sampling::ProcessorConfig proc_;
   Rng& rng_;
   DraftGrammar grammar_;
+  double stop_below_ = 0;  // draft_stop (0: off)
+  int64_t n_stopped_ = 0;  // chains it cut short
 };
 
 // The tree drafter's source: the root's children come from head 0, a node at depth d's from
@@ -199,7 +223,7 @@ class MedusaBatchDrafter : public BatchDrafter {
   explicit MedusaBatchDrafter(int64_t batch) : drafters_(batch), rows_(batch) {}
   void join(int64_t slot, const DrafterContext& ctx) override {
     rows_.at(slot) = make_rows(ctx);
-    drafters_.at(slot) = std::make_unique<MedusaDrafter>(rows_[slot], ctx.proc, ctx.rng, draft_grammar(ctx));
+    drafters_.at(slot) = std::make_unique<MedusaDrafter>(rows_[slot], ctx);
   }
   Drafter& at(int64_t slot) override { return *drafters_.at(slot); }
   std::vector<DraftProposal> propose(const std::vector<const Tokens*>& seqs, const std::vector<int64_t>& max_depth,
@@ -236,7 +260,7 @@ DrafterInfo medusa_drafter_info() {
   info.head_kind = "medusa";
   info.factory = [](const DrafterContext& ctx) -> std::unique_ptr<Drafter> {
     if (ctx.params.typed<MedusaParams>().shape == "tree") return make_tree_drafter(make_source(ctx), ctx);
-    return std::make_unique<MedusaDrafter>(make_rows(ctx), ctx.proc, ctx.rng, draft_grammar(ctx));
+    return std::make_unique<MedusaDrafter>(make_rows(ctx), ctx);
   };
   info.batch_factory = [](const Request&, const Params& params, const sampling::ProcessorConfig&, int64_t batch,
                           int64_t) -> std::unique_ptr<BatchDrafter> {
