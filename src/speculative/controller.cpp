@@ -270,8 +270,7 @@ bool GammaController::defer_prefill(size_t arm, int64_t window) {
 }
 
 double GammaController::catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind) {
-  const int64_t fed = x.window > 0 ? std::min(behind, x.window) : behind;
-  return std::max(0.0, t.draft_prefill_ms_per_token) * double(fed);
+  return std::max(0.0, t.draft_prefill_ms_per_token) * double(prefill_fed(behind, x.window));
 }
 
 int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {

@@ -1,6 +1,7 @@
 #pragma once
 // The controller: the draft length of each round (adaptive gamma), from step costs kept for
 // the whole process per target/drafter pair, or read from a file (docs/controller.md).
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,10 @@ struct RoundOutcome {
   int64_t forward_rows() const { return batch_rows == 0 ? rows() : batch_rows; }
   double trials() const { return judged && drafted > 0 ? double(accepted + (accepted < drafted ? 1 : 0)) : 0.0; }
 };
+
+// The tokens a draft's catch-up feeds when it is `behind` tokens behind and reads at most
+// `window` of them (Drafter::prefill_window; 0: all).
+inline int64_t prefill_fed(int64_t behind, int64_t window) { return window > 0 ? std::min(behind, window) : behind; }
 
 // adaptive_gamma.
 enum class GammaMode { off, hf, cost };

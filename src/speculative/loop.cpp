@@ -302,8 +302,7 @@ double SpecLoop::draft() {
     SpecSequence& s = spec_[b];
     if (depth[b] <= 0 || s.started[s.arm]) continue;
     s.started[s.arm] = true;
-    const int64_t window = s.drafter->prefill_window(), n = static_cast<int64_t>(seqs[b]->size());
-    prompt_tokens += window > 0 ? std::min(n, window) : n;
+    prompt_tokens += prefill_fed(static_cast<int64_t>(seqs[b]->size()), s.drafter->prefill_window());
     prompt_arm = static_cast<int64_t>(s.arm);
   }
   if (!costs_.empty() && parts.prefill > 0 && prompt_tokens > 0)

@@ -623,20 +623,12 @@ TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
     reqs[i].stop.max_new_tokens = 24;
   }
   const auto greedy = create("greedy", {});
-  const auto drafters = all_drafters();
-  const auto eagle =
-      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
-  ASSERT_NE(eagle, drafters.end());
-  const auto medusa =
-      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "medusa"; });
-  ASSERT_NE(medusa, drafters.end());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"model", "0.3"}, {"model", "1"}, {"eagle", "0.3"}, {"eagle", "1"}, {"medusa", "0.3"}, {"medusa", "1"}};
   for (const auto& [drafter, stop] : cases) {
     SCOPED_TRACE(drafter);
     std::map<std::string, std::string> values = {{"temperature", "0"}, {"drafter", drafter}, {"draft_stop", stop}};
-    if (drafter == "eagle") values.merge(test_support::fresh_head_values(*eagle, *reqs[0].target));
-    if (drafter == "medusa") values.merge(test_support::fresh_head_values(*medusa, *reqs[0].target));
+    values.merge(test_support::fresh_head_values(find_drafter(drafter), *reqs[0].target));
     const auto spec = create("speculative", P(values));
     const std::vector<Result> batch = spec->generate_batch(reqs, {3, 0}, {});
     for (size_t i = 0; i < reqs.size(); ++i) {

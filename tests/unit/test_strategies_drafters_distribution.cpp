@@ -105,33 +105,22 @@ TEST(DrafterDistribution, ChainsStoppedByTheDraftsOwnConfidence) {
   EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
 }
 
-// draft_stop on EAGLE's chains (drafters/eagle.cpp), with an untrained head: its spread draws
-// stop many chains after one or two tokens.
-TEST(DrafterDistribution, EagleChainsStoppedByTheHeadsOwnConfidence) {
-  const auto drafters = all_drafters();
-  const auto eagle =
-      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "eagle"; });
-  ASSERT_NE(eagle, drafters.end());
-  std::map<std::string, std::string> p = {{"drafter", "eagle"}, {"gamma", "3"}, {"draft_stop", "0.4"}};
-  p.merge(test_support::fresh_head_values(*eagle, *models().tgt));
+// draft_stop on a trained head's chains (untrained heads here, whose spread draws stop many
+// chains after one or two tokens): the law, with more than a tenth of the chains cut short.
+void expect_law_of_stopped_head_chains(const std::string& drafter) {
+  std::map<std::string, std::string> p = {{"drafter", drafter}, {"gamma", "3"}, {"draft_stop", "0.4"}};
+  p.merge(test_support::fresh_head_values(find_drafter(drafter), *models().tgt));
   const Outcome o = run(p, kPrompt, false);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
 }
 
-// draft_stop on Medusa's chains (drafters/medusa.cpp), with untrained heads: each head's row is
-// drawn without seeing the tokens drawn before it, and the chain stops on their product.
-TEST(DrafterDistribution, MedusaChainsStoppedByTheHeadsOwnConfidence) {
-  const auto drafters = all_drafters();
-  const auto medusa =
-      std::find_if(drafters.begin(), drafters.end(), [](const DrafterInfo& d) { return d.name == "medusa"; });
-  ASSERT_NE(medusa, drafters.end());
-  std::map<std::string, std::string> p = {{"drafter", "medusa"}, {"gamma", "3"}, {"draft_stop", "0.4"}};
-  p.merge(test_support::fresh_head_values(*medusa, *models().tgt));
-  const Outcome o = run(p, kPrompt, false);
-  EXPECT_GT(o.p_value, kPValue);
-  EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on chains that stopped early";
-}
+// EAGLE's chains (drafters/eagle.cpp): the head sees the tokens drawn before each row.
+TEST(DrafterDistribution, EagleChainsStoppedByTheHeadsOwnConfidence) { expect_law_of_stopped_head_chains("eagle"); }
+
+// Medusa's chains (drafters/medusa.cpp): each head's row is drawn without seeing the tokens
+// drawn before it, and the chain stops on their product.
+TEST(DrafterDistribution, MedusaChainsStoppedByTheHeadsOwnConfidence) { expect_law_of_stopped_head_chains("medusa"); }
 
 TEST(DrafterDistribution, LayerSkipSelfSpeculation) {
   const Outcome o = run({{"drafter", "layer_skip"}, {"skip_layers", "1"}, {"gamma", "2"}}, kPrompt, false);
