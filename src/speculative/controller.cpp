@@ -156,15 +156,16 @@ void StepCosts::write_all(const std::vector<StepCosts>& tables, const std::strin
 CostTable::CostTable(StepCosts fixed) : costs_(std::move(fixed)), fixed_(true) {}
 
 std::shared_ptr<CostTable> CostTable::of_pair(const std::shared_ptr<const void>& target,
-                                              const std::shared_ptr<const void>& draft, const std::string& drafter) {
+                                              const std::shared_ptr<const void>& draft, const std::string& drafter,
+                                              const std::string& config) {
   struct Entry {
     std::weak_ptr<const void> target, draft;
     std::shared_ptr<CostTable> table;
   };
   static std::mutex mu;
-  static std::map<std::tuple<const void*, const void*, std::string>, Entry> tables;
+  static std::map<std::tuple<const void*, const void*, std::string, std::string>, Entry> tables;
   std::lock_guard<std::mutex> lock(mu);
-  Entry& e = tables[{target.get(), draft.get(), drafter}];
+  Entry& e = tables[{target.get(), draft.get(), drafter, config}];
   // A table outlives nothing it measured: models freed since (an address reused) start afresh.
   if (!e.table || e.target.lock() != target || e.draft.lock() != draft) {
     e = {target, draft, std::make_shared<CostTable>()};
@@ -269,6 +270,12 @@ bool GammaController::defer_prefill(size_t arm, int64_t window) {
   return true;
 }
 
+void GammaController::set_shape(size_t arm, std::function<double(int64_t)> rows, int64_t deepest) {
+  arms_.at(arm).rows = std::move(rows);
+  arms_[arm].deepest = std::max<int64_t>(1, deepest);
+  if (mode_ == GammaMode::cost) choose_by_cost(ranked_lead_, false);
+}
+
 double GammaController::catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind) {
   return std::max(0.0, t.draft_prefill_ms_per_token) * double(prefill_fed(behind, x.window));
 }
@@ -285,7 +292,8 @@ int64_t GammaController::next(int64_t remaining, int64_t behind, int64_t lead) {
       // Nothing measured yet (a measured table's first request): draft, so that it gets measured.
       if (!t.verify_ms.empty() && remaining >= 0) {
         const double a = c.probe ? 0.999 : std::min(alpha_estimate(c.arm), 0.999), m = match_rate(x);
-        const double saved = double(remaining) * (ms_per_token(t, 0, a, 1.0, lead) - ms_per_token(t, c.gamma, a, m, lead));
+        const double saved = double(remaining) * (ms_per_token(t, 0, 0, a, 1.0, lead) -
+                                                  ms_per_token(t, c.gamma, rows_of(x, c.gamma), a, m, lead));
         if (saved <= catch_up_ms(x, t, behind)) continue;
       }
       x.deferred = false;  // this round's draft prefills
@@ -332,6 +340,8 @@ BatchSeat GammaController::seat(int64_t remaining, int64_t behind) const {
   s.t_draft = std::max(0.0, t.draft_ms_per_token);
   s.prefill_ms = started_ ? catch_up_ms(x, t, behind) : 0.0;
   s.remaining = remaining;
+  if (x.rows)
+    for (int64_t g = 0; g <= s.cap; ++g) s.rows.push_back(rows_of(x, g));
   return s;
 }
 
@@ -348,7 +358,9 @@ double seat_tokens(const BatchSeat& s, int64_t g) {
   if (g == 0) return double(s.lead) + 1.0;
   return double(s.lead) + s.m * (1.0 - std::pow(s.a, double(g + 1))) / (1.0 - s.a) + (1.0 - s.m);
 }
-double seat_rows(const BatchSeat& s, int64_t g) { return double(s.lead) + 1.0 + s.m * double(g); }
+double seat_rows(const BatchSeat& s, int64_t g) {
+  return double(s.lead) + 1.0 + s.m * (s.rows.empty() ? double(g) : s.rows.at(static_cast<size_t>(g)));
+}
 }  // namespace
 
 std::vector<int64_t> batch_lengths(const std::vector<BatchSeat>& seats, const StepCosts& costs) {
@@ -397,12 +409,14 @@ std::vector<int64_t> batch_lengths(const std::vector<BatchSeat>& seats, const St
   return best;
 }
 
-double GammaController::ms_per_token(const StepCosts& c, int64_t g, double a, double m, int64_t lead) const {
+double GammaController::ms_per_token(const StepCosts& c, int64_t g, double nodes, double a, double m,
+                                     int64_t lead) const {
   const double t_draft = std::max(0.0, c.draft_ms_per_token);  // unmeasured: free, so it is tried
   const double expected = (1.0 - std::pow(a, double(g + 1))) / (1.0 - a);
   // A round without a proposal (1 - m) verifies the lead alone. The lead's tokens count as
   // accepted (forced ones are; jump-forward text mostly is).
-  return (m * (double(g) * t_draft + c.verify_at(lead + g + 1)) + (1.0 - m) * c.verify_at(lead + 1)) /
+  const int64_t rows = lead + std::llround(nodes) + 1;
+  return (m * (double(g) * t_draft + c.verify_at(rows)) + (1.0 - m) * c.verify_at(lead + 1)) /
          (double(lead) + m * expected + (1.0 - m));
 }
 
@@ -421,10 +435,10 @@ void GammaController::choose_by_cost(int64_t lead, bool new_round) {
       return;
     }
   const auto best_at = [&](size_t i, double a, double m) {
-    const double plain = ms_per_token(tables[i], 0, a);
-    Best best{0, ms_per_token(tables[i], 0, a, 1.0, lead) / plain};  // the lead alone (none: 1)
-    for (int64_t g = 1; g <= gamma_max_; ++g) {
-      const double ratio = ms_per_token(tables[i], g, a, m, lead) / plain;
+    const double plain = ms_per_token(tables[i], 0, 0, a);
+    Best best{0, ms_per_token(tables[i], 0, 0, a, 1.0, lead) / plain};  // the lead alone (none: 1)
+    for (int64_t g = 1; g <= std::min(gamma_max_, arms_[i].deepest); ++g) {
+      const double ratio = ms_per_token(tables[i], g, rows_of(arms_[i], g), a, m, lead) / plain;
       if (ratio < best.ratio) best = {g, ratio};
     }
     return best;

@@ -3,6 +3,8 @@
 // the whole process per target/drafter pair, or read from a file (docs/controller.md).
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,7 +30,8 @@ struct RoundOutcome {
   bool judged = true;      // false: the target rejected a lead token, so the drafter's went unjudged
   int64_t batch_rows = 0;  // the forward's rows over the whole batch (0: rows(), a batch of one;
                            // < 0: not a verify time, the forward fed a newcomer's prompt too)
-  int64_t rows() const { return lead + drafted + 1; }
+  int64_t nodes = -1;      // the drafter's rows verified: a tree's nodes (< 0: drafted, a chain)
+  int64_t rows() const { return lead + (nodes < 0 ? drafted : nodes) + 1; }
   // The row count the verify curve files ms_verify under (< 0: none).
   int64_t forward_rows() const { return batch_rows == 0 ? rows() : batch_rows; }
   double trials() const { return judged && drafted > 0 ? double(accepted + (accepted < drafted ? 1 : 0)) : 0.0; }
@@ -77,6 +80,7 @@ struct BatchSeat {
   double t_draft = 0;      // its drafter's ms per drafted token (a batched draft step)
   double prefill_ms = 0;   // a deferred draft's catch-up if it drafts now (0: none)
   int64_t remaining = -1;  // tokens it may still emit (< 0: unbounded)
+  std::vector<double> rows;  // the rows its draft adds at length g, g = 0..cap (empty: g, a chain)
 };
 
 // The batch step's draft lengths (adaptive_gamma=cost in a batch; docs/controller.md,
@@ -99,9 +103,12 @@ class CostTable {
   CostTable() = default;                       // measured, empty
   explicit CostTable(StepCosts fixed);         // fixed
   // The process's measured table of this target/drafter pair (the models as opaque owners;
-  // `draft` may be null), made on first use and kept while the models live.
+  // `draft` may be null) under this configuration (`config`: the strategy's resolved parameters,
+  // so that cells of one run that differ in any of them, a temperature, a tree's shape, never
+  // decide from each other's measurements), made on first use and kept while the models live.
   static std::shared_ptr<CostTable> of_pair(const std::shared_ptr<const void>& target,
-                                            const std::shared_ptr<const void>& draft, const std::string& drafter);
+                                            const std::shared_ptr<const void>& draft, const std::string& drafter,
+                                            const std::string& config = "");
   bool fixed() const { return fixed_; }
   StepCosts now() const;  // a copy
   // A round its drafter drafted (or a round at 0): the draft's ms per token (drafted > 0 and
@@ -146,6 +153,9 @@ class CostTable {
 //        Each round the arm and g with the lowest expected ms per token relative to plain
 //        decoding's (by its own table) draft; an arm passed over for `probe_every` rounds in a
 //        row drafts a 1-token probe where it could beat the choice at a = 1.
+//        A tree drafter's round of depth g verifies more rows than g (set_shape: the rows its
+//        draft of depth g adds, Drafter::rows_at), weighed at their verify cost; no arm drafts
+//        deeper than its drafter ever does (Drafter::deepest).
 //        Lazy draft prefill (defer_prefill): while an arm's draft has not prefilled, it drafts
 //        only if the time it is expected to save over the tokens left repays the draft's
 //        catch-up, draft_prefill_ms_per_token per committed token; else the next best choice
@@ -162,6 +172,10 @@ class GammaController {
   // tokens that catch-up feeds however far behind (a draft that reads a window of the prompt,
   // Drafter::prefill_window); 0: all of them.
   bool defer_prefill(size_t arm = 0, int64_t window = 0);
+  // Arm `arm`'s draft of depth g verifies rows(g) draft rows (a tree's nodes; Drafter::rows_at),
+  // not g, and is never deeper than `deepest` (Drafter::deepest). Cost mode weighs every length
+  // by them from the next ranking on.
+  void set_shape(size_t arm, std::function<double(int64_t)> rows, int64_t deepest);
   // The next round's draft length, and its arm (drafter()). remaining: the tokens the request
   // may still emit (< 0: unbounded); behind: the tokens a deferred draft would catch up (the
   // committed sequence). Both matter only while a prefill is deferred; an arm's first length
@@ -192,6 +206,8 @@ class GammaController {
     int64_t n_idle = 0;                // rounds in a row it was not the best choice
     bool deferred = false;             // its draft has not prefilled yet (defer_prefill)
     int64_t window = 0;                // the most tokens its deferred prefill feeds (0: all)
+    std::function<double(int64_t)> rows;  // the draft rows at depth g (set_shape; empty: g)
+    int64_t deepest = std::numeric_limits<int64_t>::max();  // its drafter's deepest draft (set_shape)
     bool paused = false;               // it did not draft last round: its next draft catches up first
   };
   struct Choice {
@@ -205,9 +221,11 @@ class GammaController {
   double match_rate(const Arm& arm) const;
   // What arm x's deferred draft would spend catching up on `behind` tokens.
   static double catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind);
-  // Expected ms per emitted token at draft length g after `lead` tokens, acceptance a and match
-  // rate m (g = 0, lead = 0: plain decoding).
-  double ms_per_token(const StepCosts& c, int64_t g, double a, double m = 1.0, int64_t lead = 0) const;
+  // Arm x's draft rows at depth g.
+  static double rows_of(const Arm& x, int64_t g) { return x.rows && g > 0 ? x.rows(g) : double(g); }
+  // Expected ms per emitted token at draft length g (its draft verifying `nodes` rows) after
+  // `lead` tokens, acceptance a and match rate m (g = 0, lead = 0: plain decoding).
+  double ms_per_token(const StepCosts& c, int64_t g, double nodes, double a, double m = 1.0, int64_t lead = 0) const;
 
   GammaMode mode_;
   int64_t gamma_, gamma_max_;

@@ -117,10 +117,12 @@ SpecLoop::SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, c
     SD_CHECK(requests[i].draft == requests[0].draft, "speculative batch: request ", i,
              " has another draft model than request 0 (a batch shares one drafter)");
   }
+  std::string config;  // the resolved parameters: a measured table per configuration
+  for (const auto& [key, value] : cfg.params.values()) config += key + "=" + value + ";";
   for (const std::string& name : cfg.drafters) {
     drafters_.push_back(make_batch_drafter(name, requests[0], cfg.params, cfg.verify.proc, B_, capacity_));
     if (cfg.adaptive == GammaMode::cost && cfg.fixed_costs.empty())
-      costs_.push_back(CostTable::of_pair(requests[0].target, requests[0].draft, name));
+      costs_.push_back(CostTable::of_pair(requests[0].target, requests[0].draft, name, config));
   }
   if (cfg.adaptive == GammaMode::cost && !cfg.fixed_costs.empty()) costs_ = cfg.fixed_costs;
 }
@@ -172,8 +174,10 @@ void SpecLoop::join(int64_t b) {
   s.ctl = costs_.empty() ? std::make_unique<GammaController>(cfg_.adaptive, cfg_.gamma, cfg_.gamma_max)
                          : std::make_unique<GammaController>(cfg_.gamma, cfg_.gamma_max, costs_);
   for (size_t j = 0; j < drafters_.size(); ++j) {
-    drafters_[j]->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max});
+    drafters_[j]->join(b, DrafterContext{req, cfg_.params, cfg_.verify.proc, *s.drafter_rng, capacity_, cfg_.gamma_max,
+                                         costs_.empty() ? nullptr : costs_[j]});
     s.drafters.push_back(&drafters_[j]->at(b));
+    s.ctl->set_shape(j, [d = s.drafters[j]](int64_t g) { return d->rows_at(g); }, s.drafters[j]->deepest());
     features_ = features_ || s.drafters[j]->target_wants().features;
     SD_CHECK(!features_ || drafters_.size() == 1, "speculative: drafters (", cfg_.verify.drafter, "): '",
              cfg_.drafters[j], "' reads the target's features, which a drafter that sits rounds out would miss; "
@@ -509,7 +513,7 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
     mine.drafted += k;
     mine.accepted += a;
   }
-  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead, B_ > 1 ? forward_rows_ : 0});
+  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead, B_ > 1 ? forward_rows_ : 0, s.d.size() - lead});
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

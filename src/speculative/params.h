@@ -24,7 +24,7 @@ struct SpeculativeParams {
   bool jump_forward = false;         // structured output: the jump-forward text's tokens drafted, verified
   bool draft_mask = true;            // structured output: every drafter drafts inside the grammar
   bool draft_lead = true;            // structured output: model chains take the grammar's lead along their path
-  double draft_stop = 0;             // model/layer_skip chains stop below this own confidence (0: off)
+  double draft_stop = 0;             // chains and trees stop below this own confidence (0: off)
   std::string synthetic_acceptance;  // off | a | a1,a2,... as given
   std::vector<double> synthetic;     // its values by child rank; empty: off
 };

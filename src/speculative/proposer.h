@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,8 @@ namespace specdec::tokenizer { class Tokenizer; }
 namespace specdec::sampling { class ConstraintState; }
 
 namespace specdec::strategies {
+
+class CostTable;
 
 // The most draft tokens (chain length or tree nodes) one round may propose; KV caches keep this
 // many positions of slack beyond the request. Tree drafters check their size against it.
@@ -173,6 +176,13 @@ class Drafter {
   // a window of the prompt: draft_window); 0 = the whole sequence. The controller weighs a lazy
   // prefill by it.
   virtual int64_t prefill_window() const { return 0; }
+  // The target rows (draft nodes) a proposal of this depth verifies, as the controller weighs
+  // a round (adaptive_gamma=cost): a chain's depth (the default), a tree's node count, which the
+  // tree drafter gives from its shape and from the rounds it has drafted.
+  virtual double rows_at(int64_t depth) const { return static_cast<double>(depth); }
+  // The deepest proposal it ever makes, whatever max_depth allows (a static tree's shape,
+  // Medusa's head count); the controller drafts no deeper. Default: no bound of its own.
+  virtual int64_t deepest() const { return std::numeric_limits<int64_t>::max(); }
   // Whether its proposals carry q. The verifier reads each proposal's own q (tokens-only when
   // undefined), so this only describes the drafter; default false (a lookup: no q).
   virtual bool has_distribution() const { return false; }
@@ -201,6 +211,9 @@ struct DrafterContext {
                                          // with drafter_seed(request.seed): never the verifier's
   int64_t capacity;                      // positions a KV cache must hold for this request
   int64_t max_depth;                     // gamma_max: the longest draft path
+  // adaptive_gamma=cost: the controller's measured costs of this drafter with this target (its
+  // verify curve sizes a tree_budget=auto tree); null otherwise.
+  std::shared_ptr<const CostTable> costs = nullptr;
 };
 
 // The drafters of a batch (speculative/loop.cpp): one slot per sequence. Slot b's proposals

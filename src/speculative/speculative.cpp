@@ -189,7 +189,8 @@ ParamTable<SpeculativeParams> speculative_table() {
       .field("draft_stop", &S::draft_stop, "0",
              "the model, layer_skip, eagle and medusa drafters' chains stop early once the draft's own odds that the "
              "whole chain is accepted (the product of the probabilities it gave its drawn tokens) fall below this "
-             "(SpecDec++-style; lossless; 0 = off: every round drafts its full length)")
+             "(SpecDec++-style); trees (tree, and eagle/medusa's tree mode) grow no deeper once their likeliest "
+             "path's odds do (lossless; 0 = off: every round drafts its full length)")
       .field("synthetic_acceptance", &S::synthetic_acceptance, "off",
              "off | a probability | a1,a2,... by child rank: BENCHMARKING THE LOOP ONLY, each draft node is "
              "accepted at random instead of verified (chains position by position with a1; trees child by child, "

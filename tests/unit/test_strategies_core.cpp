@@ -338,6 +338,54 @@ TEST(GammaController, TheGrammarsLeadIsPartOfEveryChoice) {
   EXPECT_GT(ctl.next(-1, 0, 0), 0);  // ranked again for the round's own lead
 }
 
+// A tree's round of depth g verifies its nodes, not g rows (Drafter::rows_at): on a curve flat
+// to 9 rows and steep beyond, a chain at a = 0.8 drafts 5 tokens, a tree of 4 nodes a depth
+// stops at depth 2 (9 rows). The batch step weighs a tree seat's rows alike. Weighing a tree by
+// its depth (a planted bug: rows_of returning g) drafts it as deep as the chain; ignoring a
+// shape's depth drafts the shallow one 8 deep.
+TEST(GammaController, ATreeIsWeighedByTheRowsItsDepthVerifies) {
+  StepCosts c;
+  c.verify_ms = {{1, 10.0}, {5, 11.0}, {9, 12.0}, {17, 30.0}, {33, 60.0}};
+  c.draft_ms_per_token = 1.0;
+  c.acceptance = 0.8;
+  const auto table = std::make_shared<CostTable>(c);
+  GammaController chain(GammaMode::cost, 4, 8, table), tree(GammaMode::cost, 4, 8, table);
+  tree.set_shape(0, [](int64_t g) { return 4.0 * double(g); }, 8);
+  EXPECT_EQ(chain.next(), 5);
+  EXPECT_EQ(tree.next(), 2);
+  // A shape two deep (a static tree of 1,1) drafts no deeper, though a longer "chain" of the
+  // same rows would look like more tokens for less.
+  GammaController shallow(GammaMode::cost, 4, 8, table);
+  shallow.set_shape(0, [](int64_t g) { return double(std::min<int64_t>(g, 2)); }, 2);
+  EXPECT_EQ(shallow.next(), 2);
+  BatchSeat seat;
+  seat.cap = 8, seat.a = 0.8, seat.m = 1, seat.t_draft = 1.0;
+  EXPECT_EQ(batch_lengths({seat}, c), std::vector<int64_t>{5});
+  for (int64_t g = 0; g <= 8; ++g) seat.rows.push_back(4.0 * double(g));
+  EXPECT_EQ(batch_lengths({seat}, c), std::vector<int64_t>{2});
+  const BatchSeat from_tree = tree.seat(-1, 0);
+  EXPECT_EQ(from_tree.rows, (std::vector<double>{0, 4, 8}));
+}
+
+// The process keeps a measured table per target, draft, drafter and configuration: a run's
+// cells that differ in any parameter never decide from each other's measurements, and the
+// repeats of one cell share theirs.
+TEST(CostTable, EachConfigurationMeasuresItsOwn) {
+  const std::shared_ptr<const void> target = tiny(11), draft = tiny(12);
+  const auto t0 = CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=2,2,1,1;");
+  EXPECT_EQ(CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=2,2,1,1;"), t0);
+  EXPECT_NE(CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=4,2,2,1;"), t0);
+  EXPECT_NE(CostTable::of_pair(target, draft, "model", "temperature=0;tree_branching=2,2,1,1;"), t0);
+}
+
+// A tree round's verify time is filed under its rows (lead + nodes + 1), not its depth's.
+TEST(CostTable, ATreeRoundIsTimedAtItsNodes) {
+  CostTable table;
+  table.measure_round({3, 2, 3.0, 40.0, /*lead=*/0, /*judged=*/true, /*batch_rows=*/0, /*nodes=*/12});
+  EXPECT_EQ(table.now().verify_ms, (std::map<int64_t, double>{{13, 40.0}}));
+  EXPECT_DOUBLE_EQ(table.now().draft_ms_per_token, 1.0);  // a tree's draft costs by depth
+}
+
 TEST(GammaController, FixedCostsDecideFromAcceptCountsAlone) {
   StepCosts c;
   c.verify_ms = {{1, 10.0}, {9, 14.0}};
@@ -485,6 +533,39 @@ TEST(Controller, CalibratingRunWritesATableThatFixesTheCosts) {
   EXPECT_GT(c.draft_prefill_ms_per_token, 0);  // the draft's prompt forward (5 tokens)
   EXPECT_EQ(run("speculative", greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", path}}), req).tokens,
             base.tokens);
+}
+
+// Trees under the controller, through the strategy: the depth from the cost table weighed by
+// the tree's nodes, and a tree_budget=auto tree's node count from the same table's verify curve
+// (TreeDrafter.AnAutoBudgetReadsTheControllersVerifyCurve tests that part alone). A curve where
+// each row past 3 costs a third of a step keeps fewer than half the nodes a flat one keeps;
+// greedy output either way, alone and in a batch.
+TEST(Controller, ATreeBudgetIsChosenFromTheControllersCurve) {
+  std::vector<Request> reqs(2, tiny_request(11, 40));
+  reqs[1].prompt = {2, 7, 4, 7, 4, 1};
+  for (Request& r : reqs) r.draft = tiny(12);
+  const auto table = [](const std::string& name, const std::string& verify) {
+    return cost_table(name, R"({"drafter": "tree", "verify_ms": )" + verify +
+                                R"(, "draft_ms_per_token": 0.1, "acceptance": 0.9})");
+  };
+  std::map<std::string, double> nodes;
+  for (const auto& [name, verify] : std::map<std::string, std::string>{
+           {"flat", R"({"1": 10, "64": 10.5})"}, {"steep", R"({"1": 10, "3": 10.2, "64": 210})"}}) {
+    SCOPED_TRACE(name);
+    const auto spec = create("speculative", greedy_params({{"drafter", "tree"}, {"tree_budget", "auto"},
+                                                           {"tree_topk", "3"}, {"adaptive_gamma", "cost"},
+                                                           {"controller_costs", table("tree_" + name + ".json", verify)}}));
+    const std::vector<Result> batch = spec->generate_batch(reqs, {2, 0}, {});
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Result alone = spec->generate(reqs[i], {});
+      const Result base = run("greedy", {}, reqs[i]);
+      EXPECT_EQ(alone.tokens, base.tokens) << "request " << i;
+      EXPECT_EQ(batch[i].tokens, base.tokens) << "request " << i;
+      EXPECT_GT(alone.stats.n_tree_rounds, 0);
+      nodes[name] += alone.stats.drafter_stats.at("tree_nodes_mean");
+    }
+  }
+  EXPECT_LT(nodes["steep"], 0.5 * nodes["flat"]);
 }
 
 // ---- lazy draft prefill (adaptive_gamma=cost; docs/controller.md) -----------------------------

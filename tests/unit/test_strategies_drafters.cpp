@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/draft_heads.h"
 #include "model/tiny.h"
 #include "strategies/common.h"
+#include "speculative/controller.h"
 #include "speculative/proposer.h"
 #include "strategies/registry.h"
 #include "tests/support/drafter_rig.h"
@@ -583,6 +586,100 @@ TEST(ModelDrafter, DraftStopEndsTheChainWhereItsOwnOddsFallBelowTheThreshold) {
   }
 }
 
+// draft_stop on trees: a tree of one child a depth is a chain, so it stops where the draft
+// model's chain with the same draft_stop stops (the test above pins that rule), static and
+// dynamic, at T = 0; a wide tree at draft_stop 1 grows one depth, at 0 its whole shape.
+TEST(TreeDrafter, DraftStopEndsTheTreeWhereItsLikeliestPathFallsBelowTheThreshold) {
+  const Tokens prompt = {1, 5, 9, 5, 9, 3};
+  const auto propose = [&](const std::string& drafter, std::map<std::string, std::string> p, double stop,
+                           int64_t depth) {
+    p["temperature"] = "0";
+    p["draft_stop"] = std::to_string(stop);
+    Rig rig(p);
+    rig.req.target = tiny(11);
+    rig.req.draft = tiny(12);
+    auto d = rig.make(drafter);
+    d->prefill(Tokens(prompt.begin(), prompt.end() - 1), {});
+    DraftProposal out = d->propose(prompt, depth);
+    out.read_drawn(/*synced=*/false);
+    return out;
+  };
+  std::set<int64_t> lengths;
+  for (double stop : {0.0, 0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.01, 1.0}) {
+    const DraftProposal chain = propose("model", {}, stop, 5);
+    lengths.insert(chain.size());
+    for (const auto& shape : std::vector<std::map<std::string, std::string>>{
+             {{"tree_branching", "1,1,1,1,1"}}, {{"tree_budget", "5"}, {"tree_topk", "1"}}}) {
+      const DraftProposal tree = propose("tree", shape, stop, 5);
+      EXPECT_EQ(tree.tokens, chain.tokens) << "draft_stop " << stop << ", " << shape.begin()->first;
+      EXPECT_EQ(max_depth(tree), chain.size()) << "draft_stop " << stop << ", " << shape.begin()->first;
+    }
+  }
+  EXPECT_GE(lengths.size(), 3u) << "the thresholds cut the chain at several depths";
+  const DraftProposal wide = propose("tree", {{"tree_branching", "3,2,2,1"}}, 1.0, 4);
+  EXPECT_EQ(max_depth(wide), 1);
+  EXPECT_EQ(wide.size(), 3);
+  EXPECT_EQ(max_depth(propose("tree", {{"tree_branching", "3,2,2,1"}}, 0.0, 4)), 4);
+}
+
+// What the controller weighs a tree's depth by (Drafter::rows_at): the nodes of a static shape
+// or a fixed budget (the root's tree_topk children, then tree_topk x tree_topk a depth), a chain's
+// depth for tree_budget=auto until a round of that depth is drafted, then what the rounds of that
+// depth proposed (a moving average). A chain drafter's is its depth. A static shape is never
+// deeper than its branching list, Medusa's chain than its heads (Drafter::deepest, within which the
+// controller keeps its lengths).
+TEST(TreeDrafter, RowsAtIsItsShapesNodesThenWhatItsRoundsProposed) {
+  Rig chain_rig, static_rig({{"tree_branching", "2,2,1"}}), fixed_rig({{"tree_budget", "10"}, {"tree_topk", "3"}}),
+      auto_rig({{"tree_budget", "auto"}, {"tree_topk", "3"}});
+  for (Rig* r : {&chain_rig, &static_rig, &fixed_rig, &auto_rig}) {
+    r->req.prompt = {1, 5, 9, 5, 9, 3};
+    r->req.target = tiny(11);
+    r->req.draft = tiny(12);
+  }
+  EXPECT_DOUBLE_EQ(chain_rig.make("model")->rows_at(4), 4.0);
+  const auto fixed_shape = static_rig.make("tree");
+  EXPECT_EQ((std::vector<double>{fixed_shape->rows_at(1), fixed_shape->rows_at(2), fixed_shape->rows_at(3),
+                                 fixed_shape->rows_at(5)}),
+            (std::vector<double>{2, 6, 10, 10}));
+  EXPECT_EQ(fixed_shape->deepest(), 3);
+  Rig medusa_rig(test_support::fresh_head_values(find_drafter("medusa"), *tiny(11)));
+  medusa_rig.req.target = tiny(11);
+  EXPECT_EQ(medusa_rig.make("medusa")->deepest(),
+            model::DraftHead::fresh(*tiny(11), find_drafter("medusa").head_kind, "test target", 1).config().n_medusa);
+  const auto budget = fixed_rig.make("tree");
+  EXPECT_EQ((std::vector<double>{budget->rows_at(1), budget->rows_at(2), budget->rows_at(4)}),
+            (std::vector<double>{3, 10, 10}));
+  const auto tree = auto_rig.make("tree");
+  EXPECT_DOUBLE_EQ(tree->rows_at(3), 3.0);
+  const Tokens& prompt = auto_rig.req.prompt;
+  const int64_t n1 = tree->propose(prompt, 3).size();
+  EXPECT_DOUBLE_EQ(tree->rows_at(3), double(n1));
+  EXPECT_DOUBLE_EQ(tree->rows_at(2), 2.0);
+  tree->observe(Round{static_cast<int64_t>(prompt.size()) - 1, {}, {}});
+  const int64_t n2 = tree->propose(prompt, 3).size();
+  EXPECT_DOUBLE_EQ(tree->rows_at(3), 0.8 * double(n1) + 0.2 * double(n2));
+}
+
+// tree_budget=auto under the controller keeps the node count that its verify curve (the cost
+// table in DrafterContext::costs) makes pay: every candidate where rows are free, one node where
+// a second row costs a hundred steps. A budget read from the target's own profile (a planted
+// bug) keeps the same count under both.
+TEST(TreeDrafter, AnAutoBudgetReadsTheControllersVerifyCurve) {
+  Rig rig({{"tree_budget", "auto"}, {"tree_topk", "3"}, {"temperature", "0"}});
+  rig.req.prompt = {1, 5, 9, 5, 9, 3};
+  rig.req.target = tiny(11);
+  rig.req.draft = tiny(12);
+  const auto nodes_under = [&](std::map<int64_t, double> verify_ms) {
+    StepCosts c;
+    c.drafter = "tree";
+    c.verify_ms = std::move(verify_ms);
+    DrafterContext ctx{rig.req, rig.params, rig.proc, rig.rng, 512, 8, std::make_shared<CostTable>(c)};
+    return make_drafter("tree", ctx)->propose(rig.req.prompt, 3).size();
+  };
+  EXPECT_EQ(nodes_under({{1, 10.0}, {64, 10.0}}), 3 + 9 + 9);  // the root's 3, then 3 x 3 a depth
+  EXPECT_EQ(nodes_under({{1, 10.0}, {2, 1000.0}}), 1);
+}
+
 TEST(DrafterRegistry, DraftStopOutsideZeroToOneIsANamedError) {
   for (const char* bad : {"-0.1", "1.5"})
     EXPECT_NE(error_of([&] { resolve("speculative", P({{"draft_stop", bad}})); }).find("draft_stop must be in [0, 1]"),
@@ -624,7 +721,8 @@ TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
   }
   const auto greedy = create("greedy", {});
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"model", "0.3"}, {"model", "1"}, {"eagle", "0.3"}, {"eagle", "1"}, {"medusa", "0.3"}, {"medusa", "1"}};
+      {"model", "0.3"}, {"model", "1"}, {"eagle", "0.3"}, {"eagle", "1"}, {"medusa", "0.3"}, {"medusa", "1"},
+      {"tree", "0.3"}, {"tree", "1"}};
   for (const auto& [drafter, stop] : cases) {
     SCOPED_TRACE(drafter);
     std::map<std::string, std::string> values = {{"temperature", "0"}, {"drafter", drafter}, {"draft_stop", stop}};
@@ -638,9 +736,11 @@ TEST(SpeculativeDrafters, DraftStopKeepsGreedyOutputAloneAndInABatch) {
       EXPECT_EQ(batch[i].stats.n_drafted, alone.stats.n_drafted) << stop << " request " << i;
       EXPECT_GT(alone.stats.drafter_stats.at("draft_stops"), 0) << stop;
       if (stop == "1") {
-        // Every round drafts one token, but one with a single token left to emit, which drafts none.
-        EXPECT_LE(alone.stats.n_drafted, alone.stats.n_rounds);
-        EXPECT_GE(alone.stats.n_drafted, alone.stats.n_rounds - 1);
+        // Every round drafts one depth (a chain: one token), but one with a single token left to
+        // emit, which drafts none.
+        EXPECT_EQ(alone.stats.drafted_per_position.at(1), 0);
+        if (drafter != "tree") EXPECT_LE(alone.stats.n_drafted, alone.stats.n_rounds);
+        EXPECT_GE(alone.stats.drafted_per_position.at(0), alone.stats.n_rounds - 1);
         EXPECT_EQ(batch[i].stats.drafter_stats.at("draft_stops"), alone.stats.drafter_stats.at("draft_stops"));
       }
     }

@@ -93,6 +93,15 @@ TEST(DrafterDistribution, DynamicTreeVerifiedTokensOnly) {
   EXPECT_GT(o.tau, 1.2);
 }
 
+// draft_stop on a static tree drawn for multi-draft verification: whether a node has children
+// depends on the draws above it (the depth's likeliest path), never on the verifier's.
+TEST(DrafterDistribution, StaticTreeStoppedByItsLikeliestPath) {
+  const Outcome o =
+      run({{"drafter", "tree"}, {"tree_branching", "3,2"}, {"gamma", "2"}, {"draft_stop", "0.4"}}, kPrompt, true);
+  EXPECT_GT(o.p_value, kPValue);
+  EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on trees that stopped early";
+}
+
 TEST(DrafterDistribution, BlockVerification) {
   const Outcome o = run({{"drafter", "model"}, {"verify", "block"}, {"gamma", "2"}}, kPrompt, true);
   EXPECT_GT(o.p_value, kPValue);

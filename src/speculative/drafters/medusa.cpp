@@ -112,6 +112,7 @@ class MedusaDrafter : public Drafter {
   void prefill(const Tokens&, const at::Tensor& features) override { rows_->prefill(features); }
   void observe(const Round& round) override { rows_->observe(round); }
 
+  int64_t deepest() const override { return rows_->n_heads(); }
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
     DraftProposal out;
     PhaseClock clock(out.ms);

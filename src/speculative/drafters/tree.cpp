@@ -13,9 +13,17 @@
 //    node budget is chosen each round to maximise predicted tokens per second,
 //    (1 + sum of the kept nodes' path probabilities) / (draft time + verify time(budget + 1)).
 //    The sum is EAGLE-2's estimate of the expected accepted length (a node is accepted about
-//    as often as the draft believes its path); the verify time comes from the target's cost
-//    curve, measured once per target and thread count (verify_profile) and reported in
-//    Stats::drafter_stats as verify_ms_rows_<n>.
+//    as often as the draft believes its path); the verify time comes from the controller's
+//    measured curve under adaptive_gamma=cost (DrafterContext::costs, once it has timed two row
+//    counts), else from the target's cost curve, measured once per target and thread count
+//    (verify_profile) and reported in Stats::drafter_stats as verify_ms_rows_<n>.
+// Under adaptive_gamma=cost the controller chooses the tree's depth (0: no tree), weighing each
+// depth by the nodes a tree of it verifies (rows_at: the shape's count, then what the rounds of
+// that depth proposed), so a tree's budget and depth are chosen against one verify curve.
+// Confidence stopping (speculative's draft_stop, as the chains have it): the tree grows no
+// deeper once its likeliest path so far has a draft probability below draft_stop (static
+// trees track their paths' log-probabilities for it). One read a depth; any tree is lossless,
+// and whether a node has children depends only on draws above it.
 // Each depth costs one forward of the tree's source over the nodes it expands: the draft model
 // here (ForwardOptions::tree_cached keeps the earlier levels in its cache; accepted nodes' cache
 // slots are compacted in observe()), a trained EAGLE head (eagle.cpp, make_tree_drafter), or
@@ -60,6 +68,8 @@
 #include "model/device.h"
 #include "strategies/common.h"
 #include "sampling/grammar.h"
+#include "speculative/controller.h"
+#include "speculative/params.h"
 #include "speculative/proposer.h"
 #include "speculative/drafters/tree.h"
 
@@ -203,13 +213,22 @@ class TreeDrafter : public Drafter {
     branching_ = p.branching;
     budget_ = p.budget;
     topk_ = p.topk;
-    if (budget_ == k_auto) profile_ = &verify_profile(ctx.request);
+    stop_below_ = ctx.params.typed<SpeculativeParams>().draft_stop;
+    costs_ = ctx.costs;
+    // Until the controller's table has timed two row counts, the budget reads the target's
+    // profile (measured here, before the request's clock, not inside a round).
+    if (budget_ == k_auto && (!costs_ || costs_->now().verify_ms.size() < 2)) profile_ = &verify_profile(ctx.request);
   }
 
   void prefill(const Tokens& tokens, const at::Tensor& features) override { source_->prefill(tokens, features); }
   bool prefill_later() const override { return source_->cached() >= 0; }
   TargetWants target_wants() const override { return {0, source_->wants_target_features()}; }
   bool has_distribution() const override { return budget_ == 0 && !cfg_.greedy(); }
+  double rows_at(int64_t depth) const override;
+  int64_t deepest() const override {
+    return budget_ == 0 ? std::min<int64_t>(static_cast<int64_t>(branching_.size()), source_->max_depth())
+                        : source_->max_depth();
+  }
   void report(std::map<std::string, double>& out) const override;
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override {
@@ -264,6 +283,14 @@ class TreeDrafter : public Drafter {
   void read_level();
   std::vector<Tokens> frontier_paths();
   int64_t choose_budget(double ms_draft);
+  // The nodes its shape gives a tree of this depth: a static tree's, a fixed budget's (or the
+  // candidates, if fewer); tree_budget = auto: the depth, as a chain (rows_at measures it).
+  int64_t shape_nodes(int64_t depth) const;
+  // draft_stop: whether the tree grows no deeper, its likeliest path's probability so far below
+  // draft_stop (a read; false when off). Counts the cut.
+  bool stops();
+  // A round's proposal of `nodes` nodes: report()'s counts and rows_at's measure.
+  void count_round(int64_t nodes);
 
   std::unique_ptr<TreeSource> source_;
   sampling::ProcessorConfig cfg_;
@@ -274,8 +301,13 @@ class TreeDrafter : public Drafter {
   int64_t budget_ = 0, topk_ = 4;  // budget: 0 static, > 0 fixed, k_auto chosen per round
   std::vector<at::Tensor> levels_;  // static: each depth's node tokens, [n] int64 in node order
   const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
+  std::shared_ptr<const CostTable> costs_;        // adaptive_gamma=cost: the controller's verify curve (auto)
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
-  int64_t n_rounds_ = 0, n_nodes_ = 0;            // for report()
+  double stop_below_ = 0;                         // draft_stop (0: off)
+  int64_t n_rounds_ = 0, n_nodes_ = 0, n_stopped_ = 0;  // for report()
+  int64_t asked_ = 0;                             // this round's max_depth
+  std::map<int64_t, double> kept_;                // max_depth -> EMA of the nodes a round of it proposed
+  std::vector<at::Tensor> level_logp_;            // static, draft_stop: each depth's path log-probabilities
   // This round's tree (all expanded candidates), the nodes fed so far (feed order), and for
   // each proposed node its index in nodes_.
   std::vector<Node> nodes_;
@@ -317,12 +349,24 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
   // kk children per row whatever their tokens (-1: a draw without mass, named by the verdict's
   // read).
   const int64_t kk = cfg_.greedy() ? std::min<int64_t>(k, all.size(1)) : k;
+  at::Tensor own;  // draft_stop: each child's own log-probability, [F, kk]
   if (cfg_.greedy()) {
-    levels_.push_back(std::get<1>(at::topk(all, kk, 1)).reshape({-1}));
+    const auto top = at::topk(all, kk, 1);
+    levels_.push_back(std::get<1>(top).reshape({-1}));
+    own = std::get<0>(top);
   } else {
     std::vector<double> u(F * k);
     for (double& x : u) x = rng_.uniform();
-    levels_.push_back(sampling::pick_tokens(all.repeat_interleave(k, 0), u));
+    const at::Tensor rows_k = all.repeat_interleave(k, 0), picks = sampling::pick_tokens(rows_k, u);
+    levels_.push_back(picks);
+    if (stop_below_ > 0)
+      own = at::log(rows_k.gather(1, picks.clamp_min(0).unsqueeze(1)))
+                .masked_fill(picks.unsqueeze(1) < 0, -std::numeric_limits<double>::infinity())
+                .reshape({F, k});
+  }
+  if (stop_below_ > 0) {  // the path's: its parent's (the frontier is the whole depth above, in order) + its own
+    const at::Tensor up = level_logp_.empty() ? at::zeros({F}, own.options()) : level_logp_.back();
+    level_logp_.push_back((up.unsqueeze(1) + own).reshape({-1}));
   }
   for (int64_t r = 0; r < F * kk; ++r)
     nodes_.push_back({-1, parents[r / kk], 0.0, cfg_.greedy() ? at::Tensor() : all[r / kk], -1});
@@ -423,6 +467,7 @@ void TreeDrafter::reset() {
   proposed_.clear();
   levels_.clear();
   cands_.clear();
+  level_logp_.clear();
   kept_fed_ = at::Tensor();
   n_fed_ = 0;
   level_begin_ = 0;
@@ -431,6 +476,7 @@ void TreeDrafter::reset() {
 int64_t TreeDrafter::begin(const Tokens& seq, int64_t max_depth, const at::Tensor& root) {
   seq_ = &seq;
   device_ = root.device();
+  asked_ = max_depth;
   if (grammar_) mask_rows(root.unsqueeze(0), {Tokens()});
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
@@ -489,6 +535,36 @@ void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
   add_candidates(std::get<1>(next), logp, sel_.repeat_interleave(kk));
 }
 
+bool TreeDrafter::stops() {
+  if (stop_below_ <= 0) return false;
+  const at::Tensor& logp = budget_ == 0 ? level_logp_.back() : cands_.back().logp;
+  if (logp.numel() > 0 && std::exp(logp.max().item<double>()) >= stop_below_) return false;
+  ++n_stopped_;
+  return true;
+}
+
+void TreeDrafter::count_round(int64_t nodes) {
+  ++n_rounds_;
+  n_nodes_ += nodes;
+  const auto [at, fresh] = kept_.emplace(asked_, double(nodes));
+  if (!fresh) at->second = 0.8 * at->second + 0.2 * double(nodes);
+}
+
+double TreeDrafter::rows_at(int64_t depth) const {
+  const auto it = kept_.find(depth);
+  return it != kept_.end() ? it->second : double(shape_nodes(depth));
+}
+
+int64_t TreeDrafter::shape_nodes(int64_t depth) const {
+  const int64_t d = std::min(depth, source_->max_depth());
+  if (d <= 0) return 0;
+  if (budget_ == k_auto) return d;
+  if (budget_ > 0) return std::min(budget_, topk_ + (d - 1) * topk_ * topk_);  // the root's topk, then topk x topk a depth
+  int64_t level = 1, total = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(d, static_cast<int64_t>(branching_.size())); ++i) total += (level *= branching_[i]);
+  return total;
+}
+
 DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftProposal out) {
   if (budget_ > 0 && !grammar_) return keep_on_device(clock, std::move(out));
   if (budget_ != 0) read_candidates();
@@ -503,17 +579,15 @@ DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftP
     keep.resize(budget);
     std::sort(keep.begin(), keep.end());
   }
-  ++n_rounds_;
-  n_nodes_ += static_cast<int64_t>(keep.size());
   clock.charge(&PhaseTimes::sample);
   out = finish(std::move(keep), clock, std::move(out));
   if (grammar_) {  // without the nodes off the grammar
     const std::vector<int32_t> kept = keep_admitted(out, grammar_, *seq_);
-    n_nodes_ -= static_cast<int64_t>(proposed_.size() - kept.size());
     std::vector<int32_t> proposed;
     for (int32_t k : kept) proposed.push_back(proposed_[k]);
     proposed_ = std::move(proposed);
   }
+  count_round(static_cast<int64_t>(proposed_.size()));
   return out;
 }
 
@@ -593,9 +667,13 @@ std::vector<DraftProposal> TreeDrafter::grow(const std::vector<TreeDrafter*>& tr
   }
   for (int64_t d = 1; d < deepest; ++d) {
     std::vector<TreeSource::Feed> feeds(B);
-    for (size_t b = 0; b < B; ++b)
-      if (d < depth[b]) feeds[b] = trees[b]->next_feed(d);
+    bool growing = false;
+    for (size_t b = 0; b < B; ++b) {
+      if (d < depth[b] && trees[b]->stops()) depth[b] = d;  // draft_stop: no deeper
+      if (d < depth[b]) feeds[b] = trees[b]->next_feed(d), growing = true;
+    }
     clock.charge(&PhaseTimes::sample);
+    if (!growing) break;
     const std::vector<at::Tensor> logits = any->feed_all(src, feeds, outs);  // [frontier, V] each
     clock.charge(&PhaseTimes::draft);
     for (size_t b = 0; b < B; ++b)
@@ -623,8 +701,7 @@ DraftProposal TreeDrafter::keep_on_device(PhaseClock& clock, DraftProposal out) 
   const at::Tensor up = all.parent.index_select(0, keep);
   out.hold_tree(all.ids.index_select(0, keep), index_of.index_select(0, up.masked_fill(up < 0, total)));
   kept_fed_ = model::to_host_async(all.fed.index_select(0, keep));
-  ++n_rounds_;
-  n_nodes_ += K;
+  count_round(K);
   clock.charge(&PhaseTimes::sample);
   return out;
 }
@@ -657,11 +734,14 @@ int64_t TreeDrafter::choose_budget(double ms_draft) {
   for (const Node& node : nodes_) prob.push_back(std::exp(node.logp));
   std::sort(prob.rbegin(), prob.rend());
   const int64_t max_b = std::min<int64_t>(static_cast<int64_t>(prob.size()), k_profile_rows - 1);
+  // The controller's measured curve once it has two row counts, else the profile.
+  const StepCosts curve = costs_ ? costs_->now() : StepCosts();
+  const bool measured = curve.verify_ms.size() >= 2;
   int64_t best_b = 1;
   double best_rate = -1, expected = 1;
   for (int64_t b = 1; b <= max_b; ++b) {
     expected += prob[b - 1];
-    const double rate = expected / (ms_draft_ + (*profile_)[b]);  // profile_[b]: b + 1 rows
+    const double rate = expected / (ms_draft_ + (measured ? curve.verify_at(b + 1) : (*profile_)[b]));  // b + 1 rows
     if (rate > best_rate) best_rate = rate, best_b = b;
   }
   return best_b;
@@ -669,6 +749,7 @@ int64_t TreeDrafter::choose_budget(double ms_draft) {
 
 void TreeDrafter::report(std::map<std::string, double>& out) const {
   if (n_rounds_ > 0) out["tree_nodes_mean"] = double(n_nodes_) / double(n_rounds_);
+  if (stop_below_ > 0) out["draft_stops"] = static_cast<double>(n_stopped_);
   if (profile_)
     for (int64_t rows = 1; rows <= k_profile_rows; rows *= 2)
       out["verify_ms_rows_" + std::to_string(rows)] = (*profile_)[rows - 1];
