@@ -276,6 +276,12 @@ void GammaController::set_shape(size_t arm, std::function<double(int64_t)> rows,
   if (mode_ == GammaMode::cost) choose_by_cost(ranked_lead_, false);
 }
 
+double GammaController::rows_of(const Arm& x, int64_t g) {
+  if (g <= 0) return 0;
+  if (const auto it = x.rows_seen.find(g); it != x.rows_seen.end()) return it->second;
+  return x.widen * (x.rows ? x.rows(g) : double(g));
+}
+
 double GammaController::catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind) {
   return std::max(0.0, t.draft_prefill_ms_per_token) * double(prefill_fed(behind, x.window));
 }
@@ -315,9 +321,16 @@ void GammaController::update(RoundOutcome r) {
   x.paused = k == 0;
   x.judged = x.judged * decay + r.trials();
   x.accepted = x.accepted * decay + (r.judged ? double(a) : 0.0);
-  if (chosen_ > 0) {  // chosen to draft: did it propose anything?
+  if (chosen_ > 0) {  // chosen to draft: did it propose anything, and how many rows?
     x.tried = x.tried * decay + 1.0;
     x.matched = x.matched * decay + (k > 0 ? 1.0 : 0.0);
+    const double rows = double(r.nodes < 0 ? k : r.nodes);
+    if (k > 0) {  // (a round without a proposal is the match rate's)
+      const auto [seen, fresh] = x.rows_seen.emplace(chosen_, rows);
+      if (!fresh) seen->second = 0.8 * seen->second + 0.2 * rows;
+      const double shaped = x.rows ? x.rows(chosen_) : double(chosen_);
+      if (shaped > 0) x.widen = 0.8 * x.widen + 0.2 * rows / shaped;
+    }
   }
   if (mode_ == GammaMode::hf) {
     if (r.judged) gamma_ = (k > 0 && a == k) ? std::min(gamma_ + 2, gamma_max_) : std::max<int64_t>(gamma_ - 1, 1);

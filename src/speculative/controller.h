@@ -1,6 +1,7 @@
 #pragma once
 // The controller: the draft length of each round (adaptive gamma), from step costs kept for
-// the whole process per target/drafter pair, or read from a file (docs/controller.md).
+// the whole process per target/drafter pair and configuration, or read from a file
+// (docs/controller.md).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -153,9 +154,11 @@ class CostTable {
 //        Each round the arm and g with the lowest expected ms per token relative to plain
 //        decoding's (by its own table) draft; an arm passed over for `probe_every` rounds in a
 //        row drafts a 1-token probe where it could beat the choice at a = 1.
-//        A tree drafter's round of depth g verifies more rows than g (set_shape: the rows its
-//        draft of depth g adds, Drafter::rows_at), weighed at their verify cost; no arm drafts
-//        deeper than its drafter ever does (Drafter::deepest).
+//        A tree drafter's round of depth g verifies more rows than g, weighed at their verify
+//        cost: the moving average of the rows its rounds at g proposed, or where it has not
+//        drafted at g, the drafter's shape (set_shape: Drafter::rows_at) times the ratio of
+//        measured to shaped rows over its rounds. No arm drafts deeper than its drafter ever
+//        does (Drafter::deepest).
 //        Lazy draft prefill (defer_prefill): while an arm's draft has not prefilled, it drafts
 //        only if the time it is expected to save over the tokens left repays the draft's
 //        catch-up, draft_prefill_ms_per_token per committed token; else the next best choice
@@ -172,9 +175,9 @@ class GammaController {
   // tokens that catch-up feeds however far behind (a draft that reads a window of the prompt,
   // Drafter::prefill_window); 0: all of them.
   bool defer_prefill(size_t arm = 0, int64_t window = 0);
-  // Arm `arm`'s draft of depth g verifies rows(g) draft rows (a tree's nodes; Drafter::rows_at),
-  // not g, and is never deeper than `deepest` (Drafter::deepest). Cost mode weighs every length
-  // by them from the next ranking on.
+  // Arm `arm`'s draft of depth g verifies rows(g) draft rows (a tree's nodes by its shape;
+  // Drafter::rows_at), not g, until its rounds at g are measured, and is never deeper than
+  // `deepest` (Drafter::deepest). Cost mode weighs every length by them from the next ranking on.
   void set_shape(size_t arm, std::function<double(int64_t)> rows, int64_t deepest);
   // The next round's draft length, and its arm (drafter()). remaining: the tokens the request
   // may still emit (< 0: unbounded); behind: the tokens a deferred draft would catch up (the
@@ -206,7 +209,9 @@ class GammaController {
     int64_t n_idle = 0;                // rounds in a row it was not the best choice
     bool deferred = false;             // its draft has not prefilled yet (defer_prefill)
     int64_t window = 0;                // the most tokens its deferred prefill feeds (0: all)
-    std::function<double(int64_t)> rows;  // the draft rows at depth g (set_shape; empty: g)
+    std::function<double(int64_t)> rows;  // the draft rows at depth g by its shape (set_shape; empty: g)
+    std::map<int64_t, double> rows_seen;  // g -> moving average of the rows its rounds at g proposed
+    double widen = 1;                     // moving average of the rows its rounds proposed / their shape's
     int64_t deepest = std::numeric_limits<int64_t>::max();  // its drafter's deepest draft (set_shape)
     bool paused = false;               // it did not draft last round: its next draft catches up first
   };
@@ -221,8 +226,8 @@ class GammaController {
   double match_rate(const Arm& arm) const;
   // What arm x's deferred draft would spend catching up on `behind` tokens.
   static double catch_up_ms(const Arm& x, const StepCosts& t, int64_t behind);
-  // Arm x's draft rows at depth g.
-  static double rows_of(const Arm& x, int64_t g) { return x.rows && g > 0 ? x.rows(g) : double(g); }
+  // Arm x's draft rows at depth g: as measured at g, else its shape's, widened as measured.
+  static double rows_of(const Arm& x, int64_t g);
   // Expected ms per emitted token at draft length g (its draft verifying `nodes` rows) after
   // `lead` tokens, acceptance a and match rate m (g = 0, lead = 0: plain decoding).
   double ms_per_token(const StepCosts& c, int64_t g, double nodes, double a, double m = 1.0, int64_t lead = 0) const;

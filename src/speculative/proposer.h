@@ -176,9 +176,10 @@ class Drafter {
   // a window of the prompt: draft_window); 0 = the whole sequence. The controller weighs a lazy
   // prefill by it.
   virtual int64_t prefill_window() const { return 0; }
-  // The target rows (draft nodes) a proposal of this depth verifies, as the controller weighs
-  // a round (adaptive_gamma=cost): a chain's depth (the default), a tree's node count, which the
-  // tree drafter gives from its shape and from the rounds it has drafted.
+  // The target rows (draft nodes) a proposal of this depth verifies by the drafter's shape, as
+  // the controller weighs a round (adaptive_gamma=cost) until it has measured rounds of that
+  // depth: a chain's depth (the default), a tree's node count (the tree drafter's static shape
+  // or budget).
   virtual double rows_at(int64_t depth) const { return static_cast<double>(depth); }
   // The deepest proposal it ever makes, whatever max_depth allows (a static tree's shape,
   // Medusa's head count); the controller drafts no deeper. Default: no bound of its own.

@@ -342,7 +342,8 @@ TEST(GammaController, TheGrammarsLeadIsPartOfEveryChoice) {
 // to 9 rows and steep beyond, a chain at a = 0.8 drafts 5 tokens, a tree of 4 nodes a depth
 // stops at depth 2 (9 rows). The batch step weighs a tree seat's rows alike. Weighing a tree by
 // its depth (a planted bug: rows_of returning g) drafts it as deep as the chain; ignoring a
-// shape's depth drafts the shallow one 8 deep.
+// shape's depth drafts the shallow one 8 deep; measuring the rows at 5 alone, not widening the
+// shape elsewhere, moves the learned one to 6; never measuring them keeps it at 5.
 TEST(GammaController, ATreeIsWeighedByTheRowsItsDepthVerifies) {
   StepCosts c;
   c.verify_ms = {{1, 10.0}, {5, 11.0}, {9, 12.0}, {17, 30.0}, {33, 60.0}};
@@ -365,6 +366,18 @@ TEST(GammaController, ATreeIsWeighedByTheRowsItsDepthVerifies) {
   EXPECT_EQ(batch_lengths({seat}, c), std::vector<int64_t>{2});
   const BatchSeat from_tree = tree.seat(-1, 0);
   EXPECT_EQ(from_tree.rows, (std::vector<double>{0, 4, 8}));
+  // Shaped as a chain (tree_budget=auto's prior), it learns the rows its rounds really verify:
+  // after a round at 5 that proposed 20 nodes it drafts shorter, at every length wider than its
+  // shape, where the chain whose round had the same accept counts and proposed 5 does not.
+  GammaController learned(GammaMode::cost, 4, 8, table), chain_too(GammaMode::cost, 4, 8, table);
+  for (GammaController* c : {&learned, &chain_too}) {
+    c->set_shape(0, [](int64_t g) { return double(g); }, 8);
+    ASSERT_EQ(c->next(), 5);
+  }
+  learned.update({5, 4, 5.0, 40.0, 0, true, 0, /*nodes=*/20});
+  chain_too.update({5, 4, 5.0, 12.0, 0, true, 0, /*nodes=*/5});
+  EXPECT_LE(learned.next(), 4);  // 4: each of its depths now weighs 1.6 times its shape
+  EXPECT_GE(chain_too.next(), 5);
 }
 
 // The process keeps a measured table per target, draft, drafter and configuration: a run's

@@ -18,8 +18,9 @@
 //    counts), else from the target's cost curve, measured once per target and thread count
 //    (verify_profile) and reported in Stats::drafter_stats as verify_ms_rows_<n>.
 // Under adaptive_gamma=cost the controller chooses the tree's depth (0: no tree), weighing each
-// depth by the nodes a tree of it verifies (rows_at: the shape's count, then what the rounds of
-// that depth proposed), so a tree's budget and depth are chosen against one verify curve.
+// depth by the nodes a tree of it verifies (rows_at: the shape's count, until the controller has
+// measured what rounds of that depth proposed), so a tree's budget and depth are chosen against
+// one verify curve.
 // Confidence stopping (speculative's draft_stop, as the chains have it): the tree grows no
 // deeper once its likeliest path so far has a draft probability below draft_stop (static
 // trees track their paths' log-probabilities for it). One read a depth; any tree is lossless,
@@ -283,13 +284,10 @@ class TreeDrafter : public Drafter {
   void read_level();
   std::vector<Tokens> frontier_paths();
   int64_t choose_budget(double ms_draft);
-  // The nodes its shape gives a tree of this depth: a static tree's, a fixed budget's (or the
-  // candidates, if fewer); tree_budget = auto: the depth, as a chain (rows_at measures it).
-  int64_t shape_nodes(int64_t depth) const;
   // draft_stop: whether the tree grows no deeper, its likeliest path's probability so far below
   // draft_stop (a read; false when off). Counts the cut.
   bool stops();
-  // A round's proposal of `nodes` nodes: report()'s counts and rows_at's measure.
+  // A round's proposal of `nodes` nodes (report()).
   void count_round(int64_t nodes);
 
   std::unique_ptr<TreeSource> source_;
@@ -305,8 +303,6 @@ class TreeDrafter : public Drafter {
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
   double stop_below_ = 0;                         // draft_stop (0: off)
   int64_t n_rounds_ = 0, n_nodes_ = 0, n_stopped_ = 0;  // for report()
-  int64_t asked_ = 0;                             // this round's max_depth
-  std::map<int64_t, double> kept_;                // max_depth -> EMA of the nodes a round of it proposed
   std::vector<at::Tensor> level_logp_;            // static, draft_stop: each depth's path log-probabilities
   // This round's tree (all expanded candidates), the nodes fed so far (feed order), and for
   // each proposed node its index in nodes_.
@@ -476,7 +472,6 @@ void TreeDrafter::reset() {
 int64_t TreeDrafter::begin(const Tokens& seq, int64_t max_depth, const at::Tensor& root) {
   seq_ = &seq;
   device_ = root.device();
-  asked_ = max_depth;
   if (grammar_) mask_rows(root.unsqueeze(0), {Tokens()});
   const bool dynamic = budget_ != 0;
   const int64_t shape_depth = dynamic ? max_depth : std::min<int64_t>(max_depth, static_cast<int64_t>(branching_.size()));
@@ -546,23 +541,19 @@ bool TreeDrafter::stops() {
 void TreeDrafter::count_round(int64_t nodes) {
   ++n_rounds_;
   n_nodes_ += nodes;
-  const auto [at, fresh] = kept_.emplace(asked_, double(nodes));
-  if (!fresh) at->second = 0.8 * at->second + 0.2 * double(nodes);
 }
 
+// The nodes its shape gives a tree of this depth: a static tree's, a fixed budget's (or the
+// candidates, if fewer); tree_budget = auto: the depth, as a chain (the controller then measures
+// what its rounds propose).
 double TreeDrafter::rows_at(int64_t depth) const {
-  const auto it = kept_.find(depth);
-  return it != kept_.end() ? it->second : double(shape_nodes(depth));
-}
-
-int64_t TreeDrafter::shape_nodes(int64_t depth) const {
   const int64_t d = std::min(depth, source_->max_depth());
   if (d <= 0) return 0;
-  if (budget_ == k_auto) return d;
-  if (budget_ > 0) return std::min(budget_, topk_ + (d - 1) * topk_ * topk_);  // the root's topk, then topk x topk a depth
+  if (budget_ == k_auto) return double(d);
+  if (budget_ > 0) return double(std::min(budget_, topk_ + (d - 1) * topk_ * topk_));  // the root's topk, then topk x topk a depth
   int64_t level = 1, total = 0;
   for (int64_t i = 0; i < std::min<int64_t>(d, static_cast<int64_t>(branching_.size())); ++i) total += (level *= branching_[i]);
-  return total;
+  return double(total);
 }
 
 DraftProposal TreeDrafter::end(const Stopwatch& round, PhaseClock& clock, DraftProposal out) {
