@@ -170,6 +170,13 @@ std::shared_ptr<CostTable> CostTable::of_pair(const std::shared_ptr<const void>&
   if (!e.table || e.target.lock() != target || e.draft.lock() != draft) {
     e = {target, draft, std::make_shared<CostTable>()};
     e.table->costs_.drafter = drafter;
+    // The verify curve is the target's, whoever drafted: a new configuration starts from the
+    // fullest curve the process has measured of this target (then measures its own).
+    for (const auto& [key, other] : tables)
+      if (std::get<0>(key) == target.get() && other.table && other.table != e.table && other.target.lock() == target) {
+        std::map<int64_t, double> curve = other.table->now().verify_ms;
+        if (curve.size() > e.table->costs_.verify_ms.size()) e.table->costs_.verify_ms = std::move(curve);
+      }
   }
   return e.table;
 }

@@ -106,7 +106,9 @@ class CostTable {
   // The process's measured table of this target/drafter pair (the models as opaque owners;
   // `draft` may be null) under this configuration (`config`: the strategy's resolved parameters,
   // so that cells of one run that differ in any of them, a temperature, a tree's shape, never
-  // decide from each other's measurements), made on first use and kept while the models live.
+  // decide from each other's draft costs and acceptance), made on first use and kept while the
+  // models live. A new table starts from the fullest verify curve of the same target measured
+  // so far (the target's forwards cost what they cost whoever drafted).
   static std::shared_ptr<CostTable> of_pair(const std::shared_ptr<const void>& target,
                                             const std::shared_ptr<const void>& draft, const std::string& drafter,
                                             const std::string& config = "");

@@ -381,14 +381,27 @@ TEST(GammaController, ATreeIsWeighedByTheRowsItsDepthVerifies) {
 }
 
 // The process keeps a measured table per target, draft, drafter and configuration: a run's
-// cells that differ in any parameter never decide from each other's measurements, and the
-// repeats of one cell share theirs.
+// cells that differ in any parameter never decide from each other's draft costs and acceptance,
+// and the repeats of one cell share theirs. A new table starts from the target's verify curve
+// as measured so far, then measures its own.
 TEST(CostTable, EachConfigurationMeasuresItsOwn) {
-  const std::shared_ptr<const void> target = tiny(11), draft = tiny(12);
+  const auto target = std::make_shared<int>(0), draft = std::make_shared<int>(1);  // models, as opaque owners
   const auto t0 = CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=2,2,1,1;");
   EXPECT_EQ(CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=2,2,1,1;"), t0);
-  EXPECT_NE(CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=4,2,2,1;"), t0);
-  EXPECT_NE(CostTable::of_pair(target, draft, "model", "temperature=0;tree_branching=2,2,1,1;"), t0);
+  for (int i = 0; i < 30; ++i) t0->measure_round({4, 4, 8.0, 20.0, 0, true, 0, /*nodes=*/9});
+  t0->measure_verify(1, 15.0);
+  const auto t1 = CostTable::of_pair(target, draft, "tree", "temperature=0;tree_branching=4,2,2,1;");
+  const auto t2 = CostTable::of_pair(target, draft, "model", "temperature=0;tree_branching=2,2,1,1;");
+  const auto other_target = CostTable::of_pair(std::make_shared<int>(2), draft, "tree", "temperature=0;");
+  for (const auto& t : {t1, t2}) {
+    EXPECT_NE(t, t0);
+    EXPECT_EQ(t->now().verify_ms, t0->now().verify_ms);  // {1: 15, 10: 20}
+    EXPECT_DOUBLE_EQ(t->now().acceptance, 0.5);
+    EXPECT_LT(t->now().draft_ms_per_token, 0);
+  }
+  EXPECT_TRUE(other_target->now().verify_ms.empty());
+  t1->measure_verify(1, 99.0);
+  EXPECT_DOUBLE_EQ(t0->now().verify_ms.at(1), 15.0);
 }
 
 // A tree round's verify time is filed under its rows (lead + nodes + 1), not its depth's.
