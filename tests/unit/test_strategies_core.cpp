@@ -370,9 +370,9 @@ TEST(GammaController, ATreeIsWeighedByTheRowsItsDepthVerifies) {
   // after a round at 5 that proposed 20 nodes it drafts shorter, at every length wider than its
   // shape, where the chain whose round had the same accept counts and proposed 5 does not.
   GammaController learned(GammaMode::cost, 4, 8, table), chain_too(GammaMode::cost, 4, 8, table);
-  for (GammaController* c : {&learned, &chain_too}) {
-    c->set_shape(0, [](int64_t g) { return double(g); }, 8);
-    ASSERT_EQ(c->next(), 5);
+  for (GammaController* ctl : {&learned, &chain_too}) {
+    ctl->set_shape(0, [](int64_t g) { return double(g); }, 8);
+    ASSERT_EQ(ctl->next(), 5);
   }
   learned.update({5, 4, 5.0, 40.0, 0, true, 0, /*nodes=*/20});
   chain_too.update({5, 4, 5.0, 12.0, 0, true, 0, /*nodes=*/5});
