@@ -316,6 +316,30 @@ void pick_draft(const at::Tensor& row, const sampling::ProcessorConfig& proc, co
 // factor of speculative's draft_stop (a chain's own odds of being accepted whole).
 double drawn_probability(const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token);
 
+// speculative's draft_stop as a drafter keeps it (docs/controller.md, "Confidence stopping"):
+// the threshold, the drafts it cut short, and the rule, one for chains and trees.
+struct DraftStop {
+  double below = 0;       // draft_stop (0: off)
+  int64_t n_stopped = 0;  // drafts it cut short (report(): draft_stops)
+  bool on() const { return below > 0; }
+  // Whether a draft whose own odds of being accepted are `odds` (a tree: its likeliest path's)
+  // ends here; counted when it does.
+  bool cut(double odds) {
+    if (odds >= below) return false;
+    ++n_stopped;
+    return true;
+  }
+  // A chain's step: its odds times the probability the draft gave the token it just drew
+  // (drawn_probability, a read), then cut().
+  bool cut_after(double& odds, const at::Tensor& row, const std::vector<at::Tensor>& q_rows, const at::Tensor& token) {
+    odds *= drawn_probability(row, q_rows, token);
+    return cut(odds);
+  }
+  void report(std::map<std::string, double>& out) const {
+    if (on()) out["draft_stops"] = static_cast<double>(n_stopped);
+  }
+};
+
 // Structured output's drafts inside the grammar (issue 57, item 4; speculative's draft_mask, on
 // by default): a drafter's own matcher (sampling::ConstraintState), which follows its draft, and
 // the target's logits' width. Unset where the request has no constraint or draft_mask is off:

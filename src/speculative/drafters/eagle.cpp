@@ -251,15 +251,13 @@ class EagleChainDrafter : public Drafter {
  public:
   EagleChainDrafter(std::unique_ptr<EagleSource> source, const sampling::ProcessorConfig& proc, Rng& rng,
                     DraftGrammar grammar, double stop_below)
-      : source_(std::move(source)), proc_(proc), rng_(rng), grammar_(std::move(grammar)), stop_below_(stop_below) {}
+      : source_(std::move(source)), proc_(proc), rng_(rng), grammar_(std::move(grammar)), stop_{stop_below} {}
 
   bool has_distribution() const override { return true; }
   TargetWants target_wants() const override { return {0, true}; }
   void prefill(const Tokens& tokens, const at::Tensor& features) override { source_->prefill(tokens, features); }
   void observe(const Round& round) override { source_->observe(round, {}); }
-  void report(std::map<std::string, double>& out) const override {
-    if (stop_below_ > 0) out["draft_stops"] = static_cast<double>(n_stopped_);
-  }
+  void report(std::map<std::string, double>& out) const override { stop_.report(out); }
 
   DraftProposal propose(const Tokens& seq, int64_t max_depth) override;
 
@@ -267,8 +265,7 @@ class EagleChainDrafter : public Drafter {
   sampling::ProcessorConfig proc_;
   Rng& rng_;
   DraftGrammar grammar_;  // structured output: its rows' mask (unset: none)
-  double stop_below_ = 0;  // draft_stop (0: off)
-  int64_t n_stopped_ = 0;  // chains it cut short
+  DraftStop stop_;        // draft_stop
 };
 
 // The chains of slots b with depth[b] > 0, in lockstep: per depth one head forward over all
@@ -330,10 +327,8 @@ std::vector<DraftProposal> draft_chains(const std::vector<EagleChainDrafter*>& s
       }
       pick_draft(logits[b][0], proc, *seqs[b], drafted[b], u, q_rows[b]);
       EagleChainDrafter& slot = *slots[b];
-      if (slot.stop_below_ > 0 && i + 1 < depth[b]) {
-        sure[b] *= drawn_probability(logits[b][0], q_rows[b], drafted[b].back());
-        if (sure[b] < slot.stop_below_) drafting[b] = false, ++slot.n_stopped_;
-      }
+      if (slot.stop_.on() && i + 1 < depth[b] && slot.stop_.cut_after(sure[b], logits[b][0], q_rows[b], drafted[b].back()))
+        drafting[b] = false;
       if (!g) continue;
       const auto t = drafted[b].back().item<int64_t>();
       if (t >= 0) {

@@ -102,12 +102,10 @@ class MedusaDrafter : public Drafter {
         proc_(ctx.proc),
         rng_(ctx.rng),
         grammar_(draft_grammar(ctx)),
-        stop_below_(ctx.params.typed<SpeculativeParams>().draft_stop) {}
+        stop_{ctx.params.typed<SpeculativeParams>().draft_stop} {}
 
   bool has_distribution() const override { return true; }
-  void report(std::map<std::string, double>& out) const override {
-    if (stop_below_ > 0) out["draft_stops"] = static_cast<double>(n_stopped_);
-  }
+  void report(std::map<std::string, double>& out) const override { stop_.report(out); }
   TargetWants target_wants() const override { return {0, true}; }
   void prefill(const Tokens&, const at::Tensor& features) override { rows_->prefill(features); }
   void observe(const Round& round) override { rows_->observe(round); }
@@ -139,13 +137,7 @@ class MedusaDrafter : public Drafter {
         }
         path.push_back(static_cast<TokenId>(t));
       }
-      if (stop_below_ > 0 && i + 1 < logits.size(0)) {
-        sure *= drawn_probability(logits[i], q_rows, drafted.back());
-        if (sure < stop_below_) {
-          ++n_stopped_;
-          break;
-        }
-      }
+      if (stop_.on() && i + 1 < logits.size(0) && stop_.cut_after(sure, logits[i], q_rows, drafted.back())) break;
     }
     if (drafted.empty()) return out;
     out.hold_drawn(drafted);
@@ -160,8 +152,7 @@ class MedusaDrafter : public Drafter {
   sampling::ProcessorConfig proc_;
   Rng& rng_;
   DraftGrammar grammar_;
-  double stop_below_ = 0;  // draft_stop (0: off)
-  int64_t n_stopped_ = 0;  // chains it cut short
+  DraftStop stop_;        // draft_stop
 };
 
 // The tree drafter's source: the root's children come from head 0, a node at depth d's from

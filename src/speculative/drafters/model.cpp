@@ -83,8 +83,7 @@ struct DraftSlot {
   std::shared_ptr<model::CausalLM> model;
   Rng* rng = nullptr;
   std::shared_ptr<sampling::ConstraintState> grammar;  // its rows' mask; null: none
-  double stop_below = 0;  // draft_stop (0: off)
-  int64_t n_stopped = 0;  // chains it cut short (report(): draft_stops)
+  DraftStop stop;         // draft_stop
   bool forced = false, jump = false;  // draft_lead: the grammar's lead along the chain, of these kinds
   int64_t n_lead = 0;                 // lead tokens its chains took (report(): draft_lead_tokens)
   int64_t window = 0, sink = 0;       // draft_window (0: off), draft_sink
@@ -112,7 +111,7 @@ struct DraftSlot {
 
 DraftSlot make_slot(std::shared_ptr<model::CausalLM> model, const DrafterContext& ctx) {
   const auto& sp = ctx.params.typed<SpeculativeParams>();
-  DraftSlot slot{std::move(model), &ctx.rng, draft_grammar(ctx).state, sp.draft_stop};
+  DraftSlot slot{std::move(model), &ctx.rng, draft_grammar(ctx).state, DraftStop{sp.draft_stop}};
   const auto& w = ctx.params.typed<DraftWindowParams>();
   // A round's lead may take the window's last tokens back (rejected): the window outlasts it.
   SD_CHECK(w.window == 0 || w.window > ctx.max_depth, "drafter model: draft_window (", w.window,
@@ -144,7 +143,7 @@ int64_t append_lead(DraftSlot& slot, int64_t n_vocab, int64_t room, Tokens& path
 // The drafter's stats (Stats::drafter_stats): draft_stops, the chains draft_stop cut short;
 // draft_lead_tokens, the grammar's tokens its chains took without a forward.
 void report_slot(const DraftSlot& slot, std::map<std::string, double>& out) {
-  if (slot.stop_below > 0) out["draft_stops"] = static_cast<double>(slot.n_stopped);
+  slot.stop.report(out);
   if (slot.forced || slot.jump) out["draft_lead_tokens"] = static_cast<double>(slot.n_lead);
   if (slot.window > 0) out["draft_window_skipped"] = static_cast<double>(slot.skip);
 }
@@ -282,10 +281,8 @@ std::vector<DraftProposal> draft_slots(model::KVCache& cache, std::vector<DraftS
       }
       pick_draft(row[b], cfg, *seqs[b], drafted[b], cfg.greedy() ? 0.0 : u[b][i], q_rows[b]);
       --room[b];
-      if (slot.stop_below > 0 && i + 1 < depth[b]) {
-        sure[b] *= drawn_probability(row[b], q_rows[b], drafted[b].back());
-        if (sure[b] < slot.stop_below) depth[b] = i + 1, ++slot.n_stopped;
-      }
+      if (slot.stop.on() && i + 1 < depth[b] && slot.stop.cut_after(sure[b], row[b], q_rows[b], drafted[b].back()))
+        depth[b] = i + 1;
       if (lead) {  // draft_lead: the grammar's tokens after this draw join the chain
         path[b].push_back(static_cast<TokenId>(drafted[b].back().item<int64_t>()));
         room[b] -= append_lead(slot, row[b].size(-1), room[b], path[b], drafted[b], q_rows[b]);

@@ -214,7 +214,7 @@ class TreeDrafter : public Drafter {
     branching_ = p.branching;
     budget_ = p.budget;
     topk_ = p.topk;
-    stop_below_ = ctx.params.typed<SpeculativeParams>().draft_stop;
+    stop_.below = ctx.params.typed<SpeculativeParams>().draft_stop;
     costs_ = ctx.costs;
     // Until the controller's table has timed two row counts, the budget reads the target's
     // profile (measured here, before the request's clock, not inside a round).
@@ -301,8 +301,8 @@ class TreeDrafter : public Drafter {
   const std::vector<double>* profile_ = nullptr;  // [rows] verify ms for 1..64 fed rows (auto)
   std::shared_ptr<const CostTable> costs_;        // adaptive_gamma=cost: the controller's verify curve (auto)
   double ms_draft_ = -1;                          // EMA of a round's draft time (auto)
-  double stop_below_ = 0;                         // draft_stop (0: off)
-  int64_t n_rounds_ = 0, n_nodes_ = 0, n_stopped_ = 0;  // for report()
+  DraftStop stop_;                                 // draft_stop
+  int64_t n_rounds_ = 0, n_nodes_ = 0;            // for report()
   std::vector<at::Tensor> level_logp_;            // static, draft_stop: each depth's path log-probabilities
   // This round's tree (all expanded candidates), the nodes fed so far (feed order), and for
   // each proposed node its index in nodes_.
@@ -355,12 +355,12 @@ void TreeDrafter::expand(const at::Tensor& rows, const std::vector<int32_t>& par
     for (double& x : u) x = rng_.uniform();
     const at::Tensor rows_k = all.repeat_interleave(k, 0), picks = sampling::pick_tokens(rows_k, u);
     levels_.push_back(picks);
-    if (stop_below_ > 0)
+    if (stop_.on())
       own = at::log(rows_k.gather(1, picks.clamp_min(0).unsqueeze(1)))
                 .masked_fill(picks.unsqueeze(1) < 0, -std::numeric_limits<double>::infinity())
                 .reshape({F, k});
   }
-  if (stop_below_ > 0) {  // the path's: its parent's (the frontier is the whole depth above, in order) + its own
+  if (stop_.on()) {  // the path's: its parent's (the frontier is the whole depth above, in order) + its own
     const at::Tensor up = level_logp_.empty() ? at::zeros({F}, own.options()) : level_logp_.back();
     level_logp_.push_back((up.unsqueeze(1) + own).reshape({-1}));
   }
@@ -531,11 +531,9 @@ void TreeDrafter::take(int64_t d, const at::Tensor& logits) {
 }
 
 bool TreeDrafter::stops() {
-  if (stop_below_ <= 0) return false;
+  if (!stop_.on()) return false;
   const at::Tensor& logp = budget_ == 0 ? level_logp_.back() : cands_.back().logp;
-  if (logp.numel() > 0 && std::exp(logp.max().item<double>()) >= stop_below_) return false;
-  ++n_stopped_;
-  return true;
+  return stop_.cut(logp.numel() > 0 ? std::exp(logp.max().item<double>()) : 0.0);
 }
 
 void TreeDrafter::count_round(int64_t nodes) {
@@ -740,7 +738,7 @@ int64_t TreeDrafter::choose_budget(double ms_draft) {
 
 void TreeDrafter::report(std::map<std::string, double>& out) const {
   if (n_rounds_ > 0) out["tree_nodes_mean"] = double(n_nodes_) / double(n_rounds_);
-  if (stop_below_ > 0) out["draft_stops"] = static_cast<double>(n_stopped_);
+  stop_.report(out);
   if (profile_)
     for (int64_t rows = 1; rows <= k_profile_rows; rows *= 2)
       out["verify_ms_rows_" + std::to_string(rows)] = (*profile_)[rows - 1];
