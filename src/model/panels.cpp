@@ -1,5 +1,6 @@
 // Panel packing, the choice of kernel and the calls into it. See panels.h; the kernels
-// themselves are in panels_avx512.cpp and panels_portable.cpp (panels_kernels.h).
+// themselves are in panels_avx512.cpp, panels_avx2.cpp (int8 only) and panels_portable.cpp
+// (panels_kernels.h).
 //
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): a quantised weight must be
 // d * q rounded, then + m rounded, exactly as io::dequantize() computes it. (For GGUF's formats
@@ -97,7 +98,12 @@ Dispatch choose_dispatch() {
            "' is not a kernel choice (use auto or portable)");
   Dispatch d{"portable", "portable", portable::f32_kernels, portable::kernels,
              portable::q8_kernel, portable::quantize};
-#if SPECDEC_PANELS_AVX512
+#if SPECDEC_PANELS_X86
+  if (want != "portable" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    d.int8_name = "avx2";
+    d.q8_kernel = avx2::q8_kernel;  // the portable quantisation: the same bits
+  }
   if (want != "portable" && __builtin_cpu_supports("avx512f")) {
     d.name = "avx512";
     d.f32_kernels = avx512::f32_kernels;
@@ -415,9 +421,7 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
     for (int64_t p = p0; p < p1; ++p) {
       const Segment& s = segment_of_panel(p);
       const int64_t lp = p - s.panel0, o0 = s.out0 + lp * kPanel;
-      PanelJob job{static_cast<const uint8_t*>(s.data.data_ptr()) + lp * s.panel_bytes(in_),
-                   in_, s.group, s.groups_per_block, s.header_bytes, s.sub_bytes, s.group_bytes,
-                   s.block_bytes(), bp ? bp + o0 : nullptr, std::min(kPanel, s.out0 + s.out - o0)};
+      PanelJob job = panel_job(s, lp, in_, bp);
       if (s.int8_dot) {
         for (int64_t r = 0; r < n_rows; r += kQ8Rows) {
           const int n = static_cast<int>(std::min<int64_t>(kQ8Rows, n_rows - r));

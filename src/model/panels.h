@@ -56,11 +56,14 @@ struct QuantBlocks {
 //             separately where avx512 fuses them (FMA), so the two differ in the last bits.
 //             Within either, every property above holds (row-count independence, native ==
 //             float32 bit for bit).
+// and, for int8 activations alone, a third:
+//   avx2      AVX2 intrinsics (with FMA and F16C) where AVX512-VNNI is missing: the VNNI
+//             kernel's bits (panels_avx2.cpp).
 // The environment variable SPECDEC_KERNELS=portable forces the portable one (tests run both on
-// an AVX-512 machine); unset or "auto" picks the fastest; other values are an error. A build
-// with -DSPECDEC_PORTABLE=ON, or for a CPU other than x86-64, contains only the portable one.
-// The choice for fp32 activations ("avx512" or "portable") and for int8 activations
-// ("avx512-vnni" or "portable"; an AVX-512F CPU without VNNI runs the portable int8 kernel).
+// an AVX-512 or AVX2 machine); unset or "auto" picks the fastest; other values are an error. A
+// build with -DSPECDEC_PORTABLE=ON, or for a CPU other than x86-64, contains only the portable
+// one. The choice for fp32 activations ("avx512" or "portable") and for int8 activations
+// ("avx512-vnni", "avx2" or "portable").
 const char* panels_kernel();
 const char* panels_int8_kernel();
 

@@ -8,7 +8,7 @@
 // d * q rounded, then + m rounded, exactly as io::dequantize() computes it.
 #include "model/panels_kernels.h"
 
-#if SPECDEC_PANELS_AVX512
+#if SPECDEC_PANELS_X86
 
 #include <immintrin.h>
 
@@ -350,4 +350,4 @@ RowsQ8Fn q8_kernel(const Segment& s, int n) {
 
 }  // namespace specdec::model::panels_detail
 
-#endif  // SPECDEC_PANELS_AVX512
+#endif  // SPECDEC_PANELS_X86

@@ -3,6 +3,8 @@
 // dispatch) shares with the two implementations of the kernels over the same packed layout:
 //   panels_avx512.cpp    AVX-512F intrinsics (and AVX512-VNNI for native_q8); x86-64 only,
 //                        and not compiled at all with -DSPECDEC_PORTABLE=ON
+//   panels_avx2.cpp      the int8 kernel alone with AVX2 intrinsics, where AVX512-VNNI is
+//                        missing (bit-identical to the VNNI one); x86-64 only, as above
 //   panels_portable.cpp  plain C++ loops (the compiler vectorises them for the target), any CPU
 // panels.cpp picks one set once per process (panels_kernel() in panels.h says which).
 //
@@ -12,16 +14,17 @@
 // They differ in one rounding: the AVX-512 kernel accumulates with fused multiply-adds, the
 // portable one rounds the product and the sum separately (baseline x86-64 has no FMA), so
 // their outputs differ from each other in the last bits.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "model/panels.h"
 
-// 1 when this build contains the AVX-512 kernels (panels_avx512.cpp).
+// 1 when this build contains the x86-64 kernels (panels_avx512.cpp, panels_avx2.cpp).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECDEC_PORTABLE)
-#define SPECDEC_PANELS_AVX512 1
+#define SPECDEC_PANELS_X86 1
 #else
-#define SPECDEC_PANELS_AVX512 0
+#define SPECDEC_PANELS_X86 0
 #endif
 
 namespace specdec::model::panels_detail {
@@ -53,6 +56,14 @@ struct PanelJob {
   const float* bias;  // at the panel's first output, or null
   int64_t valid;      // outputs of the panel that exist (32 but at a segment's end)
 };
+
+// Panel lp of segment s (in: the weight's inputs; bias: the weight's, or null).
+inline PanelJob panel_job(const Segment& s, int64_t lp, int64_t in, const float* bias) {
+  const int64_t o0 = s.out0 + lp * kPanel;
+  return {static_cast<const uint8_t*>(s.data.data_ptr()) + lp * s.panel_bytes(in), in, s.group,
+          s.groups_per_block, s.header_bytes, s.sub_bytes, s.group_bytes, s.block_bytes(),
+          bias ? bias + o0 : nullptr, std::min(kPanel, s.out0 + s.out - o0)};
+}
 
 // y[n, 0..valid) = bias + sum_k x[n, k] w[., k] for N rows (the function of rows[N]); x row
 // stride `in`, y row stride y_stride, y at the panel's first output.
@@ -103,13 +114,16 @@ constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
 
 // Each implementation's entry points: the fp32-panel kernels, the kernels of a segment's code,
 // and the int8 kernel of a segment (int8_dot) for n rows (1 .. kQ8Rows).
-#if SPECDEC_PANELS_AVX512
+#if SPECDEC_PANELS_X86
 namespace avx512 {
 const Kernels& f32_kernels();      // needs AVX-512F at run time
 const Kernels& kernels(const Segment& s);
 RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX-512F, BW and VNNI
 void quantize(const float* x, int64_t blocks, QuantizedRows& xr);  // needs AVX-512F
 }  // namespace avx512
+namespace avx2 {
+RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX2, FMA and F16C
+}  // namespace avx2
 #endif
 namespace portable {
 const Kernels& f32_kernels();

@@ -4,7 +4,7 @@
 // the dequantised weights) for decode, verification and prefill row counts. A planted bug
 // (the Q4_K "+ m" fused into an FMA, or Q4_0's offset of 8 dropped) fails these tests.
 // Every test runs with the kernel this process picked (panels_kernel()): ctest runs this file
-// twice on an AVX-512 machine, the second time with SPECDEC_KERNELS=portable, and a
+// twice on an AVX-512 or AVX2 machine, the second time with SPECDEC_KERNELS=portable, and a
 // -DSPECDEC_PORTABLE=ON build has only the portable kernel.
 #include <gtest/gtest.h>
 
@@ -120,6 +120,51 @@ TEST_P(Panels, Int8ActivationsWithinTheQuantisationBound) {
   }
 }
 
+// The AVX2 int8 kernel (panels_avx2.cpp), called directly on every panel of a weight (two full
+// panels and a partial one) for 1-5 rows: bit for bit the AVX512-VNNI kernel's where the CPU has
+// that one, and everywhere the portable kernel's up to the one rounding they differ in (a fused
+// multiply-add per step: at most 1e-5 of sum |w x|). Row 0 is +-1 throughout, so every int8
+// activation is +-127 and every pair of large codes would saturate vpmaddubsw's int16 sum:
+// signed codes multiplied as they are stored (without the sign trick) fail here by far.
+TEST_P(Panels, Int8Avx2KernelEqualsTheVnniOne) {
+#if SPECDEC_PANELS_X86
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 and FMA";
+  const GgmlType t = GetParam();
+  if (!io::ggml_type_has_codes(t)) GTEST_SKIP() << "float types keep fp32 activations";
+  namespace pd = panels_detail;
+  const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vnni");
+  const int64_t out = 70, in = 512, rows = pd::kQ8Rows;
+  const auto bytes = random_tensor(t, out, in, 9);
+  const PanelWeight w = PanelWeight::from_blocks({view(t, bytes, out, in)}, /*int8_dot=*/true);
+  at::Tensor x = at::randn({rows, in}, at::kFloat), bias = at::randn({out}, at::kFloat);
+  x[0] = at::randn({in}, at::kFloat).sign();
+  const pd::QuantizedRows xr(x.data_ptr<float>(), rows, in);
+  ASSERT_EQ(xr.xq[0] == 127 || xr.xq[0] == -127, true);
+  const at::Tensor bound = 1e-5 * at::mm(x.abs(), dequantize(t, bytes, out, in).abs().t());
+  for (int64_t p = 0; p < 3; ++p) {
+    const PanelWeight::Segment& s = w.segment_of_panel(p);
+    const pd::PanelJob job = pd::panel_job(s, p - s.panel0, in, bias.data_ptr<float>());
+    for (int n = 1; n <= rows; ++n) {
+      at::Tensor a = at::zeros({n, pd::kPanel}, at::kFloat), b = at::zeros_like(a);
+      pd::avx2::q8_kernel(s, n)(job, xr, 0, a.data_ptr<float>(), pd::kPanel);
+      pd::portable::q8_kernel(s, n)(job, xr, 0, b.data_ptr<float>(), pd::kPanel);
+      const at::Tensor err = (a - b).abs().narrow(1, 0, job.valid);
+      const at::Tensor lim = bound.narrow(0, 0, n).narrow(1, p * pd::kPanel, job.valid);
+      EXPECT_TRUE((err <= lim).all().item<bool>())
+          << "panel " << p << ", " << n << " rows: worst difference / bound " << (err / lim).max().item<float>();
+      if (vnni) {
+        at::Tensor c = at::zeros_like(a);
+        pd::avx512::q8_kernel(s, n)(job, xr, 0, c.data_ptr<float>(), pd::kPanel);
+        EXPECT_TRUE(bit_equal(a, c)) << "panel " << p << ", " << n << " rows";
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "this build has only the portable kernels";
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryType, Panels, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(io::ggml_type_name(info.param)); });
 
@@ -155,23 +200,24 @@ TEST(PanelsStacked, RopeRowsRestoredToHfOrder) {
 TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
   const char* env = std::getenv("SPECDEC_KERNELS");
   bool portable = env != nullptr && std::string(env) == "portable";
-  bool vnni = false;
+  bool avx512 = false, vnni = false, avx2 = false;
 #if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
-  portable = portable || !__builtin_cpu_supports("avx512f");
+  avx512 = __builtin_cpu_supports("avx512f");
   vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
   portable = true;
 #endif
   std::printf("panel kernels: %s, int8: %s\n", panels_kernel(), panels_int8_kernel());
-  EXPECT_STREQ(panels_kernel(), portable ? "portable" : "avx512");
-  EXPECT_STREQ(panels_int8_kernel(), portable || !vnni ? "portable" : "avx512-vnni");
+  EXPECT_STREQ(panels_kernel(), portable || !avx512 ? "portable" : "avx512");
+  EXPECT_STREQ(panels_int8_kernel(), portable ? "portable" : avx512 && vnni ? "avx512-vnni" : avx2 ? "avx2" : "portable");
 }
 
 // The two implementations of the int8 activations' quantisation give the same bits (the
 // kernels then differ only in the FMA rounding described in panels.h). Values on the rounding
 // boundary (k + 0.5 steps, both signs), zeros and an all-zero block are included.
 TEST(PanelsKernel, Int8QuantisationIsTheSameInBothImplementations) {
-#if SPECDEC_PANELS_AVX512
+#if SPECDEC_PANELS_X86
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F on this CPU";
   const int64_t n = 3, in = 256;
   std::vector<float> x(static_cast<size_t>(n * in));

@@ -1,0 +1,167 @@
+// The int8-activation panel kernel (dtype native_q8, and the q4_1 draft) with AVX2 intrinsics,
+// for x86-64 CPUs with AVX2, FMA and F16C but without AVX512-VNNI. Its results equal the
+// AVX512-VNNI kernel's (panels_avx512.cpp) bit for bit: the integer dot products are exact in
+// any order, and the float steps are the same operations in the same order, with the same fused
+// multiply-adds, 8 outputs a register where that kernel has 16. panels_kernels.h has the
+// formula; tests/unit/test_model_panels.cpp checks it against both other kernels.
+//
+// vpdpbusd's four u8 x s8 products a lane become vpmaddubsw (pairs, into int16) and vpmaddwd
+// with ones (into int32). vpmaddubsw saturates a pair's sum at 32767, which two codes of 255
+// times 127 would pass, so the signed codes (Q5_0, Q8_0, Q6_K: stored as signed bytes q, which
+// the VNNI kernel reads as u = q + 128, offset C = 128) are multiplied as |q| times x with q's
+// sign (vpsignb): at most 2 * 128 * 127 = 32512. Their dot product is then sum q x directly,
+// which is what the VNNI kernel's sum u x - C sum x comes to. Unsigned
+// codes are at most 31 (Q5_1, Q5_K) or 15 (nibbles): 2 * 31 * 127 cannot saturate.
+//
+// Compiled only on x86-64, and not at all with -DSPECDEC_PORTABLE=ON; -ffp-contract=off as the
+// other kernels (CMakeLists.txt). Only this file's functions carry the AVX2 target, through
+// attributes, so no inline function of a shared header is compiled for AVX2 here.
+#include "model/panels_kernels.h"
+
+#if SPECDEC_PANELS_X86
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace specdec::model::panels_detail {
+
+namespace {
+
+#define SD_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// 8 bytes as 8 fp32 values (signed or unsigned bytes).
+template <bool Signed>
+SD_AVX2 inline __m256 small_ints(const uint8_t* p) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(Signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+}
+
+SD_AVX2 inline __m256 negate(__m256 v) {
+  return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u))));
+}
+
+// A group's scales: d (s[0..3], 8 outputs each) and, with Min, m (s[4..7]), as the AVX-512
+// kernel's group_scales: d = D * sc and m = -(Dmin * mn) with Sub, else d = D and m = M.
+template <bool Min, bool Sub>
+SD_AVX2 inline void group_scales(const uint8_t* header, const uint8_t* group, __m256* s) {
+  for (int i = 0; i < (Min ? 8 : 4); ++i)
+    s[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(header) + i));
+  if constexpr (Sub) {
+    for (int i = 0; i < 4; ++i) s[i] = _mm256_mul_ps(s[i], small_ints<!Min>(group + 8 * i));
+    if constexpr (Min)
+      for (int i = 0; i < 4; ++i) s[4 + i] = negate(_mm256_mul_ps(s[4 + i], small_ints<false>(group + 32 + 8 * i)));
+  }
+}
+
+// y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h, for N <= 5 rows
+// (r0.. of xr). Registers: w[i] holds outputs 8i .. 8i+7, four k of one output a 32-bit lane.
+template <int N, bool Nib, bool Min, bool Sub>
+SD_AVX2 void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t r0, float* y,
+                           int64_t y_stride) {
+  constexpr int G = kQ8Group<Nib, Min, Sub>, C = kQ8Offset<Nib, Min>;
+  constexpr bool kSigned = C == 128;  // codes as signed bytes, multiplied through their sign
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[N][4];
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < 4; ++i) acc[n][i] = _mm256_setzero_ps();
+  const int64_t in = job.in;
+  const int64_t per_block = G * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  const uint8_t* g = blk + job.header_bytes;
+  for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
+    if (k0 > 0 && k0 % per_block == 0) {  // the next block: its header, then its groups
+      blk += job.block_bytes;
+      g = blk + job.header_bytes;
+    }
+    __m256 sc[8];
+    group_scales<Min, Sub>(blk, g, sc);
+    const uint8_t* codes = g + job.sub_bytes;
+    const int64_t h = k0 / 16;  // the group's first 16-value half
+    __m256i dot[N][4];
+    for (int n = 0; n < N; ++n) {  // Q4_0's nibbles (C = 8) start at -8 sum xq, as in VNNI's
+      const size_t q = static_cast<size_t>((r0 + n) * in / 16 + h);
+      const int32_t start = C == 8 ? -8 * (xr.qsum[q] + (G == 32 ? xr.qsum[q + 1] : 0)) : 0;
+      for (int i = 0; i < 4; ++i) dot[n][i] = _mm256_set1_epi32(start);
+    }
+    for (int k = 0; k < G; k += 4) {
+      const uint8_t* step = codes + k * (Nib ? 16 : 32);  // this step's 64 (nib4) or 128 bytes
+      __m256i w[4];
+      if constexpr (Nib) {  // bytes 0-31: outputs 0-7 (low nibble), 16-23 (high); 32-63: 8-15, 24-31
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step));
+        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 32));
+        w[0] = _mm256_and_si256(v0, low4);
+        w[1] = _mm256_and_si256(v1, low4);
+        w[2] = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4);
+        w[3] = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4);
+      } else {
+        for (int i = 0; i < 4; ++i) w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 32 * i));
+      }
+      __m256i q[4];  // signed codes as stored, whose signs go to x
+      if constexpr (kSigned)
+        for (int i = 0; i < 4; ++i) {
+          q[i] = w[i];
+          w[i] = _mm256_abs_epi8(q[i]);
+        }
+      for (int n = 0; n < N; ++n) {
+        int32_t x4;
+        std::memcpy(&x4, xr.xq.data() + (r0 + n) * in + k0 + k, 4);
+        const __m256i xb = _mm256_set1_epi32(x4);
+        for (int i = 0; i < 4; ++i) {
+          const __m256i x = kSigned ? _mm256_sign_epi8(xb, q[i]) : xb;
+          dot[n][i] = _mm256_add_epi32(dot[n][i], _mm256_madd_epi16(_mm256_maddubs_epi16(w[i], x), ones));
+        }
+      }
+    }
+    for (int n = 0; n < N; ++n) {
+      const int64_t r = r0 + n;
+      const __m256 xs = _mm256_set1_ps(xr.scale[static_cast<size_t>(r * in / 32 + k0 / 32)]);
+      for (int i = 0; i < 4; ++i)
+        acc[n][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[n][i]), _mm256_mul_ps(sc[i], xs), acc[n][i]);
+      if constexpr (Min) {
+        const size_t q = static_cast<size_t>(r * in / 16 + h);
+        const __m256 xsb = _mm256_set1_ps(xr.xsum[q] + (G == 32 ? xr.xsum[q + 1] : 0.0f));
+        for (int i = 0; i < 4; ++i) acc[n][i] = _mm256_fmadd_ps(sc[4 + i], xsb, acc[n][i]);
+      }
+    }
+  }
+  for (int n = 0; n < N; ++n) {  // + bias, the valid outputs only
+    alignas(32) float out[kPanel];
+    for (int i = 0; i < 4; ++i) _mm256_store_ps(out + 8 * i, acc[n][i]);
+    for (int64_t j = 0; j < job.valid; ++j) y[n * y_stride + j] = out[j] + (job.bias ? job.bias[j] : 0.0f);
+  }
+}
+
+template <bool Nib, bool Min, bool Sub>
+constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
+  return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
+          panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
+          panel_rows_q8<5, Nib, Min, Sub>};
+}
+
+}  // namespace
+
+namespace avx2 {
+
+RowsQ8Fn q8_kernel(const Segment& s, int n) {
+  static constexpr auto q4_0 = q8_kernels_for<true, false, false>();
+  static constexpr auto q4_1 = q8_kernels_for<true, true, false>();
+  static constexpr auto q4_k = q8_kernels_for<true, true, true>();
+  static constexpr auto q8_0 = q8_kernels_for<false, false, false>();
+  static constexpr auto q5_1 = q8_kernels_for<false, true, false>();
+  static constexpr auto q5_k = q8_kernels_for<false, true, true>();
+  static constexpr auto q6_k = q8_kernels_for<false, false, true>();
+  const bool min = s.add == Add::kMin;
+  if (s.code == Code::kNib4) return (s.sub ? q4_k : min ? q4_1 : q4_0)[n];
+  return (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0)[n];
+}
+
+}  // namespace avx2
+
+}  // namespace specdec::model::panels_detail
+
+#endif  // SPECDEC_PANELS_X86
