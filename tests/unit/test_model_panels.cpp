@@ -8,6 +8,10 @@
 // -DSPECDEC_PORTABLE=ON build has only the portable kernel.
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -128,7 +132,10 @@ TEST_P(Panels, Int8ActivationsWithinTheQuantisationBound) {
 // signed codes multiplied as they are stored (without the sign trick) fail here by far.
 TEST_P(Panels, Int8Avx2KernelEqualsTheVnniOne) {
 #if SPECDEC_PANELS_X86
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 and FMA";
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & bit_F16C) == 0)
+    GTEST_SKIP() << "no AVX2, FMA and F16C";
   const GgmlType t = GetParam();
   if (!io::ggml_type_has_codes(t)) GTEST_SKIP() << "float types keep fp32 activations";
   namespace pd = panels_detail;
@@ -204,7 +211,9 @@ TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
 #if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
   avx512 = __builtin_cpu_supports("avx512f");
   vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // F16C: clang's __builtin_cpu_supports lacks it
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 #else
   portable = true;
 #endif
