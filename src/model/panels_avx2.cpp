@@ -69,14 +69,9 @@ SD_AVX2 void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
   for (int n = 0; n < N; ++n)
     for (int i = 0; i < 4; ++i) acc[n][i] = _mm256_setzero_ps();
   const int64_t in = job.in;
-  const int64_t per_block = G * job.groups_per_block;
-  const uint8_t* blk = job.panel;
-  const uint8_t* g = blk + job.header_bytes;
-  for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
-    if (k0 > 0 && k0 % per_block == 0) {  // the next block: its header, then its groups
-      blk += job.block_bytes;
-      g = blk + job.header_bytes;
-    }
+  for (Q8Groups at(job, G); at.k0 < in; at.next()) {
+    const int64_t k0 = at.k0;
+    const uint8_t *blk = at.blk, *g = at.g;
     __m256 sc[8];
     group_scales<Min, Sub>(blk, g, sc);
     const uint8_t* codes = g + job.sub_bytes;

@@ -208,14 +208,9 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
   __m512 acc[N][2];
   for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
   const int64_t in = job.in;
-  const int64_t per_block = G * job.groups_per_block;
-  const uint8_t* blk = job.panel;
-  const uint8_t* g = blk + job.header_bytes;
-  for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
-    if (k0 > 0 && k0 % per_block == 0) {  // the next block: its header, then its groups
-      blk += job.block_bytes;
-      g = blk + job.header_bytes;
-    }
+  for (Q8Groups at(job, G); at.k0 < in; at.next()) {
+    const int64_t k0 = at.k0;
+    const uint8_t *blk = at.blk, *g = at.g;
     __m512 sc[4];
     group_scales<kCode, Min, Sub>(blk, g, sc);
     const uint8_t* codes = g + job.sub_bytes;

@@ -112,6 +112,27 @@ template <bool Nib, bool Min>
 constexpr int kQ8Offset = Min ? 0 : Nib ? 8 : 128;
 constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
 
+// The int8 kernels' walk over a panel's groups of G k (a block holds groups_per_block of them
+// after its header): blk is the current block, g the current group. The kernels loop
+//   for (Q8Groups at(job, G); at.k0 < job.in; at.next()) ...
+struct Q8Groups {
+  const PanelJob& job;
+  const int64_t group_k, per_block;
+  int64_t k0 = 0;
+  const uint8_t* blk;
+  const uint8_t* g;
+  Q8Groups(const PanelJob& j, int64_t G)
+      : job(j), group_k(G), per_block(G * j.groups_per_block), blk(j.panel), g(j.panel + j.header_bytes) {}
+  void next() {
+    k0 += group_k;
+    g += job.group_bytes;
+    if (k0 % per_block == 0) {  // the next block: its header, then its groups
+      blk += job.block_bytes;
+      g = blk + job.header_bytes;
+    }
+  }
+};
+
 // Each implementation's entry points: the fp32-panel kernels, the kernels of a segment's code,
 // and the int8 kernel of a segment (int8_dot) for n rows (1 .. kQ8Rows).
 #if SPECDEC_PANELS_X86

@@ -141,14 +141,9 @@ void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t r0, flo
   float acc[N][kP] = {};
   const int64_t in = job.in;
   constexpr Code kCode = Nib ? Code::kNib4 : Code::kInt8;
-  const int64_t per_block = G * job.groups_per_block;
-  const uint8_t* blk = job.panel;
-  const uint8_t* g = blk + job.header_bytes;
-  for (int64_t k0 = 0; k0 < in; k0 += G, g += job.group_bytes) {
-    if (k0 > 0 && k0 % per_block == 0) {  // the next block: its header, then its groups
-      blk += job.block_bytes;
-      g = blk + job.header_bytes;
-    }
+  for (Q8Groups at(job, G); at.k0 < in; at.next()) {
+    const int64_t k0 = at.k0;
+    const uint8_t *blk = at.blk, *g = at.g;
     float d[kP], m[kP];
     group_scales<kCode, Min, Sub>(blk, g, d, m);
     const uint8_t* codes = g + job.sub_bytes;
