@@ -9,9 +9,6 @@
 #include "model/panels.h"
 
 #include <sys/mman.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -94,16 +91,6 @@ struct Dispatch {
   QuantizeFn quantize;  // int8 activations, with the int8 kernels
 };
 
-#if SPECDEC_PANELS_X86
-// What the AVX2 int8 kernel needs. F16C through cpuid: clang's __builtin_cpu_supports does not
-// know it.
-bool cpu_has_avx2_fma_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-  return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#endif
-
 Dispatch choose_dispatch() {
   const char* env = std::getenv("SPECDEC_KERNELS");
   const std::string want = env ? env : "";
@@ -112,7 +99,7 @@ Dispatch choose_dispatch() {
   Dispatch d{"portable", "portable", portable::f32_kernels, portable::kernels,
              portable::q8_kernel, portable::quantize};
 #if SPECDEC_PANELS_X86
-  if (want != "portable" && cpu_has_avx2_fma_f16c()) {
+  if (want != "portable" && avx2::supported()) {
     d.int8_name = "avx2";
     d.q8_kernel = avx2::q8_kernel;  // the portable quantisation: the same bits
   }

@@ -20,6 +20,7 @@
 
 #if SPECDEC_PANELS_X86
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <array>
@@ -141,6 +142,13 @@ constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
 }  // namespace
 
 namespace avx2 {
+
+// F16C through cpuid: clang's __builtin_cpu_supports does not know the name.
+bool supported() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
 
 RowsQ8Fn q8_kernel(const Segment& s, int n) {
   static constexpr auto q4_0 = q8_kernels_for<true, false, false>();

@@ -143,7 +143,8 @@ RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX-512F, BW and VNNI
 void quantize(const float* x, int64_t blocks, QuantizedRows& xr);  // needs AVX-512F
 }  // namespace avx512
 namespace avx2 {
-RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX2, FMA and F16C
+bool supported();                             // the CPU has AVX2, FMA and F16C
+RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs supported()
 }  // namespace avx2
 #endif
 namespace portable {

@@ -8,10 +8,6 @@
 // -DSPECDEC_PORTABLE=ON build has only the portable kernel.
 #include <gtest/gtest.h>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -132,10 +128,7 @@ TEST_P(Panels, Int8ActivationsWithinTheQuantisationBound) {
 // signed codes multiplied as they are stored (without the sign trick) fail here by far.
 TEST_P(Panels, Int8Avx2KernelEqualsTheVnniOne) {
 #if SPECDEC_PANELS_X86
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-      !__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & bit_F16C) == 0)
-    GTEST_SKIP() << "no AVX2, FMA and F16C";
+  if (!panels_detail::avx2::supported()) GTEST_SKIP() << "no AVX2, FMA and F16C";
   const GgmlType t = GetParam();
   if (!io::ggml_type_has_codes(t)) GTEST_SKIP() << "float types keep fp32 activations";
   namespace pd = panels_detail;
@@ -211,9 +204,7 @@ TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
 #if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
   avx512 = __builtin_cpu_supports("avx512f");
   vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // F16C: clang's __builtin_cpu_supports lacks it
-  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  avx2 = panels_detail::avx2::supported();
 #else
   portable = true;
 #endif
