@@ -3,9 +3,11 @@
 // Arguments: /shape/rows/path with shape 0: 576->1536 (MLP up), 1: 1536->576 (MLP down),
 // 2: 576->49152 (LM head); path as LinearPath (1 mv, 2 dnnl, 3 gemm, 4 bf16 (at::linear),
 // 5 skinny fp32 weights, 105 skinny bf16 weights).
-// BM_PanelsQ8/type:<t>/rows:<n>: the int8-activation panel kernel (dtype native_q8) on random
-// GGUF blocks small enough to stay in cache (t 0: Q4_K 1536 -> 2048, 1: Q6_K 8960 -> 256), so
-// the time is the kernel's arithmetic, not memory: the cost of each extra verification row.
+// BM_Panels/type:<t>/rows:<n>/q8:<0|1>: the panel kernel on random GGUF blocks small enough to
+// stay in cache (t 0: Q4_K 1536 -> 2048, 1: Q6_K 8960 -> 256, 2: Q4_1 1536 -> 2048), so the
+// time is the kernel's arithmetic, not memory: the cost of each extra verification row; q8 1:
+// int8 activations (dtype native_q8), 0: fp32 activations (dtype native). The label names the
+// kernel this process picked (SPECDEC_KERNELS=portable forces the portable one).
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
@@ -81,13 +83,14 @@ void args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Linear)->Apply(args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-void BM_PanelsQ8(benchmark::State& st) {
+void BM_Panels(benchmark::State& st) {
   namespace io = specdec::io;
-  const bool q6 = st.range(0) == 1;
-  const io::GgmlType t = q6 ? io::GgmlType::Q6_K : io::GgmlType::Q4_K;
-  const int64_t in = q6 ? 8960 : 1536, out = q6 ? 256 : 2048, n = st.range(1);
-  static std::map<int, std::pair<std::vector<uint8_t>, sm::PanelWeight>> cache;
-  auto it = cache.find(q6);
+  const int type = static_cast<int>(st.range(0));
+  const bool q8 = st.range(2) == 1;
+  const io::GgmlType t = type == 1 ? io::GgmlType::Q6_K : type == 2 ? io::GgmlType::Q4_1 : io::GgmlType::Q4_K;
+  const int64_t in = type == 1 ? 8960 : 1536, out = type == 1 ? 256 : 2048, n = st.range(1);
+  static std::map<std::pair<int, bool>, std::pair<std::vector<uint8_t>, sm::PanelWeight>> cache;
+  auto it = cache.find({type, q8});
   if (it == cache.end()) {
     std::vector<uint8_t> bytes = specdec::testing::random_tensor(t, out, in, 1);
     sm::QuantBlocks qb;
@@ -96,8 +99,8 @@ void BM_PanelsQ8(benchmark::State& st) {
     qb.data = bytes.data();
     qb.out = out;
     qb.in = in;
-    sm::PanelWeight w = sm::PanelWeight::from_blocks({qb}, /*int8_dot=*/true);
-    it = cache.emplace(q6, std::make_pair(std::move(bytes), std::move(w))).first;
+    sm::PanelWeight w = sm::PanelWeight::from_blocks({qb}, q8);
+    it = cache.emplace(std::make_pair(type, q8), std::make_pair(std::move(bytes), std::move(w))).first;
   }
   const sm::PanelWeight& w = it->second.second;
   const at::Tensor x = at::randn({n, in});
@@ -106,11 +109,12 @@ void BM_PanelsQ8(benchmark::State& st) {
     benchmark::DoNotOptimize(y.data_ptr<float>());
   }
   st.counters["weight_MB"] = static_cast<double>(w.bytes()) / 1e6;
-  st.SetLabel(io::ggml_type_name(t));
+  st.SetLabel(std::string(io::ggml_type_name(t)) + (q8 ? "/q8 " : " ") +
+              (q8 ? sm::panels_int8_kernel() : sm::panels_kernel()));
 }
-BENCHMARK(BM_PanelsQ8)
-    ->ArgsProduct({{0, 1}, {1, 5}})
-    ->ArgNames({"type", "rows"})
+BENCHMARK(BM_Panels)
+    ->ArgsProduct({{0, 1, 2}, {1, 5}, {0, 1}})
+    ->ArgNames({"type", "rows", "q8"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

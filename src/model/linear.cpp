@@ -99,9 +99,9 @@ LinearPolicy linear_policy() { return g_policy; }
 // as one sequential stream whatever the row count, and holds SmolLM2's decode (1 row) and
 // verification (5, 8 rows) at memory bandwidth, where at::mv and dnnl_sgemm reach about half
 // of it. Packed layers therefore always take it; prefill goes through it too, 8 rows at a
-// time against a panel that stays in L2. (On a CPU without AVX-512 the portable panel kernel
-// runs instead, unmeasured; it keeps a row's result independent of the row count, and dtype
-// native equal to float32, which the library kernels do not.) Library layout (LinearPolicy::
+// time against a panel that stays in L2. (On a CPU without AVX-512 the AVX2 or the portable
+// implementation runs instead, with the same properties: a row's result independent of the row
+// count, and dtype native equal to float32, which the library kernels do not give.) Library layout (LinearPolicy::
 // kLibrary): mv for 1 row (OpenBLAS gemm with M=1 is ~2x slower), dnnl for 2-8, gemm after;
 // bf16 weights through oneDNN's at::linear.
 LinearPath Linear::choose_path(int64_t n_rows) const {

@@ -2,8 +2,8 @@
 // A linear layer y = x W^T (+ b). Decode (1 row) and verification (2-9 rows) are bound by
 // reading W from memory; library kernels (at::mv, dnnl_sgemm) reach about half the memory
 // bandwidth there, our AVX-512 panel kernel all of it (results/engine.md). By default the
-// weights are stored packed for that kernel (its portable implementation on a CPU without
-// AVX-512, model/panels.h), which then serves every row count, so a row's output does not
+// weights are stored packed for that kernel (its AVX2 or portable implementation on a CPU
+// without AVX-512, model/panels.h), which then serves every row count, so a row's output does not
 // depend on how many rows came with it. Under LinearPolicy::kLibrary W stays [out, in] and the
 // kernel is chosen by row count, by measurement (../shared/notes/cpu-toolchain.md). Weights
 // may be kept in bf16.
@@ -26,8 +26,9 @@ namespace specdec::model {
 //           to bf16 too
 //   kSkinny our panel kernel: W packed in panels of 32 outputs, each one sequential stream;
 //           streams W once per call (rows in groups of 8 against a panel in L2), fp32 or bf16
-//           weights (widened exactly to fp32), fp32 x and accumulation. AVX-512F intrinsics
-//           where the CPU has them, else portable C++ (model/panels.h: panels_kernel()).
+//           weights (widened exactly to fp32), fp32 x and accumulation. AVX-512F or AVX2
+//           intrinsics where the CPU has them, else portable C++ (model/panels.h:
+//           panels_kernel()).
 enum class LinearPath { kAuto, kMv, kDnnl, kGemm, kBf16, kSkinny };
 
 // True when this CPU can run LinearPath::kSkinny: always, since its portable implementation.
@@ -35,7 +36,7 @@ bool linear_has_skinny();
 
 // The layout of Linears constructed from now on (process-wide; for A/B measurements of the
 // whole model, set it before loading):
-//   kSkinny  (default) packed panels and the panel kernel (AVX-512 or portable)
+//   kSkinny  (default) packed panels and the panel kernel (AVX-512, AVX2 or portable)
 //   kLibrary [out, in] and library kernels only: mv / dnnl / gemm for fp32, at::linear for bf16
 enum class LinearPolicy { kSkinny, kLibrary };
 void set_linear_policy(LinearPolicy policy);

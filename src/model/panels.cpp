@@ -1,5 +1,5 @@
 // Panel packing, the choice of kernel and the calls into it. See panels.h; the kernels
-// themselves are in panels_avx512.cpp, panels_avx2.cpp (int8 only) and panels_portable.cpp
+// themselves are in panels_avx512.cpp, panels_avx2.cpp and panels_portable.cpp
 // (panels_kernels.h).
 //
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): a quantised weight must be
@@ -100,7 +100,9 @@ Dispatch choose_dispatch() {
              portable::q8_kernel, portable::quantize};
 #if SPECDEC_PANELS_X86
   if (want != "portable" && avx2::supported()) {
-    d.int8_name = "avx2";
+    d.name = d.int8_name = "avx2";
+    d.f32_kernels = avx2::f32_kernels;
+    d.kernels = avx2::kernels;
     d.q8_kernel = avx2::q8_kernel;  // the portable quantisation: the same bits
   }
   if (want != "portable" && __builtin_cpu_supports("avx512f")) {

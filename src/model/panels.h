@@ -50,19 +50,19 @@ struct QuantBlocks {
   bool defined() const { return data != nullptr; }
 };
 
-// The kernel has two implementations over the same layout, picked once per process:
+// The kernel has three implementations over the same layout, picked once per process:
 //   avx512    AVX-512F intrinsics (int8 activations: AVX512-VNNI), where the CPU has them
+//   avx2      AVX2 intrinsics (with FMA and F16C) where AVX-512 is missing, and for int8
+//             activations where AVX512-VNNI is: avx512's bits, 8 lanes a register where that
+//             one has 16 (panels_avx2.cpp)
 //   portable  plain C++, on any CPU; the only difference: it rounds each product and sum
-//             separately where avx512 fuses them (FMA), so the two differ in the last bits.
-//             Within either, every property above holds (row-count independence, native ==
+//             separately where the others fuse them (FMA), so it differs in the last bits.
+//             Within each, every property above holds (row-count independence, native ==
 //             float32 bit for bit).
-// and, for int8 activations alone, a third:
-//   avx2      AVX2 intrinsics (with FMA and F16C) where AVX512-VNNI is missing: the VNNI
-//             kernel's bits (panels_avx2.cpp).
 // The environment variable SPECDEC_KERNELS=portable forces the portable one (tests run both on
 // an AVX-512 or AVX2 machine); unset or "auto" picks the fastest; other values are an error. A
 // build with -DSPECDEC_PORTABLE=ON, or for a CPU other than x86-64, contains only the portable
-// one. The choice for fp32 activations ("avx512" or "portable") and for int8 activations
+// one. The choice for fp32 activations ("avx512", "avx2" or "portable") and for int8 activations
 // ("avx512-vnni", "avx2" or "portable").
 const char* panels_kernel();
 const char* panels_int8_kernel();

@@ -1,10 +1,16 @@
-// The int8-activation panel kernel (dtype native_q8, and the q4_1 draft) with AVX2 intrinsics,
-// for x86-64 CPUs with AVX2, FMA and F16C but without AVX512-VNNI. Its results equal the
-// AVX512-VNNI kernel's (panels_avx512.cpp) bit for bit: the integer dot products are exact in
-// any order, and the float steps are the same operations in the same order, with the same fused
-// multiply-adds, 8 outputs a register where that kernel has 16. panels_kernels.h has the
-// formula; tests/unit/test_model_panels.cpp checks it against both other kernels.
+// The panel kernels with AVX2 intrinsics, for x86-64 CPUs with AVX2, FMA and F16C but without
+// AVX-512: both kernel sets of panels_avx512.cpp, with results equal to that file's bit for bit.
 //
+// fp32 activations (f32, bf16, f16 and the GGUF codes of dtype native): each output is one
+// chain of fused multiply-adds over k = 0 .. in-1 and a quantised weight is d * q, then + m, as
+// there; a lane computes one output whatever the register's width, so 8 outputs a register
+// give the 16-lane kernel's bits. A pass holds N rows x V registers of accumulators in the 16
+// ymm registers (V = 4 up to 3 rows, 2 up to 6, else 1), and a panel takes 4 / V passes.
+//
+// int8 activations (dtype native_q8, and the q4_1 draft), where AVX512-VNNI is missing: the
+// integer dot products are exact in any order, and the float steps are the VNNI kernel's, in
+// the same order, with the same fused multiply-adds. panels_kernels.h has the formula;
+// tests/unit/test_model_panels.cpp checks both sets against the other two implementations.
 // vpdpbusd's four u8 x s8 products a lane become vpmaddubsw (pairs, into int16) and vpmaddwd
 // with ones (into int32). vpmaddubsw saturates a pair's sum at 32767, which two codes of 255
 // times 127 would pass, so the signed codes (Q5_0, Q8_0, Q6_K: stored as signed bytes q, which
@@ -23,6 +29,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -58,6 +65,109 @@ SD_AVX2 inline void group_scales(const uint8_t* header, const uint8_t* group, __
   }
 }
 
+// y[n, j] = acc[n] + bias for outputs j = 8 v0 .. 8 (v0 + V) - 1 below job.valid: the last step
+// of both kernels.
+template <int N, int V>
+SD_AVX2 inline void store_rows(const PanelJob& job, const __m256 (&acc)[N][V], float* y, int64_t y_stride, int v0) {
+  const int64_t j0 = 8 * v0, j1 = std::min<int64_t>(job.valid, 8 * (v0 + V));
+  for (int n = 0; n < N; ++n) {
+    alignas(32) float out[8 * V];
+    for (int i = 0; i < V; ++i) _mm256_store_ps(out + 8 * i, acc[n][i]);
+    for (int64_t j = j0; j < j1; ++j) y[n * y_stride + j] = out[j - j0] + (job.bias ? job.bias[j] : 0.0f);
+  }
+}
+
+// ---- fp32 activations -------------------------------------------------------------------------
+// The 8 weights of outputs 8v .. 8v+7 at step k of a group. s: the group's scales d (s[0..3])
+// and offsets m (s[4..7]), 8 outputs each. Quantised: w = d * q, then + m (Min).
+template <Code C, bool Min, int Off>
+SD_AVX2 inline __m256 weights8(const uint8_t* codes, int64_t k, int v, const __m256* s) {
+  if constexpr (C == Code::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(codes) + k * kPanel + 8 * v);
+  } else if constexpr (C == Code::kBF16 || C == Code::kF16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * 2 * kPanel + 16 * v));
+    if constexpr (C == Code::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));  // a bf16 is an fp32's top half
+  } else {
+    __m256i q;
+    if constexpr (C == Code::kNib4) {  // byte j: output j in the low nibble, j + 16 in the high
+      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+          reinterpret_cast<const __m128i*>(codes + k * kPanel / 2 + 8 * (v % 2))));
+      q = v < 2 ? _mm256_and_si256(b, _mm256_set1_epi32(0x0F)) : _mm256_srli_epi32(b, 4);
+      if constexpr (Off != 0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(Off));
+    } else {
+      q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kPanel + 8 * v)));
+    }
+    // d * q is exact for every format with "+ m" (at most 22 significant bits: Q5_K's 11-bit D
+    // times a 6-bit sub-scale times a 5-bit code), so one fused multiply-add gives the bits of
+    // d * q, then + m, with one instruction fewer.
+    const __m256 qf = _mm256_cvtepi32_ps(q);
+    return Min ? _mm256_fmadd_ps(s[v], qf, s[4 + v]) : _mm256_mul_ps(s[v], qf);
+  }
+}
+
+// Outputs 8 v0 .. 8 (v0 + V) - 1 of the panel for N rows: y[n, j] = bias + sum_k x[n, k] w[j, k];
+// x row stride `in`, y row stride y_stride, y at the panel's first output.
+template <int N, int V, Code C, bool Min, int Off, bool Sub>
+SD_AVX2 void panel_pass(const PanelJob& job, const float* x, float* y, int64_t y_stride, int v0) {
+  __m256 acc[N][V];
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < V; ++i) acc[n][i] = _mm256_setzero_ps();
+  const int64_t per_block = job.group * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
+    const uint8_t* g = blk + job.header_bytes;
+    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
+      __m256 s[8];
+      if constexpr (is_quantised(C)) group_scales<Min, Sub>(blk, g, s);
+      const uint8_t* codes = g + job.sub_bytes;
+      const float* xk = x + k0;
+      for (int64_t k = 0; k < job.group; ++k) {
+        __m256 w[V];
+        for (int i = 0; i < V; ++i) w[i] = weights8<C, Min, Off>(codes, k, v0 + i, s);
+        for (int n = 0; n < N; ++n) {
+          const __m256 xb = _mm256_set1_ps(xk[n * job.in + k]);
+          for (int i = 0; i < V; ++i) acc[n][i] = _mm256_fmadd_ps(w[i], xb, acc[n][i]);
+        }
+      }
+    }
+  }
+  store_rows<N, V>(job, acc, y, y_stride, v0);
+}
+
+template <int N, Code C, bool Min, int Off, bool Sub>
+SD_AVX2 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t y_stride) {
+  constexpr int V = N <= 3 ? 4 : N <= 6 ? 2 : 1;
+  for (int v0 = 0; v0 < 4 && 8 * v0 < job.valid; v0 += V) panel_pass<N, V, C, Min, Off, Sub>(job, x, y, y_stride, v0);
+}
+
+// The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
+template <Code C, bool Min, int Off, bool Sub>
+SD_AVX2 void decode_panel(const PanelJob& job, float* out) {
+  const int64_t per_block = job.group * job.groups_per_block;
+  const uint8_t* blk = job.panel;
+  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
+    const uint8_t* g = blk + job.header_bytes;
+    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
+      __m256 s[8];
+      if constexpr (is_quantised(C)) group_scales<Min, Sub>(blk, g, s);
+      for (int64_t k = 0; k < job.group; ++k)
+        for (int v = 0; v < 4; ++v)
+          _mm256_storeu_ps(out + (k0 + k) * kPanel + 8 * v, weights8<C, Min, Off>(g + job.sub_bytes, k, v, s));
+    }
+  }
+}
+
+template <Code C, bool Min, int Off, bool Sub>
+constexpr Kernels kernels_for() {
+  return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
+           panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
+           panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
+           panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
+          decode_panel<C, Min, Off, Sub>};
+}
+
+// ---- int8 activations --------------------------------------------------------------------------
 // y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h, for N <= 5 rows
 // (r0.. of xr). Registers: w[i] holds outputs 8i .. 8i+7, four k of one output a 32-bit lane.
 template <int N, bool Nib, bool Min, bool Sub>
@@ -125,11 +235,7 @@ SD_AVX2 void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
       }
     }
   }
-  for (int n = 0; n < N; ++n) {  // + bias, the valid outputs only
-    alignas(32) float out[kPanel];
-    for (int i = 0; i < 4; ++i) _mm256_store_ps(out + 8 * i, acc[n][i]);
-    for (int64_t j = 0; j < job.valid; ++j) y[n * y_stride + j] = out[j] + (job.bias ? job.bias[j] : 0.0f);
-  }
+  store_rows<N, 4>(job, acc, y, y_stride, 0);
 }
 
 template <bool Nib, bool Min, bool Sub>
@@ -142,6 +248,33 @@ constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
 }  // namespace
 
 namespace avx2 {
+
+const Kernels& f32_kernels() {
+  static const Kernels f32 = kernels_for<Code::kF32, false, 0, false>();
+  return f32;
+}
+
+// The instantiations of panels_avx512.cpp's kernels().
+const Kernels& kernels(const Segment& s) {
+  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0, false>();
+  static const Kernels f16 = kernels_for<Code::kF16, false, 0, false>();
+  static const Kernels q4_0 = kernels_for<Code::kNib4, false, 8, false>();
+  static const Kernels q4_1 = kernels_for<Code::kNib4, true, 0, false>();
+  static const Kernels q4_k = kernels_for<Code::kNib4, true, 0, true>();
+  static const Kernels q8_0 = kernels_for<Code::kInt8, false, 0, false>();
+  static const Kernels q5_1 = kernels_for<Code::kInt8, true, 0, false>();
+  static const Kernels q5_k = kernels_for<Code::kInt8, true, 0, true>();
+  static const Kernels q6_k = kernels_for<Code::kInt8, false, 0, true>();
+  const bool min = s.add == Add::kMin;
+  switch (s.code) {
+    case Code::kF32: return f32_kernels();
+    case Code::kBF16: return bf16;
+    case Code::kF16: return f16;
+    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
+    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
+  }
+  fail("panels: unknown code");
+}
 
 // F16C through cpuid: clang's __builtin_cpu_supports does not know the name.
 bool supported() {

@@ -221,7 +221,7 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
       const int32_t qs = C == 0 ? 0 : xr.qsum[q] + (G == 32 ? xr.qsum[q + 1] : 0);
       dot[n][0] = dot[n][1] = _mm512_set1_epi32(-C * qs);
     }
-#pragma GCC unroll 1  // fully unrolled (G is a constant), BM_PanelsQ8 ran 7-10 % slower
+#pragma GCC unroll 1  // fully unrolled (G is a constant), BM_PanelsQ8 (now BM_Panels q8:1) ran 7-10 % slower
     for (int k = 0; k < G; k += 4) {
       const uint8_t* step = codes + k * (Nib ? 16 : 32);  // this step's 64 (nib4) or 128 bytes
       _mm_prefetch(reinterpret_cast<const char*>(step + kQ8Prefetch), _MM_HINT_T0);

@@ -3,17 +3,18 @@
 // dispatch) shares with the two implementations of the kernels over the same packed layout:
 //   panels_avx512.cpp    AVX-512F intrinsics (and AVX512-VNNI for native_q8); x86-64 only,
 //                        and not compiled at all with -DSPECDEC_PORTABLE=ON
-//   panels_avx2.cpp      the int8 kernel alone with AVX2 intrinsics, where AVX512-VNNI is
-//                        missing (bit-identical to the VNNI one); x86-64 only, as above
+//   panels_avx2.cpp      both sets with AVX2 intrinsics, where AVX-512 (or, for the int8
+//                        kernel, AVX512-VNNI) is missing; bit-identical to panels_avx512.cpp;
+//                        x86-64 only, as above
 //   panels_portable.cpp  plain C++ loops (the compiler vectorises them for the target), any CPU
 // panels.cpp picks one set once per process (panels_kernel() in panels.h says which).
 //
 // Both compute each output as one chain over k = 0 .. in-1 whatever the row count, and form
 // quantised weights as d * q, then + m, exactly as io::dequantize(); so within either kernel a
 // row's result never depends on the rows beside it and dtype native equals float32 bit for bit.
-// They differ in one rounding: the AVX-512 kernel accumulates with fused multiply-adds, the
-// portable one rounds the product and the sum separately (baseline x86-64 has no FMA), so
-// their outputs differ from each other in the last bits.
+// They differ in one rounding: the AVX-512 and AVX2 kernels accumulate with fused multiply-adds,
+// the portable one rounds the product and the sum separately (baseline x86-64 has no FMA), so
+// their outputs differ from it in the last bits.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -34,7 +35,7 @@ using Code = PanelWeight::Code;
 using Segment = PanelWeight::Segment;
 using Add = io::BlockCodes::Add;
 
-inline bool is_quantised(Code c) { return c == Code::kNib4 || c == Code::kInt8; }
+constexpr bool is_quantised(Code c) { return c == Code::kNib4 || c == Code::kInt8; }
 
 // Byte of the codes of a group that holds code (k, j) (k within the group, output j of the
 // panel); a nib4 byte holds outputs j and j + 16 (low / high nibble).
@@ -144,7 +145,9 @@ void quantize(const float* x, int64_t blocks, QuantizedRows& xr);  // needs AVX-
 }  // namespace avx512
 namespace avx2 {
 bool supported();                             // the CPU has AVX2, FMA and F16C
-RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs supported()
+const Kernels& f32_kernels();                 // these three need supported()
+const Kernels& kernels(const Segment& s);
+RowsQ8Fn q8_kernel(const Segment& s, int n);
 }  // namespace avx2
 #endif
 namespace portable {

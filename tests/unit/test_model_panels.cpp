@@ -165,6 +165,51 @@ TEST_P(Panels, Int8Avx2KernelEqualsTheVnniOne) {
 #endif
 }
 
+// The AVX2 fp32-activation kernels (panels_avx2.cpp), called directly on every panel (two full
+// and a partial one) for 1-8 rows, and their decode: bit for bit the AVX-512 kernels' where the
+// CPU has AVX-512F (one FMA chain per output in both, 8 lanes a register against 16), and
+// everywhere the portable kernels' up to the rounding they differ in: a product rounded before
+// its sum, once per step, at most 2 K u sum |w x| over K = 512 steps (6e-5 of it) in the worst
+// case and ~sqrt(K) u (1.4e-6) for random roundings; 1e-5 lies between. The decode is exact in
+// all three. A wrong weight moves an output by ~|w x|, far above it.
+TEST_P(Panels, Fp32Avx2KernelsEqualTheAvx512Ones) {
+#if SPECDEC_PANELS_X86
+  if (!panels_detail::avx2::supported()) GTEST_SKIP() << "no AVX2, FMA and F16C";
+  namespace pd = panels_detail;
+  const GgmlType t = GetParam();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const int64_t out = 70, in = 512, rows = 8;
+  const auto bytes = random_tensor(t, out, in, 10);
+  const PanelWeight w = PanelWeight::from_blocks({view(t, bytes, out, in)});
+  const at::Tensor x = at::randn({rows, in}, at::kFloat), bias = at::randn({out}, at::kFloat);
+  const at::Tensor bound = 1e-5 * at::mm(x.abs(), dequantize(t, bytes, out, in).abs().t());
+  for (int64_t p = 0; p < 3; ++p) {
+    const PanelWeight::Segment& s = w.segment_of_panel(p);
+    const pd::PanelJob job = pd::panel_job(s, p - s.panel0, in, bias.data_ptr<float>());
+    at::Tensor da = at::empty({in, pd::kPanel}, at::kFloat), db = at::empty_like(da);
+    pd::avx2::kernels(s).decode(job, da.data_ptr<float>());
+    pd::portable::kernels(s).decode(job, db.data_ptr<float>());
+    EXPECT_TRUE(bit_equal(da, db)) << "panel " << p << " decodes differently";
+    for (int n = 1; n <= rows; ++n) {
+      at::Tensor a = at::zeros({n, pd::kPanel}, at::kFloat), b = at::zeros_like(a);
+      pd::avx2::kernels(s).rows[n](job, x.data_ptr<float>(), a.data_ptr<float>(), pd::kPanel);
+      pd::portable::kernels(s).rows[n](job, x.data_ptr<float>(), b.data_ptr<float>(), pd::kPanel);
+      const at::Tensor err = (a - b).abs().narrow(1, 0, job.valid);
+      const at::Tensor lim = bound.narrow(0, 0, n).narrow(1, p * pd::kPanel, job.valid);
+      EXPECT_TRUE((err <= lim).all().item<bool>())
+          << "panel " << p << ", " << n << " rows: worst difference / bound " << (err / lim).max().item<float>();
+      if (avx512) {
+        at::Tensor c = at::zeros_like(a);
+        pd::avx512::kernels(s).rows[n](job, x.data_ptr<float>(), c.data_ptr<float>(), pd::kPanel);
+        EXPECT_TRUE(bit_equal(a, c)) << "panel " << p << ", " << n << " rows";
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "this build has only the portable kernels";
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryType, Panels, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(io::ggml_type_name(info.param)); });
 
@@ -209,7 +254,7 @@ TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
   portable = true;
 #endif
   std::printf("panel kernels: %s, int8: %s\n", panels_kernel(), panels_int8_kernel());
-  EXPECT_STREQ(panels_kernel(), portable || !avx512 ? "portable" : "avx512");
+  EXPECT_STREQ(panels_kernel(), portable ? "portable" : avx512 ? "avx512" : avx2 ? "avx2" : "portable");
   EXPECT_STREQ(panels_int8_kernel(), portable ? "portable" : avx512 && vnni ? "avx512-vnni" : avx2 ? "avx2" : "portable");
 }
 
