@@ -339,6 +339,7 @@ void GammaController::update(RoundOutcome r) {
       if (shaped > 0) x.widen = 0.8 * x.widen + 0.2 * rows / shaped;
     }
   }
+  plain_timed_ = plain_timed_ || chosen_ == 0;
   if (mode_ == GammaMode::hf) {
     if (r.judged) gamma_ = (k > 0 && a == k) ? std::min(gamma_ + 2, gamma_max_) : std::max<int64_t>(gamma_ - 1, 1);
   } else if (mode_ == GammaMode::cost) {
@@ -452,6 +453,15 @@ void GammaController::choose_by_cost(int64_t lead, bool new_round) {
   for (const StepCosts& t : tables)
     if (t.verify_ms.empty()) {
       ranked_ = {{arm_, gamma_, false}};
+      return;
+    }
+  // A curve timed only at drafting's row counts gives a plain step its smallest count's time,
+  // which makes every draft look free (on a compute-bound CPU 5 rows cost 3.5x one row, and the
+  // controller never stepped aside). So before deciding from a measured table without a time
+  // at the lead's rows alone, a request takes one plain round, which times them.
+  for (size_t i = 0; i < arms_.size() && !plain_timed_; ++i)
+    if (!arms_[i].costs->fixed() && tables[i].verify_ms.begin()->first > lead + 1) {
+      ranked_ = {{arm_, 0, false}};
       return;
     }
   const auto best_at = [&](size_t i, double a, double m) {

@@ -149,7 +149,9 @@ class CostTable {
 //        (Leviathan et al. 2023): t_draft and t_verify from its CostTable, a from this
 //        request's accept counts after a prior of the table's acceptance. g = 0 means plain
 //        decoding (speculation steps aside); every `probe_every` rounds at 0 it drafts one
-//        token to keep measuring a, unless drafting could not pay even at a = 1.
+//        token to keep measuring a, unless drafting could not pay even at a = 1. A measured
+//        table that has timed no step as small as a plain one (lead + 1 rows) gets one plain
+//        round first, so that t_verify(1) is measured, not read off the drafts' row counts.
 //        Several drafters (speculative's `drafters`): one arm each, with its own table, accept
 //        counts and match rate m (the share of its rounds that proposed anything: a lookup may
 //        find nothing; a round without a proposal costs and emits what plain decoding does).
@@ -242,6 +244,7 @@ class GammaController {
   int64_t chosen_ = -1;         // the length the last next() returned (-1: none yet)
   int64_t ranked_lead_ = 0;     // the lead ranked_ was ranked for
   bool started_ = false;        // the last next() ended its arm's deferral
+  bool plain_timed_ = false;    // a round of this request stepped aside (timed a plain step)
   static constexpr int64_t probe_every = 8;
   static constexpr double prior_tokens = 4;  // the acceptance prior's weight, in judged tokens
   static constexpr double prior_rounds = 2;  // the match rate's prior (1)'s weight, in rounds

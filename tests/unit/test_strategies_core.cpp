@@ -204,6 +204,22 @@ TEST(GammaController, CostRuleDraftsWhenItPaysAndStopsWhenItDoesNot) {
   EXPECT_GE(n_zero, 30);  // mostly plain decoding, with occasional 1-token probes
 }
 
+// A measured curve timed only at the drafts' row counts read a plain step at the smallest
+// one's time, so drafting looked cheap wherever it ran first (the Qwen pair on a Zen 1 CPU never
+// stepped aside). Here each row costs a step's worth (a compute-bound target) and free drafts
+// are accepted at ~0.6: drafting never pays, which the controller can only see once it has
+// timed a plain step. Without that first plain round every round drafted.
+TEST(GammaController, APlainStepIsTimedBeforeTheCostsDecide) {
+  GammaController c(GammaMode::cost, 4, 8);
+  int n_zero = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t g = c.next();
+    n_zero += g == 0;
+    c.update({g, g * 3 / 5, 0.0, 10.0 * double(g + 1)});
+  }
+  EXPECT_GE(n_zero, 35);
+}
+
 // The verify curve is the measured counts, interpolated: the int8 kernels' flat-then-jumping
 // time (here 5 rows cost 1.2x one row, 7 rows 1.7x) is not bent into one line, which would put
 // 5 rows at 1.37x.
