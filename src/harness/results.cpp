@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -28,12 +29,42 @@ RunStore::RunStore(std::string dir) : dir_(std::move(dir)) {
 
 std::string RunStore::path(const std::string& file) const { return (fs::path(dir_) / file).string(); }
 
+namespace {
+// Whether the file ends in a torn record: a last line without its newline, which a kill during
+// its append left (a record and its newline are one write, so a committed one always has it).
+bool ends_torn(std::ifstream& in) {
+  in.clear();
+  in.seekg(0, std::ios::end);
+  if (in.tellg() <= 0) return false;
+  in.seekg(-1, std::ios::end);
+  return in.get() != '\n';
+}
+
+// Appends records to a .jsonl file of the run after cutting a torn last line, which the first
+// of them would otherwise continue: a resumed run's next commit would make one malformed line
+// of the torn record and its own.
+void append_records(const std::string& file, const std::string& text) {
+  std::ifstream in(file, std::ios::binary);
+  if (in && ends_torn(in)) {
+    in.seekg(0);
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t keep = data.rfind('\n') == std::string::npos ? 0 : data.rfind('\n') + 1;
+    in.close();
+    std::error_code ec;
+    fs::resize_file(file, keep, ec);
+    SD_CHECK(!ec, "cannot cut the torn last line of '", file, "': ", ec.message());
+  }
+  append_durable(file, text);
+}
+}  // namespace
+
 std::vector<json> RunStore::load_records(const std::string& file) const {
   std::vector<json> out;
-  std::ifstream in(path(file));
+  std::ifstream in(path(file), std::ios::binary);
   if (!in) return out;
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
+  if (!lines.empty() && ends_torn(in)) lines.pop_back();  // never committed, even if it parses
   for (size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].empty()) continue;
     try {
@@ -106,8 +137,8 @@ std::string first_difference(const std::string& a, const std::string& b) {
 }
 
 void RunStore::commit_unit(const std::vector<json>& samples, const json& unit) const {
-  if (!samples.empty()) append_durable(path("samples.jsonl"), jsonl_text(samples));
-  append_durable(path("units.jsonl"), jsonl_text({unit}));
+  if (!samples.empty()) append_records(path("samples.jsonl"), jsonl_text(samples));
+  append_records(path("units.jsonl"), jsonl_text({unit}));
 }
 
 void RunStore::write_cells(const std::vector<CellMetrics>& cells) const {
@@ -117,8 +148,8 @@ void RunStore::write_cells(const std::vector<CellMetrics>& cells) const {
 }
 
 void RunStore::commit_cell(const std::vector<json>& samples, const CellMetrics& metrics) const {
-  if (!samples.empty()) append_durable(path("samples.jsonl"), jsonl_text(samples));
-  append_durable(path("cells.jsonl"), jsonl_text({to_json(metrics)}));
+  if (!samples.empty()) append_records(path("samples.jsonl"), jsonl_text(samples));
+  append_records(path("cells.jsonl"), jsonl_text({to_json(metrics)}));
 }
 
 // results_root/experiment, refusing any experiment name that could leave the root ("..",

@@ -28,8 +28,9 @@ class RunStore {
   const std::string& dir() const { return dir_; }
   std::string path(const std::string& file) const;  // dir/file
 
-  // Finished cells in commit order. A torn last line (crash mid-write) is ignored;
-  // a malformed line elsewhere is an error naming the file and line.
+  // Finished cells in commit order. A torn last line (a kill mid-write: no newline at its
+  // end, or not JSON) is ignored, and cut before the next commit appends to the file; a
+  // malformed line elsewhere is an error naming the file and line.
   std::vector<CellMetrics> load_finished() const;
   // The JSON lines of `file` (same torn-last-line rule).
   std::vector<nlohmann::json> load_records(const std::string& file) const;

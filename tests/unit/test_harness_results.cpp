@@ -166,6 +166,31 @@ TEST(HarnessResults, CommitLoadTornLineAndPrune) {
   fs::remove_all(dir);
 }
 
+// A resumed run's first commit after a kill mid-write: the torn record (no newline at its end,
+// whether or not its text parses) is cut before the new one is appended, so the new record does
+// not continue its line. Without the cut the kill-and-resume test read a line holding both.
+TEST(HarnessResults, ACommitAfterATornLineCutsIt) {
+  const fs::path dir = fresh_dir("store_torn");
+  RunStore store(dir.string());
+  const auto a = make_cell("spec", "2", 1.2), b = make_cell("spec", "4", 1.6), c = make_cell("spec", "8", 1.8);
+  store.commit_cell({}, a);
+  append_durable(store.path("cells.jsonl"), "{\"key\": \"spec|gam");
+  store.commit_cell({{{"cell", b.cell.key}, {"i", 0}}}, b);
+  // A whole record whose newline the kill cut off was not committed either.
+  append_durable(store.path("cells.jsonl"), to_json(a).dump());
+  append_durable(store.path("samples.jsonl"), "{\"cell\": \"x\"}");
+  EXPECT_EQ(store.load_records("samples.jsonl").size(), 1u);
+  ASSERT_EQ(store.load_finished().size(), 2u);
+  store.commit_cell({{{"cell", c.cell.key}, {"i", 0}}}, c);
+  const auto done = store.load_finished();
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[1].cell.key, b.cell.key);
+  EXPECT_EQ(done[2].cell.key, c.cell.key);
+  EXPECT_EQ(slurp(store.path("samples.jsonl")),
+            "{\"cell\":\"" + b.cell.key + "\",\"i\":0}\n{\"cell\":\"" + c.cell.key + "\",\"i\":0}\n");
+  fs::remove_all(dir);
+}
+
 TEST(HarnessResults, SummaryCsvAndReport) {
   std::vector<CellMetrics> cells = {make_cell("spec", "2", 1.25), make_cell("spec", "4", 1.5)};
   cells[1].checks[0].pass = false;
