@@ -122,8 +122,8 @@ namespace {
 
 // x: [N, in] -> y: [N, out] via oneDNN's row-major sgemm, streaming W once for all rows.
 at::Tensor dnnl_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const int64_t n = x.size(0), k = x.size(1), m = w.size(0);
 #ifdef SPECDEC_WITH_DNNL
+  const int64_t n = x.size(0), k = x.size(1), m = w.size(0);
   at::Tensor y;
   float beta = 0.0f;
   if (b.defined()) {  // start from the bias in every row and accumulate onto it

@@ -2,9 +2,12 @@
 // equals its batch-1 generate() token for token, at batch sizes that exercise continuous
 // refill, for greedy and for seeded sampling (whatever the batch's composition and order), with
 // per-request max_new_tokens, EOS and stop strings finishing each sequence at the right place.
-// Heavy (~45 s): the fast tier's twin is tests/unit/test_strategies_batch.cpp (Batch.*: greedy,
-// seeded sampling, speculative and tree drafters, each sequence equal to its batch-1 run).
+// Heavy (~45 s on Zen 5, 561 s on a Zen 1 EPYC without AVX-512, where the tree drafters alone
+// took 226 s, hence their own entry): the fast tier's twin is tests/unit/test_strategies_batch.cpp
+// (Batch.*: greedy, seeded sampling, speculative and tree drafters, each sequence equal to its
+// batch-1 run).
 // ctest-heavy: *
+// ctest-heavy-part: trees SmolLM2Batch.TreeDraftersBatchEqualsEachRequestAlone
 #include <gtest/gtest.h>
 
 #include <filesystem>
