@@ -1,6 +1,6 @@
 #pragma once
 // The panel kernels' internal interface (not a public header): what panels.cpp (packing,
-// dispatch) shares with the two implementations of the kernels over the same packed layout:
+// dispatch) shares with the three implementations of the kernels over the same packed layout:
 //   panels_avx512.cpp    AVX-512F intrinsics (and AVX512-VNNI for native_q8); x86-64 only,
 //                        and not compiled at all with -DSPECDEC_PORTABLE=ON
 //   panels_avx2.cpp      both sets with AVX2 intrinsics, where AVX-512 (or, for the int8
@@ -9,8 +9,8 @@
 //   panels_portable.cpp  plain C++ loops (the compiler vectorises them for the target), any CPU
 // panels.cpp picks one set once per process (panels_kernel() in panels.h says which).
 //
-// Both compute each output as one chain over k = 0 .. in-1 whatever the row count, and form
-// quantised weights as d * q, then + m, exactly as io::dequantize(); so within either kernel a
+// All compute each output as one chain over k = 0 .. in-1 whatever the row count, and form
+// quantised weights as d * q, then + m, exactly as io::dequantize(); so within each kernel a
 // row's result never depends on the rows beside it and dtype native equals float32 bit for bit.
 // They differ in one rounding: the AVX-512 and AVX2 kernels accumulate with fused multiply-adds,
 // the portable one rounds the product and the sum separately (baseline x86-64 has no FMA), so
