@@ -113,22 +113,18 @@ SD_AVX2 void panel_pass(const PanelJob& job, const float* x, float* y, int64_t y
   __m256 acc[N][V];
   for (int n = 0; n < N; ++n)
     for (int i = 0; i < V; ++i) acc[n][i] = _mm256_setzero_ps();
-  const int64_t per_block = job.group * job.groups_per_block;
-  const uint8_t* blk = job.panel;
-  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
-    const uint8_t* g = blk + job.header_bytes;
-    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
-      __m256 s[8];
-      if constexpr (is_quantised(C)) group_scales<Min, Sub>(blk, g, s);
-      const uint8_t* codes = g + job.sub_bytes;
-      const float* xk = x + k0;
-      for (int64_t k = 0; k < job.group; ++k) {
-        __m256 w[V];
-        for (int i = 0; i < V; ++i) w[i] = weights8<C, Min, Off>(codes, k, v0 + i, s);
-        for (int n = 0; n < N; ++n) {
-          const __m256 xb = _mm256_set1_ps(xk[n * job.in + k]);
-          for (int i = 0; i < V; ++i) acc[n][i] = _mm256_fmadd_ps(w[i], xb, acc[n][i]);
-        }
+  // The int8 kernels' walk over the blocks and groups (panels_kernels.h), at this weight's group.
+  for (Q8Groups at(job, job.group); at.k0 < job.in; at.next()) {
+    __m256 s[8];
+    if constexpr (is_quantised(C)) group_scales<Min, Sub>(at.blk, at.g, s);
+    const uint8_t* codes = at.g + job.sub_bytes;
+    const float* xk = x + at.k0;
+    for (int64_t k = 0; k < job.group; ++k) {
+      __m256 w[V];
+      for (int i = 0; i < V; ++i) w[i] = weights8<C, Min, Off>(codes, k, v0 + i, s);
+      for (int n = 0; n < N; ++n) {
+        const __m256 xb = _mm256_set1_ps(xk[n * job.in + k]);
+        for (int i = 0; i < V; ++i) acc[n][i] = _mm256_fmadd_ps(w[i], xb, acc[n][i]);
       }
     }
   }
@@ -144,17 +140,12 @@ SD_AVX2 void panel_rows(const PanelJob& job, const float* x, float* y, int64_t y
 // The panel's weights as fp32 [in][32] (the layout of a kF32 panel).
 template <Code C, bool Min, int Off, bool Sub>
 SD_AVX2 void decode_panel(const PanelJob& job, float* out) {
-  const int64_t per_block = job.group * job.groups_per_block;
-  const uint8_t* blk = job.panel;
-  for (int64_t b0 = 0; b0 < job.in; b0 += per_block, blk += job.block_bytes) {
-    const uint8_t* g = blk + job.header_bytes;
-    for (int64_t k0 = b0; k0 < b0 + per_block; k0 += job.group, g += job.group_bytes) {
-      __m256 s[8];
-      if constexpr (is_quantised(C)) group_scales<Min, Sub>(blk, g, s);
-      for (int64_t k = 0; k < job.group; ++k)
-        for (int v = 0; v < 4; ++v)
-          _mm256_storeu_ps(out + (k0 + k) * kPanel + 8 * v, weights8<C, Min, Off>(g + job.sub_bytes, k, v, s));
-    }
+  for (Q8Groups at(job, job.group); at.k0 < job.in; at.next()) {
+    __m256 s[8];
+    if constexpr (is_quantised(C)) group_scales<Min, Sub>(at.blk, at.g, s);
+    for (int64_t k = 0; k < job.group; ++k)
+      for (int v = 0; v < 4; ++v)
+        _mm256_storeu_ps(out + (at.k0 + k) * kPanel + 8 * v, weights8<C, Min, Off>(at.g + job.sub_bytes, k, v, s));
   }
 }
 
