@@ -7,6 +7,11 @@
 //    change to grammar.cpp, 2026-12-01: all three constraints caught; the wrongly masked target
 //    commits a token the grammar refuses, and the next round's matcher names it);
 //  - a structure cut by max_new_tokens finishes with `length`; beam refuses a constraint.
+// Tiers: the fast tier keeps the constrained outputs' validity and the named errors on SmolLM2's
+// real vocabulary; speculative equality and batches are heavy, with their tiny-model twins in the
+// fast tier (test_strategies_grammar_drafts_tiny, _drafters_tiny, _forced_tiny: every drafter
+// equal to constrained greedy at temperature 0, batches with a matcher per sequence).
+// ctest-heavy: SmolLM2Grammar.SpeculativeEqualsConstrainedGreedy:SmolLM2Grammar.BatchesKeepAMatcherPerSequence
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -119,13 +119,17 @@ ref::Mode ref_mode(kernels::VerifyMode m) {
   return ref::Mode::greedy;
 }
 
-TEST(StrategiesReference, VerifyRoundEqualsTheReferenceDrawByDraw) {
+// The parameter is the number of trials: Sample/ (140000, ~20000 per mode: the fast tier; a fifth
+// of that in the ASan stage, tests/support/sanitizer.h) draws the first of Full/'s (700000, ~100000
+// per mode: the heavy tier), from the same seeds.
+// ctest-heavy: Full/StrategiesReferenceDraws.*
+class StrategiesReferenceDraws : public ::testing::TestWithParam<int64_t> {};
+TEST_P(StrategiesReferenceDraws, VerifyRoundEqualsTheReferenceDrawByDraw) {
   const auto backend = model::backend_of(at::Device(at::kCPU));
   Rng gen(33);
   std::map<std::string, int64_t> cases, partial;
-  // ~100k per mode (a fifth under the sanitizers: the two implementations agree draw by draw).
-  constexpr int64_t kTrials = test_support::sanitizer_scaled(700000, 5);
-  for (int64_t trial = 0; trial < kTrials; ++trial) {
+  const int64_t n_trials = GetParam();
+  for (int64_t trial = 0; trial < n_trials; ++trial) {
     const bool tree = trial % 2 == 1, with_q = trial % 3 != 0, block = !tree && trial % 4 == 0;
     DraftProposal d = random_draft(gen, 1 + static_cast<int64_t>(gen.next() % 5), tree);
     VerifySetup setup;
@@ -157,12 +161,14 @@ TEST(StrategiesReference, VerifyRoundEqualsTheReferenceDrawByDraw) {
   }
   for (const char* what : {"chain greedy", "chain sampling", "chain tokens_only", "chain block", "tree greedy",
                            "tree sampling", "tree tokens_only"}) {
-    // The main build's floors; under the sanitizers a tenth of them (of a fifth of the draws).
-    EXPECT_GE(cases[what], test_support::sanitizer_scaled(50000, 10)) << what;
-    EXPECT_GT(partial[what], test_support::sanitizer_scaled(2000, 10))
-        << what << ": too few partial acceptances to test the residuals";
+    // Floors in proportion to the trials: 50000 cases and 2000 partial acceptances per mode of 700000.
+    EXPECT_GE(cases[what], n_trials / 14) << what;
+    EXPECT_GT(partial[what], n_trials / 350) << what << ": too few partial acceptances to test the residuals";
   }
 }
+INSTANTIATE_TEST_SUITE_P(Sample, StrategiesReferenceDraws,
+                         ::testing::Values(test_support::sanitizer_scaled(140000, 5)));
+INSTANTIATE_TEST_SUITE_P(Full, StrategiesReferenceDraws, ::testing::Values(int64_t{700000}));
 
 // A batch round whose drafts are all trees, beside sequences without a draft (a plain step: an
 // n-gram miss, a request's last token), is one read, the verdict: the plain steps ride in the
