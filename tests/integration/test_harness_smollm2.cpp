@@ -48,7 +48,8 @@ TEST(HarnessSmolLM2, ShrunkQuickstartRunsAndPassesChecks) {
     // point: a cheap draft that agrees). A draft model that is not the target's copy, or a
     // requantisation gone wrong, falls far below.
     if (c["label"] == "spec-q4_1" && c["params"]["temperature"] == "0")
-      EXPECT_GE(c["alpha"].get<double>(), 0.4) << c["key"];  // measured 0.54 on these 2 x 12 tokens
+      EXPECT_GE(c["alpha"].get<double>(), 0.3) << c["key"];  // measured 0.54 on these 2 x 12 tokens (~25 drafted: the
+      // Q4_1 draft's near-ties fall by the int8 kernel, AVX2 or AVX-512; a broken draft accepts ~0)
   }
   EXPECT_EQ(n_greedy_checks, 2);  // spec-ngram and spec-q4_1 at temperature 0
   fs::remove_all(out);

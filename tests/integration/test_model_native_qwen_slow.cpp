@@ -20,8 +20,9 @@ TEST_P(NativeQwen, Int8ActivationsCloseToFloat32) {
   const std::string path = source_dir() + "/models/" + GetParam();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch_models.sh";
   // Measured: max |logit diff| 0.53 (0.5B) and 1.95 (1.5B) over 39 positions, greedy equal
-  // for all 24 tokens on both.
-  specdec::testing_native::expect_native_q8_close_to_float32(path, 4.5f, 12);
+  // for all 24 tokens on both (AVX-512). On the AVX2 kernel (Zen 1): 0.55 and 2.14, then 0.54 and
+  // 0.60 over 16 teacher-forced decode steps; top-1 agreement 54/55 (0.5B) and 55/55 (1.5B).
+  specdec::testing_native::expect_native_q8_close_to_float32(path, 4.5f, 0.85);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pair, NativeQwen,

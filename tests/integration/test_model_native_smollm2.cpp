@@ -60,11 +60,13 @@ TEST_F(NativeSmolLM2, ResidentWeightBytes) {
 }
 
 TEST_F(NativeSmolLM2, Int8ActivationsCloseToFloat32) {
-  // Measured: max |logit diff| 3.70 over the 42 prompt positions, top-1 agreement 0.93, greedy
-  // equal for 6 tokens (SmolLM2's activations have outliers that coarsen their 32-value blocks).
-  // The portable kernels (no FMA, model/panels.h): 4.26, 0.93, and 2 tokens, the third being
-  // a near-tie that the last-bit differences flip.
-  specdec::testing_native::expect_native_q8_close_to_float32(path, 8.0f, 2);
+  // Measured: max |logit diff| 3.70 over the 42 prompt positions, top-1 agreement 0.93 (SmolLM2's
+  // activations have outliers that coarsen their 32-value blocks); the portable kernels (no FMA,
+  // model/panels.h): 4.26 and 0.93; the AVX2 kernel (Zen 1): 3.40 and 38/42, then 2.36 and 15/16
+  // over the 16 teacher-forced decode steps. A free-running greedy race stayed equal for 6
+  // tokens on one kernel and 2 on another (a near-tie that the last bits flip), so it is not
+  // what this checks.
+  specdec::testing_native::expect_native_q8_close_to_float32(path, 8.0f, 0.75);
 }
 
 TEST_F(NativeSmolLM2, Q4_1RequantisesEveryMatrixAndStaysClose) {
@@ -78,9 +80,10 @@ TEST_F(NativeSmolLM2, Q4_1RequantisesEveryMatrixAndStaysClose) {
   std::printf("q4_1 resident %lld bytes, %lld matrix weights\n", static_cast<long long>(q4->resident_weight_bytes()),
               static_cast<long long>(n_matrix));
   EXPECT_EQ(q4->resident_weight_bytes(), n_matrix / 32 * 20 + 4 * n_vector);
-  // Measured: max |logit diff| 4.80 over the 42 prompt positions, top-1 agreement 0.88, greedy
-  // equal for 1 token (native_q8: 3.03, 0.91, 6; the Q8_0 embedding, now Q4_1, is the only
-  // difference). A lossy draft, not a target: what counts is that drafts are accepted
-  // (test_cli_extensions_smollm2) and the measured acceptance on the Qwen pair (results/engine.md).
-  specdec::testing_native::expect_native_q8_close_to_float32(path, 10.0f, 1, GgufWeights::kQ4_1);
+  // Measured: max |logit diff| 4.80 over the 42 prompt positions, top-1 agreement 0.88 (the AVX2
+  // kernel: 4.37 and 39/42, then 4.54 and 14/16 over the decode steps; native_q8: 3.03, 0.91; the
+  // Q8_0 embedding, now Q4_1, is the only difference). A lossy draft, not a target: what counts
+  // is that drafts are accepted (test_cli_extensions_smollm2) and the measured acceptance on the
+  // Qwen pair (results/engine.md).
+  specdec::testing_native::expect_native_q8_close_to_float32(path, 10.0f, 0.75, GgufWeights::kQ4_1);
 }

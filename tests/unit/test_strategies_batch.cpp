@@ -4,6 +4,9 @@
 // different targets) as named errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "strategies/batch.h"
 #include "strategies/registry.h"
@@ -95,7 +98,13 @@ TEST(Batch, APromptsForwardIsPrefillAndLaterForwardsVerify) {
   opt.batch_size = 2;
   for (const char* strategy : {"greedy", "speculative"}) {
     const Params p = std::string(strategy) == "greedy" ? P({}) : P({{"temperature", "0"}, {"drafter", "model"}});
-    const auto got = create(strategy, p)->generate_batch(reqs, opt, {});
+    // Up to three runs, as test_strategies_phases retries: on a busy machine a moment descheduled
+    // between two phases' clocks leaves a run short (CI once saw 0.26 ms missing of 4.15).
+    const auto adds_up = [](const Stats& st) { return std::abs(st.phase_ms.sum() - st.ms_total) <= 0.05 * st.ms_total + 0.5; };
+    std::vector<Result> got = create(strategy, p)->generate_batch(reqs, opt, {});
+    for (int retry = 0; retry < 2 && !std::all_of(got.begin(), got.end(), [&](const Result& r) { return adds_up(r.stats); });
+         ++retry)
+      got = create(strategy, p)->generate_batch(reqs, opt, {});
     double verify = 0;  // a round where another sequence joins is prefill for all: summed over sequences
     for (size_t i = 0; i < reqs.size(); ++i) {
       SCOPED_TRACE(std::string(strategy) + " request " + std::to_string(i));
