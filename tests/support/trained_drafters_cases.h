@@ -30,6 +30,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/error.h"
@@ -100,11 +101,27 @@ train::TrainOptions options(const std::string& kind) {
 // The data and the untrained heads, cheap; each trained head below is trained on its first use,
 // so that a ctest entry trains only the heads its tests reach (the EAGLE chain's law check: one of
 // the four). A head starts from its kind's seeded weights (TrainOptions::seed), whatever the order.
+// A folder of this process's own, removed at exit.
+struct OwnDir {
+  std::string path = ::testing::TempDir() + "/specdec_trained_heads_" + std::to_string(::getpid());
+  OwnDir() = default;
+  OwnDir(const OwnDir&) = delete;
+  ~OwnDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 struct Rig {
   train::Dataset train_set, held_out;
   model::DraftHead eagle_untrained, medusa_untrained;
-  std::string dir;  // where the trained heads are saved: one per process (entries run side by side)
 };
+
+// Where the trained heads are saved: one folder a process (entries run side by side).
+const std::string& heads_dir() {
+  static const OwnDir d;
+  return d.path;
+}
 
 const Rig& rig() {
   static const Rig r = [] {
@@ -114,7 +131,6 @@ const Rig& rig() {
     for (const Tokens& s : tut().held_out) rig.held_out.push_back(train::target_features(target, s, tut().topk));
     rig.eagle_untrained = train::new_head(target, options("eagle"));
     rig.medusa_untrained = train::new_head(target, options("medusa"));
-    rig.dir = ::testing::TempDir() + "/specdec_trained_heads_" + std::to_string(::getpid());
     return rig;
   }();
   return r;
@@ -152,8 +168,8 @@ const Eagle& eagle() {
     e.vocab = e.head;  // the same tensors, another configuration
     e.vocab.config().draft_vocab =
         train::select_draft_vocab(rig().train_set, tut().model->config().n_vocab, tut().draft_vocab);
-    e.dir = rig().dir + "/eagle";
-    e.vocab_dir = rig().dir + "/eagle_vocab";
+    e.dir = heads_dir() + "/eagle";
+    e.vocab_dir = heads_dir() + "/eagle_vocab";
     e.head.save(e.dir);
     e.vocab.save(e.vocab_dir);
     std::printf("%zu training and %zu held-out sequences of %lld tokens; %lld EAGLE steps\n", rig().train_set.size(),
@@ -170,7 +186,7 @@ struct Medusa {
 
 const Medusa& medusa() {
   static const Medusa m = [] {
-    Medusa m{trained_head("medusa", rig().train_set), rig().dir + "/medusa"};
+    Medusa m{trained_head("medusa", rig().train_set), heads_dir() + "/medusa"};
     m.head.save(m.dir);
     return m;
   }();
