@@ -1,6 +1,7 @@
 #pragma once
 // Shared set-up of the strategy and drafter unit tests: cached tiny models, parameter maps,
 // a drafter built the way Speculative::make_drafter builds it, and the text of an error.
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +24,13 @@ inline std::shared_ptr<model::CausalLM> tiny(uint64_t seed) {
 }
 
 inline strategies::Params P(std::map<std::string, std::string> values) { return strategies::Params(std::move(values)); }
+
+// A run's disjoint phases cover its wall time within 5 % (+ slack_ms, for a batch's sequences of
+// a few ms). On a busy machine a moment descheduled between two phases' clocks can leave a run
+// short: the tests retry up to three runs (test_strategies_phases, test_strategies_batch).
+inline bool phases_add_up(const strategies::Stats& s, double slack_ms = 0) {
+  return std::abs(s.phase_ms.sum() - s.ms_total) <= 0.05 * s.ms_total + slack_ms;
+}
 
 // What Speculative::make_drafter passes to the registry, built from user-style parameters.
 struct Rig {

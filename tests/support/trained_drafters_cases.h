@@ -20,8 +20,6 @@
 //  - A head refuses another target, and a Medusa head refuses to be an EAGLE head, by name.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -30,7 +28,6 @@
 #include <memory>
 #include <numeric>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "core/error.h"
@@ -41,6 +38,7 @@
 #include "model/tiny.h"
 #include "speculative/proposer.h"
 #include "strategies/registry.h"
+#include "tests/support/command.h"
 #include "tests/support/drafter_rig.h"
 #include "tests/support/sanitizer.h"
 #include "tests/support/spec_distribution.h"
@@ -101,26 +99,16 @@ train::TrainOptions options(const std::string& kind) {
 // The data and the untrained heads, cheap; each trained head below is trained on its first use,
 // so that a ctest entry trains only the heads its tests reach (the EAGLE chain's law check: one of
 // the four). A head starts from its kind's seeded weights (TrainOptions::seed), whatever the order.
-// A folder of this process's own, removed at exit.
-struct OwnDir {
-  std::string path = ::testing::TempDir() + "/specdec_trained_heads_" + std::to_string(::getpid());
-  OwnDir() = default;
-  OwnDir(const OwnDir&) = delete;
-  ~OwnDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 struct Rig {
   train::Dataset train_set, held_out;
   model::DraftHead eagle_untrained, medusa_untrained;
 };
 
-// Where the trained heads are saved: one folder a process (entries run side by side).
+// Where the trained heads are saved: one folder a process (entries run side by side), removed at exit.
 const std::string& heads_dir() {
-  static const OwnDir d;
-  return d.path;
+  static const testing_support::ProcessDir d("specdec_trained_heads");
+  static const std::string path = d.path.string();
+  return path;
 }
 
 const Rig& rig() {

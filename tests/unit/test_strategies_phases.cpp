@@ -56,9 +56,6 @@ Result run(const std::string& name, std::map<std::string, std::string> params, c
   return create(name, Params(std::move(params)))->generate(req, cb);
 }
 
-// The disjoint phases cover the wall time of generate() within 5 %.
-bool adds_up(const Stats& s) { return std::abs(s.phase_ms.sum() - s.ms_total) <= 0.05 * s.ms_total; }
-
 void expect_adds_up(const Stats& s, const std::string& what) {
   ASSERT_GT(s.ms_total, 0) << what;
   EXPECT_NEAR(s.phase_ms.sum(), s.ms_total, 0.05 * s.ms_total)
@@ -73,7 +70,7 @@ void expect_adds_up(const Stats& s, const std::string& what) {
 // 4 ms run (CI once saw 0.26 ms of 4.15). Work a phase really left out fails every run.
 Result run_adding_up(const std::function<Result()>& generate, const std::string& what) {
   Result r = generate();
-  for (int retry = 0; retry < 2 && !adds_up(r.stats); ++retry) r = generate();
+  for (int retry = 0; retry < 2 && !test_support::phases_add_up(r.stats); ++retry) r = generate();
   expect_adds_up(r.stats, what);
   return r;
 }
