@@ -149,14 +149,17 @@ SD_AVX2 void decode_panel(const PanelJob& job, float* out) {
   }
 }
 
-template <Code C, bool Min, int Off, bool Sub>
-constexpr Kernels kernels_for() {
-  return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
-           panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
-           panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
-           panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
-          decode_panel<C, Min, Off, Sub>};
-}
+// This file's kernels of one code, for kernels_of (panels_kernels.h).
+struct MakeKernels {
+  template <Code C, bool Min, int Off, bool Sub>
+  static constexpr Kernels make() {
+    return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
+             panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
+             panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
+             panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
+            decode_panel<C, Min, Off, Sub>};
+  }
+};
 
 // ---- int8 activations --------------------------------------------------------------------------
 // y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h, for N <= 5 rows
@@ -229,43 +232,26 @@ SD_AVX2 void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
   store_rows<N, 4>(job, acc, y, y_stride, 0);
 }
 
-template <bool Nib, bool Min, bool Sub>
-constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
-  return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
-          panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
-          panel_rows_q8<5, Nib, Min, Sub>};
-}
+// This file's int8 kernels of one code by row count, for q8_kernel_of (panels_kernels.h).
+struct MakeQ8 {
+  template <bool Nib, bool Min, bool Sub>
+  static constexpr std::array<RowsQ8Fn, kQ8Rows + 1> make() {
+    return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
+            panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
+            panel_rows_q8<5, Nib, Min, Sub>};
+  }
+};
 
 }  // namespace
 
 namespace avx2 {
 
 const Kernels& f32_kernels() {
-  static const Kernels f32 = kernels_for<Code::kF32, false, 0, false>();
+  static const Kernels f32 = MakeKernels::make<Code::kF32, false, 0, false>();
   return f32;
 }
 
-// The instantiations of panels_avx512.cpp's kernels().
-const Kernels& kernels(const Segment& s) {
-  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0, false>();
-  static const Kernels f16 = kernels_for<Code::kF16, false, 0, false>();
-  static const Kernels q4_0 = kernels_for<Code::kNib4, false, 8, false>();
-  static const Kernels q4_1 = kernels_for<Code::kNib4, true, 0, false>();
-  static const Kernels q4_k = kernels_for<Code::kNib4, true, 0, true>();
-  static const Kernels q8_0 = kernels_for<Code::kInt8, false, 0, false>();
-  static const Kernels q5_1 = kernels_for<Code::kInt8, true, 0, false>();
-  static const Kernels q5_k = kernels_for<Code::kInt8, true, 0, true>();
-  static const Kernels q6_k = kernels_for<Code::kInt8, false, 0, true>();
-  const bool min = s.add == Add::kMin;
-  switch (s.code) {
-    case Code::kF32: return f32_kernels();
-    case Code::kBF16: return bf16;
-    case Code::kF16: return f16;
-    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
-    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
-  }
-  fail("panels: unknown code");
-}
+const Kernels& kernels(const Segment& s) { return kernels_of<MakeKernels>(s, f32_kernels()); }
 
 // F16C through cpuid: clang's __builtin_cpu_supports does not know the name.
 bool supported() {
@@ -274,18 +260,8 @@ bool supported() {
   return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-RowsQ8Fn q8_kernel(const Segment& s, int n) {
-  static constexpr auto q4_0 = q8_kernels_for<true, false, false>();
-  static constexpr auto q4_1 = q8_kernels_for<true, true, false>();
-  static constexpr auto q4_k = q8_kernels_for<true, true, true>();
-  static constexpr auto q8_0 = q8_kernels_for<false, false, false>();
-  static constexpr auto q5_1 = q8_kernels_for<false, true, false>();
-  static constexpr auto q5_k = q8_kernels_for<false, true, true>();
-  static constexpr auto q6_k = q8_kernels_for<false, false, true>();
-  const bool min = s.add == Add::kMin;
-  if (s.code == Code::kNib4) return (s.sub ? q4_k : min ? q4_1 : q4_0)[n];
-  return (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0)[n];
-}
+// By row count 1..kQ8Rows (more rows go kQ8Rows at a time: a verification of gamma 4 in one pass).
+RowsQ8Fn q8_kernel(const Segment& s, int n) { return q8_kernel_of<MakeQ8>(s, n); }
 
 }  // namespace avx2
 

@@ -170,14 +170,17 @@ SD_AVX512 void decode_panel(const PanelJob& job, float* out) {
   }
 }
 
-template <Code C, bool Min, int Off, bool Sub>
-constexpr Kernels kernels_for() {
-  return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
-           panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
-           panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
-           panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
-          decode_panel<C, Min, Off, Sub>};
-}
+// This file's kernels of one code, for kernels_of (panels_kernels.h).
+struct MakeKernels {
+  template <Code C, bool Min, int Off, bool Sub>
+  static constexpr Kernels make() {
+    return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
+             panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
+             panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
+             panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
+            decode_panel<C, Min, Off, Sub>};
+  }
+};
 
 #define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
@@ -262,45 +265,26 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
   store_rows<N>(job, acc, y, y_stride);
 }
 
-template <bool Nib, bool Min, bool Sub>
-constexpr std::array<RowsQ8Fn, kQ8Rows + 1> q8_kernels_for() {
-  return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
-          panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
-          panel_rows_q8<5, Nib, Min, Sub>};
-}
+// This file's int8 kernels of one code by row count, for q8_kernel_of (panels_kernels.h).
+struct MakeQ8 {
+  template <bool Nib, bool Min, bool Sub>
+  static constexpr std::array<RowsQ8Fn, kQ8Rows + 1> make() {
+    return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
+            panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
+            panel_rows_q8<5, Nib, Min, Sub>};
+  }
+};
 
 }  // namespace
 
 namespace avx512 {
 
 const Kernels& f32_kernels() {
-  static const Kernels f32 = kernels_for<Code::kF32, false, 0, false>();
+  static const Kernels f32 = MakeKernels::make<Code::kF32, false, 0, false>();
   return f32;
 }
 
-// The instantiations a segment can need (see from_blocks): nib4 for Q4_0 (offset 8), Q4_1
-// (+ M) and Q4_K (sub-scales, - Dmin * mn); int8 for Q5_0 / Q8_0, Q5_1 (+ M), Q5_K
-// (sub-scales, - Dmin * mn) and Q6_K (signed sub-scales).
-const Kernels& kernels(const Segment& s) {
-  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0, false>();
-  static const Kernels f16 = kernels_for<Code::kF16, false, 0, false>();
-  static const Kernels q4_0 = kernels_for<Code::kNib4, false, 8, false>();
-  static const Kernels q4_1 = kernels_for<Code::kNib4, true, 0, false>();
-  static const Kernels q4_k = kernels_for<Code::kNib4, true, 0, true>();
-  static const Kernels q8_0 = kernels_for<Code::kInt8, false, 0, false>();
-  static const Kernels q5_1 = kernels_for<Code::kInt8, true, 0, false>();
-  static const Kernels q5_k = kernels_for<Code::kInt8, true, 0, true>();
-  static const Kernels q6_k = kernels_for<Code::kInt8, false, 0, true>();
-  const bool min = s.add == Add::kMin;
-  switch (s.code) {
-    case Code::kF32: return f32_kernels();
-    case Code::kBF16: return bf16;
-    case Code::kF16: return f16;
-    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
-    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
-  }
-  fail("panels: unknown code");
-}
+const Kernels& kernels(const Segment& s) { return kernels_of<MakeKernels>(s, f32_kernels()); }
 
 // The quantisation of panels_kernels.h (QuantizedRows), 16 values per register.
 SD_AVX512 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
@@ -328,18 +312,8 @@ SD_AVX512 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
   }
 }
 
-// By row count 1..5 (more rows go 5 at a time: a verification of gamma 4 in one pass; 8 rows
-// would need more than the 32 vector registers for their int and float accumulators).
-RowsQ8Fn q8_kernel(const Segment& s, int n) {
-  static const auto q4_0 = q8_kernels_for<true, false, false>(), q4_1 = q8_kernels_for<true, true, false>();
-  static const auto q4_k = q8_kernels_for<true, true, true>(), q8_0 = q8_kernels_for<false, false, false>();
-  static const auto q5_1 = q8_kernels_for<false, true, false>(), q5_k = q8_kernels_for<false, true, true>();
-  static const auto q6_k = q8_kernels_for<false, false, true>();
-  const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
-  const auto& table = nib ? (s.sub ? q4_k : min ? q4_1 : q4_0)
-                          : (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0);
-  return table[static_cast<size_t>(n)];
-}
+// By row count 1..kQ8Rows (more rows go kQ8Rows at a time: a verification of gamma 4 in one pass).
+RowsQ8Fn q8_kernel(const Segment& s, int n) { return q8_kernel_of<MakeQ8>(s, n); }
 
 }  // namespace avx512
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "model/panels.h"
 
 // 1 when this build contains the x86-64 kernels (panels_avx512.cpp, panels_avx2.cpp).
@@ -111,7 +112,9 @@ template <bool Nib, bool Min, bool Sub>
 constexpr int kQ8Group = !Nib && Sub && !Min ? 16 : 32;
 template <bool Nib, bool Min>
 constexpr int kQ8Offset = Min ? 0 : Nib ? 8 : 128;
-constexpr int kQ8Rows = 5;  // rows per pass of the int8 kernel
+// Rows per pass of the int8 kernel: a verification of gamma 4 in one pass (8 rows would need more
+// than AVX-512's 32 vector registers for their int and float accumulators).
+constexpr int kQ8Rows = 5;
 
 // The int8 kernels' walk over a panel's groups of G k (a block holds groups_per_block of them
 // after its header): blk is the current block, g the current group. The kernels loop
@@ -133,6 +136,45 @@ struct Q8Groups {
     }
   }
 };
+
+// A segment's kernels, picked by its code from one implementation's instantiations: nib4 for
+// Q4_0 (offset 8), Q4_1 (+ M) and Q4_K (sub-scales, - Dmin * mn); int8 for Q5_0 / Q8_0, Q5_1
+// (+ M), Q5_K (sub-scales, - Dmin * mn) and Q6_K (signed sub-scales). Each file passes its own
+// makers (a type in its anonymous namespace, so each file gets its own tables):
+//   Set::template make<Code, Min, Off, Sub>()  its Kernels (kernels_for)
+//   Q8::template make<Nib, Min, Sub>()         its int8 kernels by row count 0..kQ8Rows
+template <class Set>
+const Kernels& kernels_of(const Segment& s, const Kernels& f32) {
+  static const Kernels bf16 = Set::template make<Code::kBF16, false, 0, false>();
+  static const Kernels f16 = Set::template make<Code::kF16, false, 0, false>();
+  static const Kernels q4_0 = Set::template make<Code::kNib4, false, 8, false>();
+  static const Kernels q4_1 = Set::template make<Code::kNib4, true, 0, false>();
+  static const Kernels q4_k = Set::template make<Code::kNib4, true, 0, true>();
+  static const Kernels q8_0 = Set::template make<Code::kInt8, false, 0, false>();
+  static const Kernels q5_1 = Set::template make<Code::kInt8, true, 0, false>();
+  static const Kernels q5_k = Set::template make<Code::kInt8, true, 0, true>();
+  static const Kernels q6_k = Set::template make<Code::kInt8, false, 0, true>();
+  const bool min = s.add == Add::kMin;
+  switch (s.code) {
+    case Code::kF32: return f32;
+    case Code::kBF16: return bf16;
+    case Code::kF16: return f16;
+    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
+    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
+  }
+  fail("panels: unknown code");
+}
+
+template <class Q8>
+RowsQ8Fn q8_kernel_of(const Segment& s, int n) {
+  static const auto q4_0 = Q8::template make<true, false, false>(), q4_1 = Q8::template make<true, true, false>();
+  static const auto q4_k = Q8::template make<true, true, true>(), q8_0 = Q8::template make<false, false, false>();
+  static const auto q5_1 = Q8::template make<false, true, false>(), q5_k = Q8::template make<false, true, true>();
+  static const auto q6_k = Q8::template make<false, false, true>();
+  const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
+  const auto& table = nib ? (s.sub ? q4_k : min ? q4_1 : q4_0) : (s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0);
+  return table[static_cast<size_t>(n)];
+}
 
 // Each implementation's entry points: the fp32-panel kernels, the kernels of a segment's code,
 // and the int8 kernel of a segment (int8_dot) for n rows (1 .. kQ8Rows).

@@ -14,6 +14,7 @@
 // fuse d * q + m, or the accumulation, where the target has FMA (e.g. AArch64), and dtype
 // native would no longer equal float32.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -123,14 +124,17 @@ void decode_panel(const PanelJob& job, float* out) {
   }
 }
 
-template <Code C, bool Min, int Off, bool Sub>
-constexpr Kernels kernels_for() {
-  return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
-           panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
-           panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
-           panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
-          decode_panel<C, Min, Off, Sub>};
-}
+// This file's kernels of one code, for kernels_of (panels_kernels.h).
+struct MakeKernels {
+  template <Code C, bool Min, int Off, bool Sub>
+  static constexpr Kernels make() {
+    return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
+             panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
+             panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
+             panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
+            decode_panel<C, Min, Off, Sub>};
+  }
+};
 
 // y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h (QuantizedRows),
 // for N <= 5 rows (r0.. of xr): the integer dot products of the codes made unsigned (u) with
@@ -187,13 +191,14 @@ void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t r0, flo
   store_rows<N>(job, acc, y, y_stride);
 }
 
-using Q8Table = RowsQ8Fn[kQ8Rows + 1];
-
-template <bool Nib, bool Min, bool Sub>
-struct Q8Kernels {
-  static constexpr Q8Table table = {nullptr, panel_rows_q8<1, Nib, Min, Sub>,
-                                    panel_rows_q8<2, Nib, Min, Sub>, panel_rows_q8<3, Nib, Min, Sub>,
-                                    panel_rows_q8<4, Nib, Min, Sub>, panel_rows_q8<5, Nib, Min, Sub>};
+// This file's int8 kernels of one code by row count, for q8_kernel_of (panels_kernels.h).
+struct MakeQ8 {
+  template <bool Nib, bool Min, bool Sub>
+  static constexpr std::array<RowsQ8Fn, kQ8Rows + 1> make() {
+    return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
+            panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
+            panel_rows_q8<5, Nib, Min, Sub>};
+  }
 };
 
 }  // namespace
@@ -201,31 +206,11 @@ struct Q8Kernels {
 namespace portable {
 
 const Kernels& f32_kernels() {
-  static const Kernels f32 = kernels_for<Code::kF32, false, 0, false>();
+  static const Kernels f32 = MakeKernels::make<Code::kF32, false, 0, false>();
   return f32;
 }
 
-// The same instantiations as the AVX-512 kernels (panels_avx512.cpp).
-const Kernels& kernels(const Segment& s) {
-  static const Kernels bf16 = kernels_for<Code::kBF16, false, 0, false>();
-  static const Kernels f16 = kernels_for<Code::kF16, false, 0, false>();
-  static const Kernels q4_0 = kernels_for<Code::kNib4, false, 8, false>();
-  static const Kernels q4_1 = kernels_for<Code::kNib4, true, 0, false>();
-  static const Kernels q4_k = kernels_for<Code::kNib4, true, 0, true>();
-  static const Kernels q8_0 = kernels_for<Code::kInt8, false, 0, false>();
-  static const Kernels q5_1 = kernels_for<Code::kInt8, true, 0, false>();
-  static const Kernels q5_k = kernels_for<Code::kInt8, true, 0, true>();
-  static const Kernels q6_k = kernels_for<Code::kInt8, false, 0, true>();
-  const bool min = s.add == Add::kMin;
-  switch (s.code) {
-    case Code::kF32: return f32_kernels();
-    case Code::kBF16: return bf16;
-    case Code::kF16: return f16;
-    case Code::kNib4: return s.sub ? q4_k : min ? q4_1 : q4_0;
-    case Code::kInt8: return s.sub ? (min ? q5_k : q6_k) : min ? q5_1 : q8_0;
-  }
-  fail("panels: unknown code");
-}
+const Kernels& kernels(const Segment& s) { return kernels_of<MakeKernels>(s, f32_kernels()); }
 
 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
   for (int64_t b = 0; b < blocks; ++b) {
@@ -253,18 +238,8 @@ void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
   }
 }
 
-RowsQ8Fn q8_kernel(const Segment& s, int n) {
-  const bool min = s.add == Add::kMin, nib = s.code == Code::kNib4;
-  const RowsQ8Fn* table =
-      nib
-          ? (s.sub ? Q8Kernels<true, true, true>::table
-             : min ? Q8Kernels<true, true, false>::table
-                   : Q8Kernels<true, false, false>::table)
-          : (s.sub ? (min ? Q8Kernels<false, true, true>::table : Q8Kernels<false, false, true>::table)
-             : min ? Q8Kernels<false, true, false>::table
-                   : Q8Kernels<false, false, false>::table);
-  return table[n];
-}
+// By row count 1..kQ8Rows (more rows go kQ8Rows at a time: a verification of gamma 4 in one pass).
+RowsQ8Fn q8_kernel(const Segment& s, int n) { return q8_kernel_of<MakeQ8>(s, n); }
 
 }  // namespace portable
 
