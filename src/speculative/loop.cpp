@@ -195,18 +195,25 @@ void SpecLoop::join(int64_t b) {
   st.gamma_rounds.assign(cfg_.gamma_max + 1, 0);
   s.seq = req.prompt;
   s.prefill.assign(s.seq.begin(), s.seq.end() - 1);
-  ++st.n_target_forwards;  // the prompt's forward (its own, the newcomers', or shared with the first round)
+  if (features_) ++st.n_target_forwards;  // the prompt's own forward (else it rides with the first round's)
 }
 
-// Newcomers' prompts (all but the last token) get a forward of their own before their first
-// draft where the batch has one slot (nothing to ride with) or the drafters read the target's
-// features (the first draft needs the prompt's); else they ride with the next round's forward.
+// Newcomers' prompts (all but the last token) ride with their first round's forward, which
+// feeds [prompt..., last, draft...]: one forward where plain decoding also does one (its prefill
+// gives the first token), and no forward of its own. Only where the drafters read the target's
+// features (the first draft needs the prompt's) does the prompt get its own forward first.
+// The draft models prefill here (a deferred one with its first draft), timed as prefill.
 void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   if (newcomers.empty()) return;
-  if (B_ > 1 && !features_) {
+  if (!features_) {
     for (int64_t b : newcomers)
-      for (size_t j = 0; j < drafters_.size(); ++j)
-        if (!spec_[b].lazy[j]) spec_[b].drafters[j]->prefill(spec_[b].prefill, {});
+      for (size_t j = 0; j < drafters_.size(); ++j) {
+        if (spec_[b].lazy[j]) continue;
+        spec_[b].drafters[j]->prefill(spec_[b].prefill, {});
+        const double ms = phase_.charge(&PhaseTimes::prefill);
+        // Measured for the cost table where it is the slot's own (one slot).
+        if (!costs_.empty() && B_ == 1) costs_[j]->measure_prefill(static_cast<int64_t>(spec_[b].prefill.size()), ms);
+      }
     return;
   }
   std::vector<Tokens> fed(B_);
@@ -338,7 +345,8 @@ void target_feed(const SpecSequence& s, Tokens& fed, int64_t& start, std::vector
 }
 
 double SpecLoop::score() {
-  if (B_ == 1) {  // one slot, its prompt prefilled: a plain forward over [last, draft...]
+  if (B_ == 1 && spec_[0].prefill.empty()) {  // one slot, its prompt cached: a plain forward over [last, draft...]
+    forward_rows_ = 0;
     SpecSequence& s = spec_[0];
     model::ForwardOptions opt = s.d.is_chain() ? model::ForwardOptions{} : tree_forward_options(s.d, target_.device());
     opt.final_hidden = features_;
@@ -513,7 +521,9 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
     mine.drafted += k;
     mine.accepted += a;
   }
-  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead, B_ > 1 ? forward_rows_ : 0, s.d.size() - lead});
+  // The batch's rows; one slot: its own rows (0), unless the forward fed its prompt too (-1).
+  const int64_t batch_rows = B_ > 1 || forward_rows_ < 0 ? forward_rows_ : 0;
+  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead, batch_rows, s.d.size() - lead});
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

@@ -37,8 +37,8 @@ struct SpecSetup {
 // Speculative decoding of one or more requests (strategies/batch.h for slots, refill and
 // exactness): each round drafts for every sequence (own RNG, draft length and gamma control; a
 // drafter with a model shares its forwards between the sequences: BatchDrafter), scores every
-// active sequence's [last committed, draft...] in one target forward (ragged in a batch, where a
-// newcomer's prompt rides along), verifies them in one kernel call per verify mode (chains:
+// active sequence's [last committed, draft...] in one target forward (ragged in a batch; a
+// newcomer's prompt rides along with its first round, alone or in a batch), verifies them in one kernel call per verify mode (chains:
 // VerifyArgs.batch, ragged n_draft; trees, one per sequence) and rolls each sequence back on its
 // own. A request's tokens are those of its run alone (batch_size 1), which is what
 // Speculative::generate runs; at T > 0 with adaptive_gamma=cost the batch step's lengths

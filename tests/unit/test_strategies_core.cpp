@@ -761,6 +761,43 @@ TEST(LazyPrefill, AWindowedDraftIsWeighedByItsWindow) {
   }
 }
 
+// A request that steps aside every round costs what plain decoding costs: its prompt rides with
+// its first round's forward (which then gives the first token, as greedy's prefill does), so the
+// target runs as many forwards as greedy, alone and in a batch, and the stats count them. Planted
+// (2026-12-05, not committed): the one-slot prompt fed in a forward of its own first, as before
+// that change: one target forward more per request.
+TEST(LazyPrefill, SteppingAsideEveryRoundRunsGreedysTargetForwards) {
+  Request req = tiny_request(11, 24);
+  auto target = std::make_shared<CountingLM>(req.target);
+  req.target = target;
+  const Result base = run("greedy", {}, req);
+  const int64_t greedy_calls = target->calls;
+  ASSERT_EQ(base.stats.n_target_forwards, greedy_calls);
+  req.draft = tiny(12);
+  const std::string costs = model_costs("aside_forwards.json", 1000, 0.5, 1);
+  for (const auto& [name, values] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"n-gram, gamma 0", {{"drafter", "ngram"}, {"gamma", "0"}}},
+           {"a draft model that never pays", {{"adaptive_gamma", "cost"}, {"controller_costs", costs}}}}) {
+    SCOPED_TRACE(name);
+    target->calls = 0;
+    const Result r = run("speculative", greedy_params(values), req);
+    EXPECT_EQ(r.tokens, base.tokens);
+    EXPECT_EQ(target->calls, greedy_calls);
+    EXPECT_EQ(r.stats.n_target_forwards, greedy_calls);
+  }
+  // Three such requests (three prompts) in a batch of 3 run greedy's batched forwards.
+  std::vector<Request> three(3, req);
+  for (size_t i = 0; i < three.size(); ++i) three[i].prompt.push_back(static_cast<TokenId>(2 + 9 * i));
+  target->calls = 0;
+  const std::vector<Result> g = create("greedy", greedy_params())->generate_batch(three, BatchOptions{3, 0}, {});
+  const int64_t greedy_batch_calls = target->calls;
+  target->calls = 0;
+  const Params aside = greedy_params({{"adaptive_gamma", "cost"}, {"controller_costs", costs}});
+  const std::vector<Result> s = create("speculative", aside)->generate_batch(three, BatchOptions{3, 0}, {});
+  EXPECT_EQ(target->calls, greedy_batch_calls);
+  for (size_t i = 0; i < three.size(); ++i) EXPECT_EQ(s[i].tokens, g[i].tokens) << "request " << i;
+}
+
 // ---- several drafters for one request (speculative's drafters; docs/controller.md) ------------
 // The target counts its forwards; a draft model beside it keeps a copy of what its cache holds
 // and, at the first draft forward after each target forward (a round's catch-up), the prefix
@@ -981,7 +1018,7 @@ TEST(Speculative, StatsAreConsistent) {
   req.draft = tiny(12);
   const Result r = run("speculative", greedy_params({{"gamma", "3"}}), req);
   const Stats& s = r.stats;
-  EXPECT_EQ(s.n_target_forwards, s.n_rounds + 1);
+  EXPECT_EQ(s.n_target_forwards, s.n_rounds);  // the prompt rides with the first round's forward
   int64_t acc = 0, dr = 0;
   for (size_t i = 0; i < s.accepted_per_position.size(); ++i) {
     acc += s.accepted_per_position[i];

@@ -79,7 +79,7 @@ Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, boo
     EXPECT_EQ(r.tokens.size(), 3u);
     if (r.tokens.size() != 3u) break;
     ++counts[{r.tokens[0], r.tokens[1], r.tokens[2]}];
-    n_forwards += r.stats.n_target_forwards - 1;
+    n_forwards += r.stats.n_rounds;
     n_tokens += 3;
     n_drafted += r.stats.n_drafted;
     if (const auto it = r.stats.drafter_stats.find("draft_stops"); it != r.stats.drafter_stats.end()) n_stops += it->second;
