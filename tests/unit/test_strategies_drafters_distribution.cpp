@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "model/tiny.h"
 #include "strategies/registry.h"
+#include "tests/support/command.h"
 #include "tests/support/fresh_heads.h"
 #include "tests/support/sanitizer.h"
 #include "tests/support/spec_distribution.h"
@@ -51,9 +53,12 @@ struct Outcome {
   double tau;
   int64_t n_drafted;
   double n_stops;  // chains draft_stop cut short (drafter_stats)
+  std::map<std::string, int64_t> rounds;  // several drafters: the rounds each drafted (Stats::per_drafter)
 };
 
-Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, bool with_draft) {
+// alone: also compare the first kAlone samples with generate() alone (not where the batch step
+// chooses the draft lengths: adaptive_gamma=cost at T > 0).
+Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, bool with_draft, bool alone = true) {
   params["temperature"] = "0.7";
   params["top_k"] = "6";
   const ts::Dist exact = ts::exact_joint(*models().tgt, prompt, proc());
@@ -70,12 +75,14 @@ Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, boo
   strategies::BatchOptions opt;
   opt.batch_size = kBatch;
   const std::vector<Result> results = strategy->generate_batch(reqs, opt, {});
-  for (int64_t i = 0; i < kAlone; ++i)  // and the first few, alone, tie the law to generate() here too
+  for (int64_t i = 0; i < (alone ? kAlone : 0); ++i)  // and the first few, alone, tie the law to generate() here too
     EXPECT_EQ(strategy->generate(reqs[i], {}).tokens, results[i].tokens) << "sample " << i;
   std::map<Triple, int64_t> counts;
   int64_t n_forwards = 0, n_tokens = 0, n_drafted = 0;
   double n_stops = 0;
+  std::map<std::string, int64_t> rounds;
   for (const Result& r : results) {
+    for (const auto& [name, c] : r.stats.per_drafter) rounds[name] += c.rounds;
     EXPECT_EQ(r.tokens.size(), 3u);
     if (r.tokens.size() != 3u) break;
     ++counts[{r.tokens[0], r.tokens[1], r.tokens[2]}];
@@ -86,7 +93,7 @@ Outcome run(std::map<std::string, std::string> params, const Tokens& prompt, boo
   }
   const double tau = double(n_tokens) / double(std::max<int64_t>(1, n_forwards));
   std::printf("  tau = %.3f, %lld draft tokens\n", tau, static_cast<long long>(n_drafted));
-  return {ts::chi_square_p(exact, counts, kSamples), tau, n_drafted, n_stops};
+  return {ts::chi_square_p(exact, counts, kSamples), tau, n_drafted, n_stops, rounds};
 }
 
 const Tokens kPrompt = {1, 2, 3};
@@ -151,6 +158,31 @@ TEST(DrafterDistribution, SuffixRetrievalOnARepetitivePrompt) {
   const Outcome o = run({{"drafter", "suffix"}, {"gamma", "2"}}, {1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, false);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.n_drafted, kSamples);  // every first round proposes "3 4"
+}
+
+// Two drafters for one request (speculative's drafters under adaptive_gamma=cost, fixed costs):
+// the draft model starts (its prior acceptance 0.8 against the lookup's 0.5 makes it the better
+// choice), and a rejection lowers its estimate enough to hand the next round to the n-gram lookup,
+// so which drafter drafts a round, and with which q (the model's draws, the lookup's one-hot),
+// depends on the draws before it. The law stays the target's. (The batch step chooses the draft
+// lengths, so batch and alone may draw differently: no comparison with generate() alone.)
+// Planted (2026-12-05, not committed): the model's rounds verified against its q rolled by one
+// row, p = 0 (chi2 1989 at df 137): caught; 12000 samples, 14797 model and 1501 n-gram rounds.
+TEST(DrafterDistribution, TwoDraftersChosenRoundByRound) {
+  static const testing_support::ProcessDir dir("specdec_mixed_law");
+  const std::string costs = (dir.path / "mixed.json").string();
+  std::ofstream(costs) << R"([{"drafter": "ngram", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0,
+    "acceptance": 0.5},
+  {"drafter": "model", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 1, "draft_prefill_ms_per_token": 0,
+    "acceptance": 0.8}])";
+  Outcome o = run({{"drafters", "ngram,model"}, {"adaptive_gamma", "cost"}, {"controller_costs", costs},
+                         {"gamma", "2"}},
+                        {1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, true, /*alone=*/false);
+  EXPECT_GT(o.p_value, kPValue);
+  std::printf("  rounds: model %lld, ngram %lld\n", static_cast<long long>(o.rounds["model"]),
+              static_cast<long long>(o.rounds["ngram"]));
+  EXPECT_GT(o.rounds["model"], kSamples / 20);  // both draft, in many requests (here 14797 and 1501)
+  EXPECT_GT(o.rounds["ngram"], kSamples / 20);
 }
 
 // Drafters that learn from the target's rows (observe()): trees without q, verified tokens_only.
