@@ -16,6 +16,7 @@
 // the portable one rounds the product and the sum separately (baseline x86-64 has no FMA), so
 // their outputs differ from it in the last bits.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -141,8 +142,33 @@ struct Q8Groups {
 // Q4_0 (offset 8), Q4_1 (+ M) and Q4_K (sub-scales, - Dmin * mn); int8 for Q5_0 / Q8_0, Q5_1
 // (+ M), Q5_K (sub-scales, - Dmin * mn) and Q6_K (signed sub-scales). Each file passes its own
 // makers (a type in its anonymous namespace, so each file gets its own tables):
-//   Set::template make<Code, Min, Off, Sub>()  its Kernels (kernels_for)
+//   Set::template make<Code, Min, Off, Sub>()  its Kernels
 //   Q8::template make<Nib, Min, Sub>()         its int8 kernels by row count 0..kQ8Rows
+// (SPECDEC_PANEL_MAKERS below writes both).
+// The makers of one implementation file, written once: expanded inside the file's anonymous
+// namespace after its panel_rows<N, C, Min, Off, Sub> (fp32 activations, N = 1..8 rows),
+// decode_panel<C, Min, Off, Sub> and panel_rows_q8<N, Nib, Min, Sub> (int8, N = 1..kQ8Rows),
+// so that the names below are that file's kernels.
+#define SPECDEC_PANEL_MAKERS()                                                                       \
+  struct MakeKernels {                                                                                \
+    template <Code C, bool Min, int Off, bool Sub>                                                    \
+    static constexpr Kernels make() {                                                                 \
+      return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,             \
+               panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,                      \
+               panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,                      \
+               panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},                     \
+              decode_panel<C, Min, Off, Sub>};                                                        \
+    }                                                                                                 \
+  };                                                                                                  \
+  struct MakeQ8 {                                                                                     \
+    template <bool Nib, bool Min, bool Sub>                                                           \
+    static constexpr std::array<RowsQ8Fn, kQ8Rows + 1> make() {                                       \
+      return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,              \
+              panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,                       \
+              panel_rows_q8<5, Nib, Min, Sub>};                                                       \
+    }                                                                                                 \
+  }
+
 template <class Set>
 const Kernels& kernels_of(const Segment& s, const Kernels& f32) {
   static const Kernels bf16 = Set::template make<Code::kBF16, false, 0, false>();

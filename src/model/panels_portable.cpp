@@ -124,18 +124,6 @@ void decode_panel(const PanelJob& job, float* out) {
   }
 }
 
-// This file's kernels of one code, for kernels_of (panels_kernels.h).
-struct MakeKernels {
-  template <Code C, bool Min, int Off, bool Sub>
-  static constexpr Kernels make() {
-    return {{nullptr, panel_rows<1, C, Min, Off, Sub>, panel_rows<2, C, Min, Off, Sub>,
-             panel_rows<3, C, Min, Off, Sub>, panel_rows<4, C, Min, Off, Sub>,
-             panel_rows<5, C, Min, Off, Sub>, panel_rows<6, C, Min, Off, Sub>,
-             panel_rows<7, C, Min, Off, Sub>, panel_rows<8, C, Min, Off, Sub>},
-            decode_panel<C, Min, Off, Sub>};
-  }
-};
-
 // y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h (QuantizedRows),
 // for N <= 5 rows (r0.. of xr): the integer dot products of the codes made unsigned (u) with
 // xq, exact in int32 in any order, then the same float steps as the AVX512-VNNI kernel.
@@ -191,15 +179,7 @@ void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t r0, flo
   store_rows<N>(job, acc, y, y_stride);
 }
 
-// This file's int8 kernels of one code by row count, for q8_kernel_of (panels_kernels.h).
-struct MakeQ8 {
-  template <bool Nib, bool Min, bool Sub>
-  static constexpr std::array<RowsQ8Fn, kQ8Rows + 1> make() {
-    return {nullptr, panel_rows_q8<1, Nib, Min, Sub>, panel_rows_q8<2, Nib, Min, Sub>,
-            panel_rows_q8<3, Nib, Min, Sub>, panel_rows_q8<4, Nib, Min, Sub>,
-            panel_rows_q8<5, Nib, Min, Sub>};
-  }
-};
+SPECDEC_PANEL_MAKERS();  // MakeKernels, MakeQ8 over this file's kernels (panels_kernels.h)
 
 }  // namespace
 
