@@ -38,11 +38,12 @@ struct SpecSetup {
 // exactness): each round drafts for every sequence (own RNG, draft length and gamma control; a
 // drafter with a model shares its forwards between the sequences: BatchDrafter), scores every
 // active sequence's [last committed, draft...] in one target forward (ragged in a batch; a
-// newcomer's prompt rides along with its first round, alone or in a batch), verifies them in one kernel call per verify mode (chains:
-// VerifyArgs.batch, ragged n_draft; trees, one per sequence) and rolls each sequence back on its
-// own. A request's tokens are those of its run alone (batch_size 1), which is what
-// Speculative::generate runs; at T > 0 with adaptive_gamma=cost the batch step's lengths
-// (batch_lengths) depend on the whole batch, so its draws may differ (the law does not).
+// newcomer's prompt rides with its first round, alone or in a batch), verifies them in one kernel
+// call per verify mode (chains: VerifyArgs.batch, ragged n_draft; trees, one per sequence) and
+// rolls each sequence back on its own. A request's tokens are those of its run alone, which is
+// what Speculative::generate runs (batch_size 1); at T > 0 with adaptive_gamma=cost the batch
+// step's lengths (batch_lengths) depend on the whole batch, so its draws may differ (its law
+// does not).
 std::vector<Result> speculative_decode(const SpecSetup& setup, const std::vector<Request>& requests,
                                        const BatchOptions& options, const BatchTokenCallback& on_token);
 
