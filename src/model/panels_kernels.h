@@ -141,14 +141,12 @@ struct Q8Groups {
 // A segment's kernels, picked by its code from one implementation's instantiations: nib4 for
 // Q4_0 (offset 8), Q4_1 (+ M) and Q4_K (sub-scales, - Dmin * mn); int8 for Q5_0 / Q8_0, Q5_1
 // (+ M), Q5_K (sub-scales, - Dmin * mn) and Q6_K (signed sub-scales). Each file passes its own
-// makers (a type in its anonymous namespace, so each file gets its own tables):
+// makers (types in its anonymous namespace, so each file gets its own tables):
 //   Set::template make<Code, Min, Off, Sub>()  its Kernels
 //   Q8::template make<Nib, Min, Sub>()         its int8 kernels by row count 0..kQ8Rows
-// (SPECDEC_PANEL_MAKERS below writes both).
-// The makers of one implementation file, written once: expanded inside the file's anonymous
-// namespace after its panel_rows<N, C, Min, Off, Sub> (fp32 activations, N = 1..8 rows),
-// decode_panel<C, Min, Off, Sub> and panel_rows_q8<N, Nib, Min, Sub> (int8, N = 1..kQ8Rows),
-// so that the names below are that file's kernels.
+// SPECDEC_PANEL_MAKERS() writes both, once for the three files: a file expands it in its
+// anonymous namespace after its panel_rows<N, C, Min, Off, Sub> (fp32 activations, N = 1..8),
+// decode_panel<C, Min, Off, Sub> and panel_rows_q8<N, Nib, Min, Sub> (int8, N = 1..kQ8Rows).
 #define SPECDEC_PANEL_MAKERS()                                                                       \
   struct MakeKernels {                                                                                \
     template <Code C, bool Min, int Off, bool Sub>                                                    \

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -51,5 +52,13 @@ struct ProcessDir {
     std::filesystem::remove_all(path, ec);
   }
 };
+
+// A file with this text in this test program's own folder (a controller cost table, say); its path.
+inline std::string process_file(const std::string& name, const std::string& text) {
+  static const ProcessDir dir("specdec_test_files");
+  const std::string path = (dir.path / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
 
 }  // namespace specdec::testing_support

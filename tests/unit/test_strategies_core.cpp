@@ -4,7 +4,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <random>
 
 #include "core/error.h"
@@ -330,10 +329,7 @@ TEST(CostTable, AcceptanceIsThePerTokenChance) {
 // ---- the controller's cost table (adaptive_gamma=cost; docs/controller.md) ------------------------
 // A table file in this program's folder; `body` is the JSON.
 std::string cost_table(const std::string& name, const std::string& body) {
-  static const testing_support::ProcessDir dir("specdec_controller_costs");
-  const std::string path = (dir.path / name).string();
-  std::ofstream(path) << body;
-  return path;
+  return testing_support::process_file(name, body);
 }
 
 // With fixed costs the decisions are a function of the accept counts: timings that differ a

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include "model/tiny.h"
 #include "strategies/registry.h"
@@ -105,7 +104,7 @@ TEST(DrafterDistribution, StaticTreeWithMultiDraftSampling) {
 }
 
 TEST(DrafterDistribution, DynamicTreeVerifiedTokensOnly) {
-  const Outcome o =
+  Outcome o =
       run({{"drafter", "tree"}, {"tree_budget", "6"}, {"tree_topk", "3"}, {"gamma", "2"}}, kPrompt, true);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.tau, 1.2);
@@ -114,7 +113,7 @@ TEST(DrafterDistribution, DynamicTreeVerifiedTokensOnly) {
 // draft_stop on a static tree drawn for multi-draft verification: whether a node has children
 // depends on the draws above it (the depth's likeliest path), never on the verifier's.
 TEST(DrafterDistribution, StaticTreeStoppedByItsLikeliestPath) {
-  const Outcome o =
+  Outcome o =
       run({{"drafter", "tree"}, {"tree_branching", "3,2"}, {"gamma", "2"}, {"draft_stop", "0.4"}}, kPrompt, true);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on trees that stopped early";
@@ -169,15 +168,13 @@ TEST(DrafterDistribution, SuffixRetrievalOnARepetitivePrompt) {
 // Planted (2026-12-05, not committed): the model's rounds verified against its q rolled by one
 // row, p = 0 (chi2 1989 at df 137): caught; 12000 samples, 14797 model and 1501 n-gram rounds.
 TEST(DrafterDistribution, TwoDraftersChosenRoundByRound) {
-  static const testing_support::ProcessDir dir("specdec_mixed_law");
-  const std::string costs = (dir.path / "mixed.json").string();
-  std::ofstream(costs) << R"([{"drafter": "ngram", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0,
-    "acceptance": 0.5},
-  {"drafter": "model", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 1, "draft_prefill_ms_per_token": 0,
-    "acceptance": 0.8}])";
-  Outcome o = run({{"drafters", "ngram,model"}, {"adaptive_gamma", "cost"}, {"controller_costs", costs},
-                         {"gamma", "2"}},
-                        {1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, true, /*alone=*/false);
+  const std::string costs = testing_support::process_file("mixed.json", R"([
+    {"drafter": "ngram", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 0, "acceptance": 0.5},
+    {"drafter": "model", "verify_ms": {"1": 10, "9": 10.5}, "draft_ms_per_token": 1,
+     "draft_prefill_ms_per_token": 0, "acceptance": 0.8}])");
+  Outcome o =
+      run({{"drafters", "ngram,model"}, {"adaptive_gamma", "cost"}, {"controller_costs", costs}, {"gamma", "2"}},
+          {1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, true, /*alone=*/false);
   EXPECT_GT(o.p_value, kPValue);
   std::printf("  rounds: model %lld, ngram %lld\n", static_cast<long long>(o.rounds["model"]),
               static_cast<long long>(o.rounds["ngram"]));
