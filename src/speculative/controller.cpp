@@ -65,10 +65,10 @@ StepCosts parse_table(const nlohmann::json& j, const std::string& at) {
   SD_CHECK(j.is_object(), "controller_costs ", at, ": expected a JSON object (a cost table a calibrating run wrote)");
   for (const auto& [key, value] : j.items()) {
     (void)value;
-    SD_CHECK(key == "drafter" || key == "verify_ms" || key == "draft_ms_per_token" ||
-                 key == "draft_prefill_ms_per_token" || key == "acceptance",
-             where(key), " is unknown (known: drafter, verify_ms, draft_ms_per_token, draft_prefill_ms_per_token, "
-             "acceptance)");
+    SD_CHECK(key == "drafter" || key == "verify_ms" || key == "verify_rounds" || key == "draft_ms_per_token" ||
+                 key == "draft_rounds" || key == "draft_prefill_ms_per_token" || key == "acceptance",
+             where(key), " is unknown (known: drafter, verify_ms, verify_rounds, draft_ms_per_token, draft_rounds, "
+             "draft_prefill_ms_per_token, acceptance)");
   }
   const auto number = [&](const std::string& key, double lo, double hi, bool required) -> double {
     if (!j.contains(key)) {
@@ -86,7 +86,7 @@ StepCosts parse_table(const nlohmann::json& j, const std::string& at) {
   c.drafter = j.at("drafter").get<std::string>();
   SD_CHECK(j.contains("verify_ms") && j.at("verify_ms").is_object() && !j.at("verify_ms").empty(), where("verify_ms"),
            " must be an object of target rows -> ms, e.g. {\"1\": 36.5, \"7\": 52.0}");
-  for (const auto& [rows, ms] : j.at("verify_ms").items()) {
+  const auto row_count = [&](const std::string& key, const std::string& rows) -> int64_t {
     size_t used = 0;
     long long r = 0;
     try {
@@ -94,11 +94,33 @@ StepCosts parse_table(const nlohmann::json& j, const std::string& at) {
     } catch (const std::exception&) {
       used = 0;
     }
-    SD_CHECK(used == rows.size() && r >= 1 && r <= 257, where("verify_ms." + rows),
+    SD_CHECK(used == rows.size() && r >= 1 && r <= 257, where(key + "." + rows),
              ": the rows must be an integer in [1, 257]");
+    return r;
+  };
+  for (const auto& [rows, ms] : j.at("verify_ms").items()) {
+    const int64_t r = row_count("verify_ms", rows);
     SD_CHECK(ms.is_number() && std::isfinite(ms.get<double>()) && ms.get<double>() > 0, where("verify_ms." + rows),
              " = ", ms.dump(), ": must be a number of ms > 0");
     c.verify_ms[r] = ms.get<double>();
+  }
+  // The forwards behind each entry: what a calibrating run writes beside them (optional).
+  if (j.contains("verify_rounds")) {
+    SD_CHECK(j.at("verify_rounds").is_object(), where("verify_rounds"),
+             " must be an object of target rows -> forwards");
+    for (const auto& [rows, n] : j.at("verify_rounds").items()) {
+      const int64_t r = row_count("verify_rounds", rows);
+      SD_CHECK(n.is_number_integer() && n.get<int64_t>() >= 1, where("verify_rounds." + rows), " = ", n.dump(),
+               ": must be a whole number of forwards >= 1");
+      SD_CHECK(c.verify_ms.count(r) == 1, where("verify_rounds." + rows), ": verify_ms has no entry for ", r, " rows");
+      c.verify_rounds[r] = n.get<int64_t>();
+    }
+  }
+  if (j.contains("draft_rounds")) {
+    const auto& n = j.at("draft_rounds");
+    SD_CHECK(n.is_number_integer() && n.get<int64_t>() >= 0, where("draft_rounds"), " = ", n.dump(),
+             ": must be a whole number of draft steps >= 0");
+    c.draft_rounds = n.get<int64_t>();
   }
   // Absent where the calibrating run never chose this drafter (table_json writes only what it
   // measured): unmeasured, as in a fresh table.
@@ -112,8 +134,14 @@ nlohmann::json table_json(const StepCosts& c) {
   nlohmann::json verify = nlohmann::json::object();
   for (const auto& [rows, ms] : c.verify_ms) verify[std::to_string(rows)] = ms;
   nlohmann::json j = {{"drafter", c.drafter}, {"verify_ms", verify}, {"acceptance", c.acceptance}};
+  if (!c.verify_rounds.empty()) {
+    nlohmann::json rounds = nlohmann::json::object();
+    for (const auto& [rows, n] : c.verify_rounds) rounds[std::to_string(rows)] = n;
+    j["verify_rounds"] = rounds;
+  }
   // Only what was measured: a run that never drafted has no draft cost to give.
   if (c.draft_ms_per_token >= 0) j["draft_ms_per_token"] = c.draft_ms_per_token;
+  if (c.draft_rounds > 0) j["draft_rounds"] = c.draft_rounds;
   if (c.draft_prefill_ms_per_token >= 0) j["draft_prefill_ms_per_token"] = c.draft_prefill_ms_per_token;
   return j;
 }
@@ -174,8 +202,10 @@ std::shared_ptr<CostTable> CostTable::of_pair(const std::shared_ptr<const void>&
     // fullest curve the process has measured of this target (then measures its own).
     for (const auto& [key, other] : tables)
       if (std::get<0>(key) == target.get() && other.table && other.table != e.table && other.target.lock() == target) {
-        std::map<int64_t, double> curve = other.table->now().verify_ms;
-        if (curve.size() > e.table->costs_.verify_ms.size()) e.table->costs_.verify_ms = std::move(curve);
+        StepCosts theirs = other.table->now();
+        if (theirs.verify_ms.size() <= e.table->costs_.verify_ms.size()) continue;
+        e.table->costs_.verify_ms = std::move(theirs.verify_ms);
+        e.table->costs_.verify_rounds = std::move(theirs.verify_rounds);
       }
   }
   return e.table;
@@ -187,10 +217,12 @@ StepCosts CostTable::now() const {
 }
 
 namespace {
-// An exponential moving average of measured ms; slot < 0: nothing measured yet.
-void blend(double& slot, double x) {
-  constexpr double ema = 0.2;
-  slot = slot < 0 ? x : (1 - ema) * slot + ema * x;
+// A measured ms and the samples behind it (n, counted here): their mean over the first five, then
+// an exponential moving average of weight 0.2, so that the first samples count alike (the first
+// outweighing none of the next), and later ones follow the machine as it changes.
+void blend(double& slot, int64_t& n, double x) {
+  const double w = std::max(1.0 / double(++n), 0.2);
+  slot = n == 1 ? x : (1 - w) * slot + w * x;
 }
 }  // namespace
 
@@ -201,20 +233,25 @@ void CostTable::measure_round(const RoundOutcome& r) {
   judged_ = judged_ * decay + r.trials();
   accepted_ = accepted_ * decay + (r.judged ? double(r.accepted) : 0.0);
   costs_.acceptance = (accepted_ + 1.0) / (judged_ + 2.0);
-  if (r.drafted > 0 && r.ms_draft >= 0) blend(costs_.draft_ms_per_token, r.ms_draft / double(r.drafted));
-  if (r.forward_rows() > 0) blend(costs_.verify_ms.emplace(r.forward_rows(), -1.0).first->second, r.ms_verify);
+  if (r.drafted > 0 && r.ms_draft >= 0)
+    blend(costs_.draft_ms_per_token, costs_.draft_rounds, r.ms_draft / double(r.drafted));
+  if (r.forward_rows() > 0) file_verify(r.forward_rows(), r.ms_verify);
 }
 
 void CostTable::measure_verify(int64_t rows, double ms) {
   if (fixed_ || rows <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  blend(costs_.verify_ms.emplace(rows, -1.0).first->second, ms);
+  file_verify(rows, ms);
+}
+
+void CostTable::file_verify(int64_t rows, double ms) {
+  blend(costs_.verify_ms[rows], costs_.verify_rounds[rows], ms);
 }
 
 void CostTable::measure_prefill(int64_t n_tokens, double ms) {
   if (fixed_ || n_tokens <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  blend(costs_.draft_prefill_ms_per_token, ms / double(n_tokens));
+  blend(costs_.draft_prefill_ms_per_token, prefills_, ms / double(n_tokens));
 }
 
 void CostTable::measure_length(int64_t n_tokens) {

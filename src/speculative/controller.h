@@ -30,7 +30,8 @@ struct RoundOutcome {
   int64_t lead = 0;        // tokens verified before the drafter's: the grammar's forced and jump tokens
   bool judged = true;      // false: the target rejected a lead token, so the drafter's went unjudged
   int64_t batch_rows = 0;  // the forward's rows over the whole batch (0: rows(), a batch of one;
-                           // < 0: not a verify time, the forward fed a newcomer's prompt too)
+                           // < 0: no verify time to file: the forward fed a newcomer's prompt too,
+                           // or another sequence's round of the same batch step files it)
   int64_t nodes = -1;      // the drafter's rows verified: a tree's nodes (< 0: drafted, a chain)
   int64_t rows() const { return lead + (nodes < 0 ? drafted : nodes) + 1; }
   // The row count the verify curve files ms_verify under (< 0: none).
@@ -52,7 +53,9 @@ GammaMode parse_gamma_mode(const std::string& text);
 struct StepCosts {
   std::string drafter;                   // the (resolved) drafter they were measured with
   std::map<int64_t, double> verify_ms;   // target rows -> ms of a forward over them (measured ones only)
+  std::map<int64_t, int64_t> verify_rounds;  // target rows -> the forwards behind verify_ms (as read: maybe none)
   double draft_ms_per_token = -1;        // < 0: not measured
+  int64_t draft_rounds = 0;              // the draft steps behind draft_ms_per_token
   double draft_prefill_ms_per_token = -1;  // the draft's prompt forward per prompt token; < 0: not measured
   double acceptance = 0.5;               // the acceptance a request starts from (its prior)
 
@@ -133,9 +136,12 @@ class CostTable {
   int64_t expected_left(int64_t n, int64_t bound) const;
 
  private:
+  void file_verify(int64_t rows, double ms);  // one forward's ms into the verify curve (mu_ held)
+
   mutable std::mutex mu_;
   StepCosts costs_;
   double judged_ = 0, accepted_ = 0;  // decayed counts behind costs_.acceptance (RoundOutcome)
+  int64_t prefills_ = 0;               // the draft prefills behind costs_.draft_prefill_ms_per_token
   std::vector<int64_t> lengths_;       // the last finished requests' output lengths (measure_length)
   bool fixed_ = false;
 };

@@ -98,6 +98,8 @@ class SpecLoop {
   std::vector<std::shared_ptr<CostTable>> costs_;
   std::vector<int64_t> active_;
   int64_t forward_rows_ = 0;  // the last score() forward's rows over the batch (-1: it fed a prompt too)
+  // Per drafter, the slot whose round files the step's draft time (its deepest draft; -1: none).
+  std::vector<int64_t> draft_filer_;
 };
 
 SpecLoop::SpecLoop(const SpecSetup& cfg, const std::vector<Request>& requests, const BatchOptions& options,
@@ -521,9 +523,23 @@ void SpecLoop::close(int64_t b, double ms_draft, double ms_verify) {
     mine.drafted += k;
     mine.accepted += a;
   }
-  // The batch's rows; one slot: its own rows (0), unless the forward fed its prompt too (-1).
-  const int64_t batch_rows = B_ > 1 || forward_rows_ < 0 ? forward_rows_ : 0;
-  s.ctl->update({k, a, ms_draft, ms_verify, lead, s.v.n_accepted() >= lead, batch_rows, s.d.size() - lead});
+  // A batch step's costs go to the tables once: the forward's time with the first sequence's
+  // round (the batch's rows; one slot: its own rows, 0), unless the forward fed a prompt too (-1),
+  // each drafter's with its deepest draft's (a batched draft runs as many forwards as that one).
+  // Filed by every sequence, one step's time outweighed all the steps before it in the averages.
+  if (b == active_.front()) {  // (the verdict has read every draft by now)
+    const auto own_depth = [&](int64_t i) {
+      return max_depth(spec_[i].d) - static_cast<int64_t>(spec_[i].lead.tokens.size());
+    };
+    draft_filer_.assign(drafters_.size(), -1);
+    for (int64_t i : active_) {
+      int64_t& filer = draft_filer_[spec_[i].arm];
+      if (own_depth(i) > 0 && (filer < 0 || own_depth(i) > own_depth(filer))) filer = i;
+    }
+  }
+  const int64_t batch_rows = b != active_.front() ? -1 : B_ > 1 || forward_rows_ < 0 ? forward_rows_ : 0;
+  const double draft_ms = b == draft_filer_[s.arm] ? ms_draft : -1;
+  s.ctl->update({k, a, draft_ms, ms_verify, lead, s.v.n_accepted() >= lead, batch_rows, s.d.size() - lead});
   if (q.tracker->done() || q.tracker->timed_out()) finish(b);
 }
 

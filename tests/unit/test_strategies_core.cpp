@@ -416,6 +416,25 @@ TEST(CostTable, EachConfigurationMeasuresItsOwn) {
   EXPECT_DOUBLE_EQ(t0->now().verify_ms.at(1), 15.0);
 }
 
+// A measured time is the mean of its first five samples, then a moving average of weight 0.2,
+// and the table counts the forwards behind each entry. (A moving average from the first sample
+// on would read 10, 12, 15.6 below: the first sample outweighing the next ones.)
+TEST(CostTable, AMeasuredTimeIsTheMeanOfItsFirstFiveThenAMovingAverage) {
+  CostTable table;
+  for (double ms : {10.0, 20.0, 30.0}) table.measure_verify(8, ms);
+  EXPECT_DOUBLE_EQ(table.now().verify_ms.at(8), 20.0);
+  for (double ms : {40.0, 50.0}) table.measure_verify(8, ms);
+  EXPECT_DOUBLE_EQ(table.now().verify_ms.at(8), 30.0);
+  table.measure_verify(8, 80.0);
+  EXPECT_DOUBLE_EQ(table.now().verify_ms.at(8), 40.0);
+  table.measure_round({2, 1, 6.0, 12.0, 0, true, 0, -1});
+  table.measure_round({2, 1, 2.0, 14.0, 0, true, 0, -1});
+  EXPECT_EQ(table.now().verify_rounds, (std::map<int64_t, int64_t>{{3, 2}, {8, 6}}));
+  EXPECT_DOUBLE_EQ(table.now().verify_ms.at(3), 13.0);
+  EXPECT_EQ(table.now().draft_rounds, 2);
+  EXPECT_DOUBLE_EQ(table.now().draft_ms_per_token, 2.0);
+}
+
 // A tree round's verify time is filed under its rows (lead + nodes + 1), not its depth's.
 TEST(CostTable, ATreeRoundIsTimedAtItsNodes) {
   CostTable table;
@@ -578,6 +597,34 @@ TEST(Controller, CalibratingRunWritesATableThatFixesTheCosts) {
             base.tokens);
 }
 
+// A batch step files its costs once: its forward's time with one sequence's round, its draft's
+// with the deepest draft's. Four identical requests (a target of this test's own, so the table
+// starts empty) step together under the n-gram lookup: the calibrated table then counts one
+// forward per step but the first (which fed the prompts), and at most one draft step per step that
+// drafted, where each sequence filing its step (a planted bug) counts four of each.
+TEST(Controller, ABatchStepFilesItsCostsOnce) {
+  Request req = tiny_request(11, 24);
+  req.target = model::make_tiny_llama(model::tiny_llama_config(), 11);
+  const std::vector<Request> reqs(4, req);
+  const std::string path = cost_table("batch_calibrated.json", "");
+  const Params cost = greedy_params({{"drafter", "ngram"}, {"adaptive_gamma", "cost"}, {"controller_calibrate", path}});
+  const std::vector<Result> batch = create("speculative", cost)->generate_batch(reqs, BatchOptions{4, 0}, {});
+  const Result base = run("greedy", {}, req);
+  int64_t steps = 0, drafting = 0;  // the batch's steps: its longest sequence's rounds
+  for (const Result& r : batch) {
+    EXPECT_EQ(r.tokens, base.tokens);
+    steps = std::max(steps, r.stats.n_rounds);
+    drafting += r.stats.n_rounds - r.stats.gamma_rounds.at(0);
+  }
+  const StepCosts c = StepCosts::read(path);
+  int64_t forwards = 0;
+  for (const auto& [rows, n] : c.verify_rounds) forwards += n;
+  std::printf("  %lld steps, %lld rounds drafted over the batch; the table: %lld forwards, %lld draft steps\n",
+              (long long)steps, (long long)drafting, (long long)forwards, (long long)c.draft_rounds);
+  EXPECT_EQ(forwards, steps - 1);
+  EXPECT_LE(c.draft_rounds, steps);
+}
+
 // Trees under the controller, through the strategy: the depth from the cost table weighed by
 // the tree's nodes, and a tree_budget=auto tree's node count from the same table's verify curve
 // (TreeDrafter.AnAutoBudgetReadsTheControllersVerifyCurve tests that part alone). A curve where
@@ -652,7 +699,7 @@ TEST(LazyPrefill, TheCatchUpAfterAPauseIsNotTheCostOfDrafting) {
   ctl.update({1, 1, 500.0, 11.0});  // caught up, then drafted one token
   EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, 2.0);
   ctl.update({1, 1, 3.0, 11.0});
-  EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, 0.8 * 2.0 + 0.2 * 3.0);
+  EXPECT_DOUBLE_EQ(table->now().draft_ms_per_token, (2.0 + 3.0) / 2);  // the mean of the two measured
 }
 
 // Drafting never pays: the draft model never runs, not even its prefill, and the output is
@@ -985,6 +1032,9 @@ TEST(Controller, BadCostTablesAndKeysAreNamedErrors) {
   EXPECT_THAT(costs(cost_table("no_acc.json", "{" + good + "}")), ::testing::HasSubstr("key 'acceptance' is missing"));
   const std::string rows = cost_table("rows.json", R"({"drafter": "ngram", "verify_ms": {"x": 1}, "draft_ms_per_token": 1, "acceptance": 0.5})");
   EXPECT_THAT(costs(rows), ::testing::HasSubstr("key 'verify_ms.x'"));
+  const std::string counts = cost_table("counts.json", "{" + good + R"(, "acceptance": 0.5, "verify_rounds": {"3": 4}})");
+  EXPECT_THAT(costs(counts), ::testing::AllOf(::testing::HasSubstr("key 'verify_rounds.3'"),
+                                              ::testing::HasSubstr("verify_ms has no entry for 3 rows")));
   const std::string other = cost_table("other.json", R"({"drafter": "suffix", "verify_ms": {"1": 10}, "draft_ms_per_token": 1, "acceptance": 0.5})");
   EXPECT_THAT(costs(other), ::testing::AllOf(::testing::HasSubstr("key 'drafter' = 'suffix'"), ::testing::HasSubstr("'ngram'")));
   EXPECT_THAT(error_of({{"controller_costs", other}}), ::testing::HasSubstr("need adaptive_gamma=cost"));
