@@ -146,6 +146,8 @@ class Pool {
   ~Pool() { stop_workers(); }
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Workers not asleep (spinning between loops, or running chunks).
+  int awake() const { return static_cast<int>(workers_.size()) - sleepers_.load(std::memory_order_relaxed); }
 
   void resize(int n) {
     std::lock_guard<std::mutex> run_lock(run_mu_);
@@ -370,7 +372,12 @@ void ModeChooser::free_cores(bool free) {
   signalled_trial_ = true;
 }
 
-void ModeChooser::record(int mode, double ms, bool starved) {
+void ModeChooser::quiet(bool quiet) {
+  if (quiet) until_trial_ = kQuietSpacing;
+}
+
+void ModeChooser::record(int mode, double ms, bool starved, bool kept_pace) {
+  if (mode == 0) paced_ = kept_pace ? paced_ + 1 : 0;
   // A starved pool step holds an infinite time: the pool loses every comparison until its next
   // trial's steps replace it (a trial clears the mode's older times).
   ms_[mode][next_[mode]] = mode == 0 && starved ? std::numeric_limits<double>::infinity() : ms;
@@ -417,10 +424,11 @@ thread_local std::deque<std::pair<std::pair<const void*, int64_t>, detail::ModeC
 thread_local bool t_in_step = false;
 
 // CPUs no thread wants now: the online CPUs less the machine's runnable threads (the 4th field
-// of /proc/loadavg, "runnable/total", which counts the caller). Both are the whole machine's,
-// also inside a container. -1 when unreadable. About 10 us; read only while a chooser waits
-// out a starved pool.
-int idle_cpus() {
+// of /proc/loadavg, "runnable/total", which counts the caller), plus `ours` of them that are
+// this process's own. Both are the whole machine's, also inside a container. -1 when
+// unreadable. About 10 us; read only while a chooser waits out a starved pool, or before a
+// trial alone that the pool's pace does not call for.
+int idle_cpus(int ours = 0) {
   const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char buf[128];
@@ -431,7 +439,7 @@ int idle_cpus() {
   int runnable = 0;
   if (std::sscanf(buf, "%*f %*f %*f %d/", &runnable) != 1 || runnable < 1) return -1;
   static const int online = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-  return online - runnable;
+  return online - runnable + ours;
 }
 
 detail::ModeChooser& chooser_of(const void* who, int64_t kind) {
@@ -473,7 +481,12 @@ Step::~Step() {
   // their fair share, (T - 1) / T, of them.
   const int64_t chunks = t_tally.chunks - chunks0_, theirs = chunks - (t_tally.mine - mine0_), T = num_threads();
   const bool starved = mode_ == 0 && chunks >= 4 * T && 4 * T * theirs < chunks * (T - 1);
-  chooser_->record(mode_, ms, starved);
+  const bool kept_pace = mode_ == 0 && chunks >= 4 * T && 2 * T * theirs >= chunks * (T - 1);
+  chooser_->record(mode_, ms, starved, kept_pace);
+  // The pool kept pace: a trial alone only if another process wants a core now. Read at the
+  // step's end, not at the next one's start, where a process that reads our output (woken by the
+  // token just written) would look like one; our workers still spinning are runnable too.
+  if (chooser_->quiet_wanted()) chooser_->quiet(idle_cpus(pool().awake()) >= T - 1);
   g_steps[mode_].fetch_add(1, std::memory_order_relaxed);
   if (starved) g_starved.fetch_add(1, std::memory_order_relaxed);
   if (g_step_trace) {

@@ -70,19 +70,28 @@ namespace detail {
 // the trial forward to the next step. A trial the signal brought that is starved again (a
 // neighbour that the signal does not see, e.g. another guest of the hypervisor) doubles the
 // steps the signal must hold next time, up to 64; a pool that wins resets it.
+// A trial of the thread alone is put off while nothing calls for it: when it is due, the pool's
+// last kTrial steps kept pace (their other threads ran at least half their fair share of the
+// chunks) and `quiet_wanted()`, Step tells it whether another process wants a core (`quiet`);
+// with none, the trial waits kQuietSpacing steps. On a quiet machine such trials cost 5-7 % of a
+// 48-token generation (docs/busy_machine.md) and found nothing.
 class ModeChooser {
  public:
   int pick();  // the mode for the next step
-  // How long it took; starved: a pool step whose workers ran under a quarter of their share.
-  void record(int mode, double ms, bool starved = false);
+  // How long it took; starved: a pool step whose workers ran under a quarter of their share;
+  // kept_pace: one whose workers ran at least half of it.
+  void record(int mode, double ms, bool starved = false, bool kept_pace = false);
   double mean(int mode) const;  // of the times held (0 before any)
   bool free_cores_wanted() const { return waiting_out_starved_ && trial_left_ == 0; }
   void free_cores(bool free);  // before pick(), when free_cores_wanted()
+  bool quiet_wanted() const { return preferred_ == 0 && trial_left_ == 0 && until_trial_ <= 0 && paced_ >= kTrial; }
+  void quiet(bool quiet);  // when quiet_wanted(), before the next pick(): no other process wants a core
 
  private:
   static constexpr int kHeld = 5;      // times held per mode
   static constexpr int kTrial = 3;     // steps of a trial
   static constexpr int kFreeSeen = 2;  // steps with free cores in a row that bring a trial
+  static constexpr int kQuietSpacing = 32;  // steps a quiet machine puts a trial alone off
   double ms_[2][kHeld] = {};
   int n_[2] = {0, 0}, next_[2] = {0, 0};
   int preferred_ = 0, until_trial_ = kTrial, trial_left_ = 0;
@@ -90,6 +99,7 @@ class ModeChooser {
   bool waiting_out_starved_ = false;  // alone after a pool trial lost to starvation
   bool signalled_trial_ = false;      // the running trial came from the free-cores signal
   int free_seen_ = 0, free_needed_ = kFreeSeen;
+  int paced_ = 0;  // pool steps in a row that kept pace
 };
 }  // namespace detail
 

@@ -250,6 +250,34 @@ TEST(Parallel, StepChooserTriesThePoolSoonWhenCoresAreFreeAgain) {
   EXPECT_GE(run(1000, true, true), 900);
 }
 
+// While the pool keeps pace (its workers ran at least half their share of the chunks) a trial
+// alone waits until another process wants a core: on a quiet machine none runs at all, where
+// each would cost 3 steps at one thread's speed. Beside a neighbour the trials run as before and
+// find the thread alone; pool steps that do not keep pace call for trials whatever the signal.
+TEST(Parallel, StepChooserPutsOffTrialsAloneOnAQuietMachine) {
+  sp::detail::ModeChooser c;
+  int asked = 0;
+  const auto run = [&](int steps, double pool_ms, bool neighbour, bool kept_pace) {
+    int solo = 0;
+    for (int i = 0; i < steps; ++i) {
+      if (c.quiet_wanted()) {
+        ++asked;
+        c.quiet(!neighbour);
+      }
+      const int mode = c.pick();
+      c.record(mode, mode == 0 ? pool_ms : 6.0, false, mode == 0 && kept_pace);
+      solo += mode;
+    }
+    return solo;
+  };
+  EXPECT_EQ(run(1000, 4.5, false, true), 0);  // quiet: never alone
+  EXPECT_GE(asked, 25);  // asked once every 32 steps
+  EXPECT_GE(run(1000, 6.5, true, true), 850) << "a neighbour, the pool slower: still on the pool";
+  // Quiet again: the pool's next trial (25 steps after a loss by 8 %) wins it back, and it stays.
+  EXPECT_LE(run(1000, 4.5, false, true), 40);
+  EXPECT_GT(run(1000, 4.5, false, false), 0) << "the workers lagging, yet no trial alone";
+}
+
 // A Step that runs alone keeps every chunk on the calling thread, and so do the loops after it
 // until the next Step; the first 3 Steps of a kind use the pool and the next 3 try the thread
 // alone; a Step inside a Step changes nothing.
