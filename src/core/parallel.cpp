@@ -364,16 +364,17 @@ int ModeChooser::pick() {
   return trial_left_ > 0 ? 1 - preferred_ : preferred_;
 }
 
-void ModeChooser::free_cores(bool free) {
+void ModeChooser::cores_free(bool free) {
+  if (quiet_trial_due()) {  // the pool keeps pace: a trial alone only beside another process
+    if (free) until_trial_ = kQuietSpacing;
+    return;
+  }
+  if (!waiting_out_starved()) return;
   free_seen_ = free ? free_seen_ + 1 : 0;
   if (free_seen_ < free_needed_) return;
   free_seen_ = 0;
   until_trial_ = 0;  // the next pick() starts a trial of the pool
   signalled_trial_ = true;
-}
-
-void ModeChooser::quiet(bool quiet) {
-  if (quiet) until_trial_ = kQuietSpacing;
 }
 
 void ModeChooser::record(int mode, double ms, bool starved, bool kept_pace) {
@@ -426,9 +427,8 @@ thread_local bool t_in_step = false;
 // CPUs no thread wants now: the online CPUs less the machine's runnable threads (the 4th field
 // of /proc/loadavg, "runnable/total", which counts the caller), plus `ours` of them that are
 // this process's own. Both are the whole machine's, also inside a container. -1 when
-// unreadable. About 10 us; read only while a chooser waits out a starved pool, or before a
-// trial alone that the pool's pace does not call for.
-int idle_cpus(int ours = 0) {
+// unreadable. About 10 us; read only when a chooser wants it (ModeChooser::cores_wanted).
+int idle_cpus(int ours) {
   const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char buf[128];
@@ -459,7 +459,6 @@ Step::Step(const void* who, int64_t kind) {
   t_solo = false;                        // a Step that does not choose leaves the pool as usual
   if (num_threads() == 1 || g_backend != Backend::kPool) return;
   chooser_ = &chooser_of(who, kind);
-  if (chooser_->free_cores_wanted()) chooser_->free_cores(idle_cpus() >= num_threads() - 1);
   mode_ = chooser_->pick();
   t_in_step = true;
   t_solo = mode_ == 1;
@@ -483,10 +482,10 @@ Step::~Step() {
   const bool starved = mode_ == 0 && chunks >= 4 * T && 4 * T * theirs < chunks * (T - 1);
   const bool kept_pace = mode_ == 0 && chunks >= 4 * T && 2 * T * theirs >= chunks * (T - 1);
   chooser_->record(mode_, ms, starved, kept_pace);
-  // The pool kept pace: a trial alone only if another process wants a core now. Read at the
-  // step's end, not at the next one's start, where a process that reads our output (woken by the
-  // token just written) would look like one; our workers still spinning are runnable too.
-  if (chooser_->quiet_wanted()) chooser_->quiet(idle_cpus(pool().awake()) >= T - 1);
+  // Free cores for the next pick(), read at the step's end: at the next one's start a process
+  // that reads our output (woken by the token just written) would look like a neighbour. Our
+  // workers still spinning are runnable too, and are not one.
+  if (chooser_->cores_wanted()) chooser_->cores_free(idle_cpus(pool().awake()) >= T - 1);
   g_steps[mode_].fetch_add(1, std::memory_order_relaxed);
   if (starved) g_starved.fetch_add(1, std::memory_order_relaxed);
   if (g_step_trace) {

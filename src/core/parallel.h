@@ -64,17 +64,18 @@ namespace detail {
 // a quarter of their fair share of its chunks) counts as lost whatever its time: beside a busy
 // process the workers rarely get a core, the pool is at best the thread alone plus its stalls,
 // and a pool trial without a stall would otherwise win the pool back (docs/busy_machine.md).
-// After a starved loss the next trial is far (up to 128 steps), so the chooser also watches
-// for free cores: when `free_cores_wanted()`, Step tells it before each step whether the
-// machine has a core free for every worker (`free_cores`); kFreeSeen such steps in a row bring
-// the trial forward to the next step. A trial the signal brought that is starved again (a
-// neighbour that the signal does not see, e.g. another guest of the hypervisor) doubles the
-// steps the signal must hold next time, up to 64; a pool that wins resets it.
-// A trial of the thread alone is put off while nothing calls for it: when it is due, the pool's
-// last kTrial steps kept pace (their other threads ran at least half their fair share of the
-// chunks) and `quiet_wanted()`, Step tells it whether another process wants a core (`quiet`);
-// with none, the trial waits kQuietSpacing steps. On a quiet machine such trials cost 5-7 % of a
-// 48-token generation (docs/busy_machine.md) and found nothing.
+// The chooser also watches for free cores: when `cores_wanted()`, Step tells it at the end of a
+// step whether the machine has a core free for every worker (`cores_free`), and it uses that in
+// two places:
+// - after a starved loss the next trial is far (up to 128 steps): kFreeSeen steps with free cores
+//   in a row bring the pool's trial forward to the next step. A trial the signal brought that is
+//   starved again (a neighbour that the signal does not see, e.g. another guest of the
+//   hypervisor) doubles the steps the signal must hold next time, up to 64; a pool that wins
+//   resets it;
+// - a trial of the thread alone that falls due while the pool's last kTrial steps kept pace
+//   (their other threads ran at least half their fair share of the chunks) waits kQuietSpacing
+//   steps where the cores are free: on a quiet machine such trials cost 5-7 % of a 48-token
+//   generation (docs/busy_machine.md) and found nothing.
 class ModeChooser {
  public:
   int pick();  // the mode for the next step
@@ -82,12 +83,15 @@ class ModeChooser {
   // kept_pace: one whose workers ran at least half of it.
   void record(int mode, double ms, bool starved = false, bool kept_pace = false);
   double mean(int mode) const;  // of the times held (0 before any)
-  bool free_cores_wanted() const { return waiting_out_starved_ && trial_left_ == 0; }
-  void free_cores(bool free);  // before pick(), when free_cores_wanted()
-  bool quiet_wanted() const { return preferred_ == 0 && trial_left_ == 0 && until_trial_ <= 0 && paced_ >= kTrial; }
-  void quiet(bool quiet);  // when quiet_wanted(), before the next pick(): no other process wants a core
+  // Whether the next pick() wants to know if the machine has a core free for every worker:
+  // waiting out a starved loss, or a trial alone due while the pool keeps pace.
+  bool cores_wanted() const { return waiting_out_starved() || quiet_trial_due(); }
+  void cores_free(bool free);  // when cores_wanted(), before the next pick()
 
  private:
+  bool waiting_out_starved() const { return waiting_out_starved_ && trial_left_ == 0; }
+  bool quiet_trial_due() const { return preferred_ == 0 && trial_left_ == 0 && until_trial_ <= 0 && paced_ >= kTrial; }
+
   static constexpr int kHeld = 5;      // times held per mode
   static constexpr int kTrial = 3;     // steps of a trial
   static constexpr int kFreeSeen = 2;  // steps with free cores in a row that bring a trial

@@ -226,9 +226,9 @@ TEST(Parallel, StepChooserTriesThePoolSoonWhenCoresAreFreeAgain) {
   const auto run = [&](int steps, bool busy, bool cores_free) {
     int solo = 0;
     for (int i = 0; i < steps; ++i) {
-      if (c.free_cores_wanted()) {
+      if (c.cores_wanted()) {
         ++asked;
-        c.free_cores(cores_free);
+        c.cores_free(cores_free);
       }
       const int mode = c.pick();
       c.record(mode, mode == 0 ? (busy ? 5.0 : 4.5) : 6.0, mode == 0 && busy);
@@ -260,9 +260,9 @@ TEST(Parallel, StepChooserPutsOffTrialsAloneOnAQuietMachine) {
   const auto run = [&](int steps, double pool_ms, bool neighbour, bool kept_pace) {
     int solo = 0;
     for (int i = 0; i < steps; ++i) {
-      if (c.quiet_wanted()) {
+      if (c.cores_wanted()) {
         ++asked;
-        c.quiet(!neighbour);
+        c.cores_free(!neighbour);
       }
       const int mode = c.pick();
       c.record(mode, mode == 0 ? pool_ms : 6.0, false, mode == 0 && kept_pace);

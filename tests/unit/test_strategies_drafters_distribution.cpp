@@ -104,7 +104,7 @@ TEST(DrafterDistribution, StaticTreeWithMultiDraftSampling) {
 }
 
 TEST(DrafterDistribution, DynamicTreeVerifiedTokensOnly) {
-  Outcome o =
+  const Outcome o =
       run({{"drafter", "tree"}, {"tree_budget", "6"}, {"tree_topk", "3"}, {"gamma", "2"}}, kPrompt, true);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.tau, 1.2);
@@ -113,7 +113,7 @@ TEST(DrafterDistribution, DynamicTreeVerifiedTokensOnly) {
 // draft_stop on a static tree drawn for multi-draft verification: whether a node has children
 // depends on the draws above it (the depth's likeliest path), never on the verifier's.
 TEST(DrafterDistribution, StaticTreeStoppedByItsLikeliestPath) {
-  Outcome o =
+  const Outcome o =
       run({{"drafter", "tree"}, {"tree_branching", "3,2"}, {"gamma", "2"}, {"draft_stop", "0.4"}}, kPrompt, true);
   EXPECT_GT(o.p_value, kPValue);
   EXPECT_GT(o.n_stops, kSamples / 10) << "the law is checked on trees that stopped early";
