@@ -410,7 +410,10 @@ std::string report_markdown(const RunInfo& info, const std::vector<CellMetrics>&
     os << "- machine: " << info.env.value("cpu_model", "?") << ", " << info.env.value("cores", 0) << " cores, "
        << info.env.value("threads_in_use", info.env.value("threads", 0)) << " threads; LibTorch "
        << info.env.value("libtorch_version", "?")
-       << "; BLAS " << info.env.value("blas", "?") << "\n"
+       << "; BLAS " << info.env.value("blas", "?");
+    if (const auto k = info.env.find("kernels"); k != info.env.end() && k->is_object())
+      os << "; kernels " << k->value("fp32", "?") << " / int8 " << k->value("int8", "?");
+    os << "\n"
        << "- git " << info.env.value("git_revision", "?") << "; started " << info.env.value("start_time", "?")
        << (info.env.contains("end_time") ? ", ended " + info.env.value("end_time", "") : "") << "\n";
   }

@@ -18,6 +18,7 @@
 #include "harness/load.h"
 #include "harness/paths.h"
 #include "model/causal_lm.h"
+#include "model/panels.h"
 
 namespace specdec::harness {
 
@@ -96,6 +97,8 @@ json torch_env(json env) {
   env["intra_op_threads"] = at::get_num_threads();  // ATen's own pool (kept at 1: core/parallel.h)
   // The engine's threads as running, not as configured ("threads"): what the figures used.
   env["threads_in_use"] = parallel::num_threads();
+  // The CPU kernels the packed engine picked (model/panels.h): speed figures depend on them.
+  env["kernels"] = {{"fp32", model::panels_kernel()}, {"int8", model::panels_int8_kernel()}};
   return env;
 }
 

@@ -89,13 +89,14 @@ struct Dispatch {
   const Kernels& (*kernels)(const Segment&);
   RowsQ8Fn (*q8_kernel)(const Segment&, int);
   QuantizeFn quantize;  // int8 activations, with the int8 kernels
+  RowsAmxFn (*amx_kernel)(const Segment&) = nullptr;  // prefill rows, where usable
 };
 
 Dispatch choose_dispatch() {
   const char* env = std::getenv("SPECDEC_KERNELS");
   const std::string want = env ? env : "";
-  SD_CHECK(want.empty() || want == "auto" || want == "portable", "SPECDEC_KERNELS='", want,
-           "' is not a kernel choice (use auto or portable)");
+  SD_CHECK(want.empty() || want == "auto" || want == "portable" || want == "no-amx", "SPECDEC_KERNELS='",
+           want, "' is not a kernel choice (use auto, no-amx or portable)");
   Dispatch d{"portable", "portable", portable::f32_kernels, portable::kernels,
              portable::q8_kernel, portable::quantize};
 #if SPECDEC_PANELS_X86
@@ -113,6 +114,10 @@ Dispatch choose_dispatch() {
       d.int8_name = "avx512-vnni";
       d.q8_kernel = avx512::q8_kernel;
       d.quantize = avx512::quantize;
+      if (want != "no-amx" && avx512::amx_usable()) {
+        d.int8_name = "avx512-vnni+amx";
+        d.amx_kernel = avx512::amx_kernel;
+      }
     }
   }
 #endif
@@ -424,7 +429,12 @@ at::Tensor PanelWeight::forward(const at::Tensor& x, const at::Tensor& b) const 
       const int64_t lp = p - s.panel0, o0 = s.out0 + lp * kPanel;
       PanelJob job = panel_job(s, lp, in_, bp);
       if (s.int8_dot) {
-        for (int64_t r = 0; r < n_rows; r += kQ8Rows) {
+        int64_t r = 0;
+        if (kernels.amx_kernel && n_rows >= kAmxMinRows) {  // prefill: 8 rows a pass, the rest below
+          r = n_rows / kAmxRows * kAmxRows;
+          kernels.amx_kernel(s)(job, *xr, 0, r, yp + o0, out_);
+        }
+        for (; r < n_rows; r += kQ8Rows) {
           const int n = static_cast<int>(std::min<int64_t>(kQ8Rows, n_rows - r));
           kernels.q8_kernel(s, n)(job, *xr, r, yp + r * out_ + o0, out_);
         }

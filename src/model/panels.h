@@ -59,11 +59,15 @@ struct QuantBlocks {
 //             separately where the others fuse them (FMA), so it differs in the last bits.
 //             Within each, every property above holds (row-count independence, native ==
 //             float32 bit for bit).
+// Where the CPU has AMX-INT8 (and the OS lets a process use its tiles), the int8 kernel runs
+// prefills (16 rows or more) 8 rows at a time on AMX tiles: the same integer sums and float
+// steps as the AVX512-VNNI kernel, so the same bits (panels_avx512.cpp).
 // The environment variable SPECDEC_KERNELS=portable forces the portable one (tests run both on
-// an AVX-512 or AVX2 machine); unset or "auto" picks the fastest; other values are an error. A
-// build with -DSPECDEC_PORTABLE=ON, or for a CPU other than x86-64, contains only the portable
-// one. The choice for fp32 activations ("avx512", "avx2" or "portable") and for int8 activations
-// ("avx512-vnni", "avx2" or "portable").
+// an AVX-512 or AVX2 machine), SPECDEC_KERNELS=no-amx leaves AMX unused; unset or "auto" picks
+// the fastest; other values are an error. A build with -DSPECDEC_PORTABLE=ON, or for a CPU
+// other than x86-64, contains only the portable one. The choice for fp32 activations
+// ("avx512", "avx2" or "portable") and for int8 activations ("avx512-vnni+amx", "avx512-vnni",
+// "avx2" or "portable").
 const char* panels_kernel();
 const char* panels_int8_kernel();
 

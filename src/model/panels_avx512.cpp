@@ -10,10 +10,14 @@
 
 #if SPECDEC_PANELS_X86
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -188,6 +192,30 @@ SD_VNNI inline void dpbusd(__m512i& acc, __m512i u, const int8_t* s) {
 // 34-36 ms in the same runs; 4096 bytes measured the same as 2048).
 constexpr int kQ8Prefetch = 2048;
 
+// The sum of xq over a group of G values from k0 in row r (the integer side of the code offset).
+template <int G>
+inline int32_t group_qsum(const QuantizedRows& xr, int64_t r, int64_t k0) {
+  const size_t q = static_cast<size_t>(r * xr.in / 16 + k0 / 16);
+  return xr.qsum[q] + (G == 32 ? xr.qsum[q + 1] : 0);
+}
+
+// A group's float steps for row r, from its integer dot products d0 (outputs 0-15) and d1
+// (16-31) and its scales sc (group_scales): acc += dot * (d * scale) (+ m * sum x), the formula
+// of panels_kernels.h, in one order for every int8 kernel of this file.
+template <int G, bool Min>
+SD_VNNI inline void add_group(__m512 (&acc)[2], __m512i d0, __m512i d1, const __m512 (&sc)[4],
+                              const QuantizedRows& xr, int64_t r, int64_t k0) {
+  const __m512 xs = _mm512_set1_ps(xr.scale[static_cast<size_t>(r * xr.in / 32 + k0 / 32)]);
+  acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(sc[0], xs), acc[0]);
+  acc[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(sc[1], xs), acc[1]);
+  if constexpr (Min) {
+    const size_t q = static_cast<size_t>(r * xr.in / 16 + k0 / 16);
+    const __m512 xsb = _mm512_set1_ps(xr.xsum[q] + (G == 32 ? xr.xsum[q + 1] : 0.0f));
+    acc[0] = _mm512_fmadd_ps(sc[2], xsb, acc[0]);
+    acc[1] = _mm512_fmadd_ps(sc[3], xsb, acc[1]);
+  }
+}
+
 // y[n, 0..valid) = bias + sum over groups of the formula in panels_kernels.h (QuantizedRows),
 // for N <= 5 rows (r0.. of xr). A group's integer dot products start at -C * sum xq, so the
 // code offset costs nothing per row.
@@ -205,11 +233,9 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
     __m512 sc[4];
     group_scales<kCode, Min, Sub>(blk, g, sc);
     const uint8_t* codes = g + job.sub_bytes;
-    const int64_t h = k0 / 16;  // the group's first 16-value half
     __m512i dot[N][2];
     for (int n = 0; n < N; ++n) {
-      const size_t q = static_cast<size_t>((r0 + n) * in / 16 + h);
-      const int32_t qs = C == 0 ? 0 : xr.qsum[q] + (G == 32 ? xr.qsum[q + 1] : 0);
+      const int32_t qs = C == 0 ? 0 : group_qsum<G>(xr, r0 + n, k0);
       dot[n][0] = dot[n][1] = _mm512_set1_epi32(-C * qs);
     }
 #pragma GCC unroll 1  // fully unrolled (G is a constant), BM_PanelsQ8 (now BM_Panels q8:1) ran 7-10 % slower
@@ -237,21 +263,156 @@ SD_VNNI void panel_rows_q8(const PanelJob& job, const QuantizedRows& xr, int64_t
         dpbusd(dot[n][1], w1, x4);
       }
     }
-    for (int n = 0; n < N; ++n) {
-      const int64_t r = r0 + n;
-      const __m512 xs = _mm512_set1_ps(xr.scale[static_cast<size_t>(r * in / 32 + k0 / 32)]);
-      acc[n][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[n][0]), _mm512_mul_ps(sc[0], xs), acc[n][0]);
-      acc[n][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[n][1]), _mm512_mul_ps(sc[1], xs), acc[n][1]);
-      if constexpr (Min) {
-        const size_t q = static_cast<size_t>(r * in / 16 + h);
-        const __m512 xsb = _mm512_set1_ps(xr.xsum[q] + (G == 32 ? xr.xsum[q + 1] : 0.0f));
-        acc[n][0] = _mm512_fmadd_ps(sc[2], xsb, acc[n][0]);
-        acc[n][1] = _mm512_fmadd_ps(sc[3], xsb, acc[n][1]);
-      }
-    }
+    for (int n = 0; n < N; ++n) add_group<G, Min>(acc[n], dot[n][0], dot[n][1], sc, xr, r0 + n, k0);
   }
   store_rows<N>(job, acc, y, y_stride);
 }
+
+// ---- AMX (prefill) ----------------------------------------------------------------------------
+// The int8 kernel above for kAmxRows rows at a time with Intel AMX tiles, for prefills: each
+// group's integer dot products of 8 rows x 32 outputs come from two tile multiplies (tdpbsud:
+// signed activations x unsigned codes; tdpbssd for the signed int8 codes, which vpdpbusd reads
+// with their top bit flipped and the offset C taken back) instead of 128 vpdpbusd. Integer sums
+// are exact in any order, and each group's float steps below are panel_rows_q8's, in its order,
+// so the outputs are bit for bit that kernel's: a row's result still does not depend on the
+// rows beside it. The codes are already tile rows: a k-quad of 16 outputs is 64 bytes, the B
+// operand's row (nib4: its low or high nibbles, unpacked per group).
+#define SD_AMX __attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8")))
+
+struct TileConfig {  // ldtilecfg's operand, palette 1
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The tile instructions with the tile's number a template argument: GCC's intrinsics paste the
+// number into their assembly text, so they take only a literal. "memory": the tiles read and
+// write buffers that the code around them writes and reads.
+template <int T>
+inline void tile_zero() { asm volatile("tilezero %%tmm%c0" ::"i"(T)); }
+template <int T>
+inline void tile_load(const void* base, int64_t stride) {
+  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(T) : "memory");
+}
+template <int T>
+inline void tile_store(void* base, int64_t stride) {
+  asm volatile("tilestored %%tmm%c0, (%1,%2,1)" ::"i"(T), "r"(base), "r"(stride) : "memory");
+}
+template <int D, int X, int W, bool Signed>  // D += X (signed bytes) . W (signed or unsigned)
+inline void tile_dot() {
+  if constexpr (Signed)
+    asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(D), "i"(X), "i"(W));
+  else
+    asm volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(D), "i"(X), "i"(W));
+}
+
+// One group's dot products into tiles D0 (outputs 0-15) and D1 (16-31): x through tile X, the
+// codes (G/4 rows of 64 bytes a half, `half` bytes apart, rows `stride` apart) through tiles W0
+// and W1. Groups alternate between two sets of D0, D1 and X, so that one group's multiplies run
+// while the one before is stored.
+template <int D0, int D1, int X, int W0, int W1, bool Signed>
+inline void tile_dots(const uint8_t* codes, int64_t half, int64_t stride, const int8_t* x, int64_t x_stride) {
+  tile_zero<D0>();
+  tile_zero<D1>();
+  tile_load<X>(x, x_stride);
+  tile_load<W0>(codes, stride);
+  tile_load<W1>(codes + half, stride);
+  tile_dot<D0, X, W0, Signed>();
+  tile_dot<D1, X, W1, Signed>();
+}
+
+template <int D0, int D1>
+inline void store_dots(int32_t (*dots)[32]) {
+  tile_store<D0>(&dots[0][0], 128);
+  tile_store<D1>(&dots[0][16], 128);
+}
+
+// y[n, 0..valid) for rows r0 .. r0+rows-1 of xr (rows: a multiple of kAmxRows), kAmxRows at a
+// time. A nib4 panel is unpacked once for all of them (a tile reads bytes): per group, the
+// low nibbles (outputs 0-15) as G/4 rows of 64 bytes, then the high ones.
+template <bool Nib, bool Min, bool Sub>
+SD_AMX void panel_rows_amx(const PanelJob& job, const QuantizedRows& xr, int64_t r0, int64_t rows,
+                           float* y, int64_t y_stride) {
+  constexpr int G = kQ8Group<Nib, Min, Sub>, C = kQ8Offset<Nib, Min>, N = kAmxRows;
+  constexpr bool kSigned = C == 128;     // int8 codes, multiplied as stored
+  constexpr int kOff = kSigned ? 0 : C;  // Q4_0's nibbles hold q + 8
+  constexpr Code kCode = Nib ? Code::kNib4 : Code::kInt8;
+  constexpr int64_t kUnpacked = G / 2 * 64;  // bytes of a nib4 group, unpacked
+  const int64_t in = job.in;
+  struct alignas(64) Line { uint8_t bytes[64]; };  // a tile row in one cache line
+  thread_local std::vector<Line> unpacked_lines;
+  const uint8_t* unpacked = nullptr;
+  if constexpr (Nib) {
+    unpacked_lines.resize(static_cast<size_t>(in / G * kUnpacked / 64));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    Line* dst = unpacked_lines.data();
+    for (Q8Groups at(job, G); at.k0 < in; at.next(), dst += kUnpacked / 64)
+      for (int q = 0; q < G / 4; ++q) {
+        const __m512i v = _mm512_loadu_si512(at.g + job.sub_bytes + 64 * q);
+        _mm512_store_si512(dst[q].bytes, _mm512_and_si512(v, low4));
+        _mm512_store_si512(dst[G / 4 + q].bytes, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      }
+    unpacked = unpacked_lines.data()->bytes;
+  }
+  TileConfig cfg;  // two sets: dots 0, 1 / 4, 5 (N x 16 int32), x 2 / 6 (N x G bytes); codes 3, 7
+  for (int t : {0, 1, 4, 5}) cfg.rows[t] = N, cfg.colsb[t] = 64;
+  for (int t : {2, 6}) cfg.rows[t] = N, cfg.colsb[t] = G;
+  for (int t : {3, 7}) cfg.rows[t] = G / 4, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  // A pipeline over the groups: group g's multiplies are issued, group g-1's products stored and
+  // group g-2's float steps run, so the tile unit and the vector unit work side by side. Slot
+  // g % 4 of the ring holds group g's products and where its scales are.
+  alignas(64) int32_t dots[4][N][32];
+  const uint8_t* ring_blk[4];
+  const uint8_t* ring_grp[4];
+  const int64_t n_groups = in / G;
+  const int64_t half = Nib ? kUnpacked / 2 : 64, stride = Nib ? 64 : 128;
+  for (int64_t rb = r0; rb < r0 + rows; rb += N) {
+    __m512 acc[N][2];
+    for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = _mm512_setzero_ps();
+    const int8_t* x = xr.xq.data() + rb * in;
+    Q8Groups at(job, G);
+    for (int64_t g = 0; g < n_groups + 2; ++g) {
+      if (g < n_groups) {
+        ring_blk[g % 4] = at.blk;
+        ring_grp[g % 4] = at.g;
+        const uint8_t* codes = Nib ? unpacked + g * kUnpacked : at.g + job.sub_bytes;
+        if (g % 2 == 0)
+          tile_dots<0, 1, 2, 3, 7, kSigned>(codes, half, stride, x + at.k0, in);
+        else
+          tile_dots<4, 5, 6, 3, 7, kSigned>(codes, half, stride, x + at.k0, in);
+        at.next();
+      }
+      if (g >= 1 && g <= n_groups) {
+        if ((g - 1) % 2 == 0)
+          store_dots<0, 1>(dots[(g - 1) % 4]);
+        else
+          store_dots<4, 5>(dots[(g - 1) % 4]);
+      }
+      if (g < 2) continue;
+      const int64_t e = g - 2, k0 = e * G;  // group e's float steps, as panel_rows_q8's
+      __m512 sc[4];
+      group_scales<kCode, Min, Sub>(ring_blk[e % 4], ring_grp[e % 4], sc);
+      for (int n = 0; n < N; ++n) {
+        __m512i d0 = _mm512_load_si512(&dots[e % 4][n][0]), d1 = _mm512_load_si512(&dots[e % 4][n][16]);
+        if constexpr (kOff != 0) {
+          const __m512i off = _mm512_set1_epi32(-kOff * group_qsum<G>(xr, rb + n, k0));
+          d0 = _mm512_add_epi32(d0, off);
+          d1 = _mm512_add_epi32(d1, off);
+        }
+        add_group<G, Min>(acc[n], d0, d1, sc, xr, rb + n, k0);
+      }
+    }
+    store_rows<N>(job, acc, y + (rb - r0) * y_stride, y_stride);
+  }
+  _tile_release();
+}
+
+struct MakeAmx {  // q8_kernel_of's tables for panel_rows_amx (one row count: kAmxRows)
+  template <bool Nib, bool Min, bool Sub>
+  static constexpr std::array<RowsAmxFn, 1> make() { return {panel_rows_amx<Nib, Min, Sub>}; }
+};
 
 SPECDEC_PANEL_MAKERS();  // MakeKernels, MakeQ8 over this file's kernels (panels_kernels.h)
 
@@ -294,6 +455,22 @@ SD_AVX512 void quantize(const float* x, int64_t blocks, QuantizedRows& xr) {
 
 // By row count 1..kQ8Rows (more rows go kQ8Rows at a time: a verification of gamma 4 in one pass).
 RowsQ8Fn q8_kernel(const Segment& s, int n) { return q8_kernel_of<MakeQ8>(s, n); }
+
+RowsAmxFn amx_kernel(const Segment& s) { return q8_kernel_of<MakeAmx>(s, 0); }
+
+// AMX-TILE and AMX-INT8 (cpuid leaf 7, edx bits 24 and 25), and the kernel's leave to use the
+// tiles' 8 KiB of state (Linux 5.16+: arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, once for the
+// whole process). Asked once; a kernel that refuses leaves the VNNI kernel.
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return usable;
+}
 
 }  // namespace avx512
 

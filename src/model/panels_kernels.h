@@ -116,22 +116,29 @@ constexpr int kQ8Offset = Min ? 0 : Nib ? 8 : 128;
 // Rows per pass of the int8 kernel: a verification of gamma 4 in one pass (8 rows would need more
 // than AVX-512's 32 vector registers for their int and float accumulators).
 constexpr int kQ8Rows = 5;
+// Rows r0 .. r0+rows-1 of xr against one panel with AMX tiles, rows a multiple of kAmxRows.
+using RowsAmxFn = void (*)(const PanelJob&, const QuantizedRows&, int64_t r0, int64_t rows, float*, int64_t y_stride);
+// Rows per pass of the AMX kernel (prefill, panels_avx512.cpp): 8 rows keep their float
+// accumulators in registers; a forward uses it for runs of 8 rows from kAmxMinRows rows on.
+constexpr int kAmxRows = 8;
+constexpr int64_t kAmxMinRows = 16;
 
 // The int8 kernels' walk over a panel's groups of G k (a block holds groups_per_block of them
 // after its header): blk is the current block, g the current group. The kernels loop
 //   for (Q8Groups at(job, G); at.k0 < job.in; at.next()) ...
 struct Q8Groups {
   const PanelJob& job;
-  const int64_t group_k, per_block;
+  const int64_t group_k;
   int64_t k0 = 0;
   const uint8_t* blk;
   const uint8_t* g;
-  Q8Groups(const PanelJob& j, int64_t G)
-      : job(j), group_k(G), per_block(G * j.groups_per_block), blk(j.panel), g(j.panel + j.header_bytes) {}
+  int64_t in_block = 0;  // groups of this block already walked (a counter: no division per group)
+  Q8Groups(const PanelJob& j, int64_t G) : job(j), group_k(G), blk(j.panel), g(j.panel + j.header_bytes) {}
   void next() {
     k0 += group_k;
     g += job.group_bytes;
-    if (k0 % per_block == 0) {  // the next block: its header, then its groups
+    if (++in_block == job.groups_per_block) {  // the next block: its header, then its groups
+      in_block = 0;
       blk += job.block_bytes;
       g = blk + job.header_bytes;
     }
@@ -190,7 +197,7 @@ const Kernels& kernels_of(const Segment& s, const Kernels& f32) {
 }
 
 template <class Q8>
-RowsQ8Fn q8_kernel_of(const Segment& s, int n) {
+auto q8_kernel_of(const Segment& s, int n) {
   static const auto q4_0 = Q8::template make<true, false, false>(), q4_1 = Q8::template make<true, true, false>();
   static const auto q4_k = Q8::template make<true, true, true>(), q8_0 = Q8::template make<false, false, false>();
   static const auto q5_1 = Q8::template make<false, true, false>(), q5_k = Q8::template make<false, true, true>();
@@ -208,6 +215,8 @@ const Kernels& f32_kernels();      // needs AVX-512F at run time
 const Kernels& kernels(const Segment& s);
 RowsQ8Fn q8_kernel(const Segment& s, int n);  // needs AVX-512F, BW and VNNI
 void quantize(const float* x, int64_t blocks, QuantizedRows& xr);  // needs AVX-512F
+bool amx_usable();                   // the CPU has AMX-INT8 and the kernel lets us use it
+RowsAmxFn amx_kernel(const Segment& s);  // needs amx_usable() and the above
 }  // namespace avx512
 namespace avx2 {
 bool supported();                             // the CPU has AVX2, FMA and F16C

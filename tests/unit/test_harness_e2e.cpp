@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "harness/experiment.h"
 #include "harness/runner.h"
+#include "model/panels.h"
 #include "tests/support/paths.h"
 #include "tests/support/tiny_gguf.h"
 
@@ -129,6 +130,10 @@ TEST(HarnessE2E, TinyExperimentRunsAndPassesChecks) {
     EXPECT_GT(mem.at("rss_bytes").get<int64_t>(), 0) << when;
     EXPECT_GE(mem.at("peak_rss_bytes").get<int64_t>(), mem.at("rss_bytes").get<int64_t>()) << when;
   }
+  // The CPU kernels the figures ran on, in env.json and on the report's machine line.
+  EXPECT_EQ(env_json.at("kernels").at("int8").get<std::string>(), model::panels_int8_kernel());
+  EXPECT_NE(report.find(std::string("; kernels ") + model::panels_kernel() + " / int8 " + model::panels_int8_kernel()),
+            std::string::npos);
   fs::remove_all(out);
 }
 

@@ -105,7 +105,7 @@ TEST_P(Panels, Int8ActivationsWithinTheQuantisationBound) {
   EXPECT_EQ(q8.describe(), std::string(io::ggml_type_name(t)) + "/q8");
   ASSERT_TRUE(bit_equal(q8.dequantized(), w)) << "quad-major codes decode differently";
   const at::Tensor bias = at::randn({out}, at::kFloat);
-  for (int64_t n : {1, 3, 5, 9}) {
+  for (int64_t n : {1, 3, 5, 9, 17, 40}) {  // 17 and 40: prefills (AMX where the CPU has it)
     const at::Tensor x = at::randn({n, in}, at::kFloat);
     const at::Tensor y = q8.forward(x, bias);
     const at::Tensor ref = at::addmm(bias, x, w.t());
@@ -158,6 +158,46 @@ TEST_P(Panels, Int8Avx2KernelEqualsTheVnniOne) {
         pd::avx512::q8_kernel(s, n)(job, xr, 0, c.data_ptr<float>(), pd::kPanel);
         EXPECT_TRUE(bit_equal(a, c)) << "panel " << p << ", " << n << " rows";
       }
+    }
+  }
+#else
+  GTEST_SKIP() << "this build has only the portable kernels";
+#endif
+}
+
+// The AMX kernel (panels_avx512.cpp, the prefill's runs of 8 rows), called directly on every
+// panel of a weight (two full panels and a partial one) for 8, 16 and 24 rows from row 0 and 16
+// rows from row 8: bit for bit the AVX512-VNNI kernel's, as it must be (a prompt's rows and a
+// decode's give the same outputs). Rows 0 and 9 are +-1 throughout (every activation +-127).
+// Planted bugs caught here: Q4_0's offset of 8 left out (Q4_0), signed codes multiplied as
+// unsigned (Q5_0, Q8_0, Q6_K).
+TEST_P(Panels, Int8AmxKernelEqualsTheVnniOne) {
+#if SPECDEC_PANELS_X86
+  namespace pd = panels_detail;
+  if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni") || !pd::avx512::amx_usable())
+    GTEST_SKIP() << "no AVX512-VNNI and AMX-INT8 on this CPU (or the kernel refuses AMX's state)";
+  const GgmlType t = GetParam();
+  if (!io::ggml_type_has_codes(t)) GTEST_SKIP() << "float types keep fp32 activations";
+  const int64_t out = 70, in = 512, rows = 24;
+  const auto bytes = random_tensor(t, out, in, 11);
+  const PanelWeight w = PanelWeight::from_blocks({view(t, bytes, out, in)}, /*int8_dot=*/true);
+  at::Tensor x = at::randn({rows, in}, at::kFloat), bias = at::randn({out}, at::kFloat);
+  x[0] = at::randn({in}, at::kFloat).sign();
+  x[9] = at::randn({in}, at::kFloat).sign();
+  const pd::QuantizedRows xr(x.data_ptr<float>(), rows, in);
+  for (int64_t p = 0; p < 3; ++p) {
+    const PanelWeight::Segment& s = w.segment_of_panel(p);
+    const pd::PanelJob job = pd::panel_job(s, p - s.panel0, in, bias.data_ptr<float>());
+    for (const auto& [r0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {0, 16}, {0, 24}, {8, 16}}) {
+      at::Tensor a = at::zeros({n, pd::kPanel}, at::kFloat), b = at::ones_like(a);
+      pd::avx512::amx_kernel(s)(job, xr, r0, n, a.data_ptr<float>(), pd::kPanel);
+      for (int64_t r = 0; r < n; r += pd::kQ8Rows) {
+        const int m = static_cast<int>(std::min<int64_t>(pd::kQ8Rows, n - r));
+        pd::avx512::q8_kernel(s, m)(job, xr, r0 + r, b.data_ptr<float>() + r * pd::kPanel, pd::kPanel);
+      }
+      EXPECT_TRUE(bit_equal(a.narrow(1, 0, job.valid).contiguous(), b.narrow(1, 0, job.valid).contiguous()))
+          << "panel " << p << ", rows " << r0 << ".." << r0 + n - 1 << ": worst difference "
+          << (a - b).abs().narrow(1, 0, job.valid).max().item<float>();
     }
   }
 #else
@@ -241,21 +281,25 @@ TEST(PanelsStacked, RopeRowsRestoredToHfOrder) {
   EXPECT_TRUE(bit_equal(w.dequantized(), unpermute_rope_rows(dequantize(GgmlType::Q8_0, q, out, in), heads)));
 }
 
-// The kernel is the one asked for: else the *_portable ctest entries would test AVX-512 twice.
+// The kernel is the one asked for: else the *_portable ctest entries would test AVX-512 twice
+// (and SPECDEC_KERNELS=no-amx leaves the prefills to the VNNI kernel).
 TEST(PanelsKernel, FollowsTheEnvironmentAndTheBuild) {
   const char* env = std::getenv("SPECDEC_KERNELS");
   bool portable = env != nullptr && std::string(env) == "portable";
-  bool avx512 = false, vnni = false, avx2 = false;
+  bool avx512 = false, vnni = false, avx2 = false, amx = false;
 #if defined(__x86_64__) && !defined(SPECDEC_PORTABLE)
   avx512 = __builtin_cpu_supports("avx512f");
   vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
   avx2 = panels_detail::avx2::supported();
+  amx = avx512 && vnni && panels_detail::avx512::amx_usable() && !(env && std::string(env) == "no-amx");
 #else
   portable = true;
 #endif
   std::printf("panel kernels: %s, int8: %s\n", panels_kernel(), panels_int8_kernel());
   EXPECT_STREQ(panels_kernel(), portable ? "portable" : avx512 ? "avx512" : avx2 ? "avx2" : "portable");
-  EXPECT_STREQ(panels_int8_kernel(), portable ? "portable" : avx512 && vnni ? "avx512-vnni" : avx2 ? "avx2" : "portable");
+  EXPECT_STREQ(panels_int8_kernel(), portable ? "portable"
+                                     : avx512 && vnni ? (amx ? "avx512-vnni+amx" : "avx512-vnni")
+                                     : avx2 ? "avx2" : "portable");
 }
 
 // The two implementations of the int8 activations' quantisation give the same bits (the
@@ -308,3 +352,4 @@ TEST(PanelsStacked, BadInputsNameTheTensor) {
 }
 
 }  // namespace
+
