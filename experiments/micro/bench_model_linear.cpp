@@ -5,9 +5,10 @@
 // 5 skinny fp32 weights, 105 skinny bf16 weights).
 // BM_Panels/type:<t>/rows:<n>/q8:<0|1>: the panel kernel on random GGUF blocks small enough to
 // stay in cache (t 0: Q4_K 1536 -> 2048, 1: Q6_K 8960 -> 256, 2: Q4_1 1536 -> 2048), so the
-// time is the kernel's arithmetic, not memory: the cost of each extra verification row; q8 1:
-// int8 activations (dtype native_q8), 0: fp32 activations (dtype native). The label names the
-// kernel this process picked (SPECDEC_KERNELS=portable forces the portable one).
+// time is the kernel's arithmetic, not memory: the cost of each extra verification row, and of a
+// prefill's 128 rows; q8 1: int8 activations (dtype native_q8), 0: fp32 activations (dtype
+// native). The label names the kernel this process picked (SPECDEC_KERNELS=portable forces the
+// portable one; SPECDEC_KERNELS=no-amx leaves a prefill's int8 rows to AVX512-VNNI).
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
@@ -113,7 +114,7 @@ void BM_Panels(benchmark::State& st) {
               (q8 ? sm::panels_int8_kernel() : sm::panels_kernel()));
 }
 BENCHMARK(BM_Panels)
-    ->ArgsProduct({{0, 1, 2}, {1, 5}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2}, {1, 5, 128}, {0, 1}})
     ->ArgNames({"type", "rows", "q8"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
