@@ -80,6 +80,13 @@ struct ForwardOptions {
   // Empty: every sequence feeds all T tokens.
   std::vector<int64_t> n_fed;
   bool logits = true;             // false: skip the output head (hidden states only)
+  // k > 0: logits for each sequence's last k fed tokens only, [B, k, V]: row j of sequence b is
+  // its fed token max(0, n_fed[b] - k) + j (rows past its last are zero, as unfed rows are). A
+  // prefill reads one row of the prompt's T, and the output head is a large share of a forward
+  // (the vocabulary's rows: 15-30 % of a small model's weights). An engine may ignore it and
+  // return [B, T, V] (as with 0; when T = k that is the same layout): last_logit_rows
+  // (checks.h) takes the rows from those.
+  int64_t logits_last = 0;
   bool final_hidden = false;      // also return the output head's input (after the final norm)
   int64_t hidden_layer = -1;      // >= 0: also return the residual stream after this layer
 };

@@ -61,9 +61,21 @@ void refuse_ragged(const std::string& who, const at::Tensor& tokens, const Forwa
              " < T = ", tokens.size(1), ") are not supported by this engine; use the packed llama engine");
 }
 
+at::Tensor last_logit_rows(const at::Tensor& logits, const std::vector<int64_t>& n_fed, int64_t k) {
+  const int64_t B = logits.size(0), T = logits.size(1);
+  if (T == k) return logits;
+  at::Tensor out = at::zeros({B, k, logits.size(2)}, logits.options());
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = n_fed.empty() ? T : n_fed[static_cast<size_t>(b)], m = std::min(n, k);
+    if (m > 0) out[b].narrow(0, 0, m).copy_(logits[b].narrow(0, n - m, m));
+  }
+  return out;
+}
+
 void check_forward_options(const std::string& who, const ModelConfig& cfg, const at::Tensor& tokens,
                            const std::vector<int64_t>& start_pos, const ForwardOptions& o) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
+  SD_CHECK(o.logits_last >= 0, who, ": logits_last = ", o.logits_last, " must be >= 0 (0: every fed row)");
   for (int64_t b = 0; b < B; ++b)
     SD_CHECK(start_pos[b] >= o.tree_cached, who, ": tree_cached = ", o.tree_cached, " nodes but sequence ", b,
              " starts at slot ", start_pos[b]);

@@ -61,4 +61,9 @@ void tree_ancestors(const int32_t* parents, int64_t n, std::vector<int64_t>& anc
 // tree of its size). The ATen engine's tree masks and the repetition penalty's draft paths.
 at::Tensor ancestor_sets(const at::Tensor& parents);
 
+// The layout of ForwardOptions::logits_last from full logits [B, T, V] (row t = fed token t):
+// [B, k, V], row j of sequence b its fed token max(0, n_fed[b] - k) + j (n_fed empty: T each),
+// zero rows past its last. Logits already [B, k, V] come back as they are.
+at::Tensor last_logit_rows(const at::Tensor& logits, const std::vector<int64_t>& n_fed, int64_t k);
+
 }  // namespace specdec::model

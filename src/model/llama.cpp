@@ -462,7 +462,22 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
   }
   const at::Tensor xn = rms_norm(x, out_norm_, cfg_.norm_eps);  // [N, d]
   if (opt.final_hidden) res.hidden = shape(xn);
-  if (opt.logits) res.logits = shape(output_(xn));  // [B, T, V]
+  if (opt.logits && opt.logits_last > 0) {  // the output head over the rows asked for: [B, k, V]
+    const int64_t k = opt.logits_last;
+    std::vector<int64_t> rows, slots;  // packed rows of xn, and their rows of the result
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = std::max<int64_t>(0, s.n_fed[b] - k); t < s.n_fed[b]; ++t) {
+        rows.push_back(s.row0[b] + t);
+        slots.push_back(b * k + t - std::max<int64_t>(0, s.n_fed[b] - k));
+      }
+    const at::Tensor head = output_(xn.index_select(0, at::tensor(rows, at::kLong)));  // [M, V]
+    const bool dense = static_cast<int64_t>(slots.size()) == s.B * k;  // every sequence fed >= k
+    res.logits = (dense ? head : at::zeros({s.B * k, head.size(1)}, head.options())
+                                     .index_copy_(0, at::tensor(slots, at::kLong), head))
+                     .view({s.B, k, head.size(1)});
+  } else if (opt.logits) {
+    res.logits = shape(output_(xn));  // [B, T, V]
+  }
   for (int64_t b = 0; b < s.B; ++b) cache.set_length(b, start_pos[b] + s.n_fed[b]);
   return res;
 }

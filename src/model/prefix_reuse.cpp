@@ -74,6 +74,7 @@ ForwardResult PrefixReuse::forward(const at::Tensor& tokens, const std::vector<i
     std::vector<int64_t> from(B);
     ForwardOptions o = options;
     o.n_fed.clear();
+    o.logits_last = 0;  // every row: they are placed below (the caller takes the last ones)
     for (int64_t b = 0; b < B; ++b) {
       rest_tokens[b].narrow(0, 0, n[b] - m[b]).copy_(host[b].narrow(0, m[b], n[b] - m[b]));
       from[b] = start_pos[b] + m[b];

@@ -222,7 +222,7 @@ void SpecLoop::prefill(const std::vector<int64_t>& newcomers) {
   for (int64_t b : newcomers) std::swap(fed[b], spec_[b].prefill);
   at::Tensor hidden;  // [B, T, d]
   if (std::any_of(fed.begin(), fed.end(), [](const Tokens& t) { return !t.empty(); }))
-    forward_batch(target_, cache_, fed, std::vector<int64_t>(B_, 0), {}, features_ ? &hidden : nullptr);
+    forward_batch(target_, cache_, fed, std::vector<int64_t>(B_, 0), 1, {}, features_ ? &hidden : nullptr);
   phase_.charge(&PhaseTimes::prefill);  // the target's
   for (int64_t b : newcomers)
     for (size_t j = 0; j < drafters_.size(); ++j) {
@@ -365,9 +365,11 @@ double SpecLoop::score() {
   std::vector<at::Tensor> unread(B_), unread_parents(B_);  // drafts (and tree shapes) still on the draft's device
   bool prefill = false;
   forward_rows_ = 0;
+  int64_t rows = 1;  // the logits read: each sequence's last committed token and its draft
   for (int64_t b : active_) {
     const SpecSequence& s = spec_[b];
     forward_rows_ += s.d.size() + 1;
+    rows = std::max(rows, s.d.size() + 1);
     target_feed(s, fed[b], start[b], trees[b]);
     if (s.d.drawn.defined()) unread[b] = s.d.drawn_on(target_.device());
     if (s.d.drawn_parents.defined())  // the tree's entries over [last committed, node 0, ...]
@@ -376,12 +378,13 @@ double SpecLoop::score() {
     prefill = prefill || !s.prefill.empty();
   }
   at::Tensor hidden;  // [B, T, d] when the drafters read features
-  const at::Tensor logits =  // [B, T, V]
-      forward_batch(target_, cache_, fed, start, trees, features_ ? &hidden : nullptr, unread, unread_parents);
+  const at::Tensor logits =  // [B, rows, V]
+      forward_batch(target_, cache_, fed, start, rows, trees, features_ ? &hidden : nullptr, unread, unread_parents);
   for (int64_t b : active_) {
     SpecSequence& s = spec_[b];
     const int64_t P = static_cast<int64_t>(s.prefill.size());
-    s.logits = logits[b].narrow(0, P, s.d.size() + 1);
+    const int64_t read = std::min(P + s.d.size() + 1, rows);  // its rows of the logits
+    s.logits = logits[b].narrow(0, read - (s.d.size() + 1), s.d.size() + 1);
     s.hidden = hidden.defined() ? hidden[b].narrow(0, P, s.d.size() + 1) : at::Tensor();
   }
   // A round that prefills a newcomer's prompt counts as prefill, as in autoregressive_decode_batch

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "model/checks.h"
 #include "model/device.h"
 #include "sampling/grammar.h"
 #include "strategies/trace.h"
@@ -99,9 +100,10 @@ void BatchSlots::finish(int64_t slot, double PhaseTimes::*phase) {
 }
 
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
-                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees,
+                         const std::vector<int64_t>& start, int64_t rows, const std::vector<std::vector<int32_t>>& trees,
                          at::Tensor* hidden, const std::vector<at::Tensor>& unread,
                          const std::vector<at::Tensor>& unread_parents) {
+  SD_CHECK(rows >= 1, "forward_batch: rows = ", rows, " must be >= 1");
   const int64_t B = static_cast<int64_t>(fed.size());
   int64_t T = 1;
   for (const Tokens& f : fed) T = std::max(T, static_cast<int64_t>(f.size()));
@@ -123,6 +125,7 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
   // batches take it too (a batch of one, for instance).
   if (std::all_of(opt.n_fed.begin(), opt.n_fed.end(), [&](int64_t n) { return n == T; })) opt.n_fed.clear();
   opt.final_hidden = hidden != nullptr;
+  opt.logits_last = rows;
   const auto is_unread = [&](int64_t b) { return !unread.empty() && unread[b].defined(); };
   for (int64_t b = 0; b < B; ++b) {
     if (!is_unread(b)) continue;
@@ -140,11 +143,13 @@ at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const st
   if (opt.device_parents.defined()) opt.parents.clear();
   model::ForwardResult out = model.forward(tokens, from, cache, opt);
   if (hidden) *hidden = out.hidden;  // [B, T, d]
-  const at::Tensor& logits = out.logits;  // [B, T, V]
-  for (int64_t b = 0; b < B; ++b)
-    if (!fed[b].empty())
-      check_finite_logits(logits[b].narrow(0, 0, static_cast<int64_t>(fed[b].size())), model,
-                          is_unread(b) ? nullptr : fed[b].data(), from[b]);
+  const at::Tensor logits = model::last_logit_rows(out.logits, opt.n_fed, rows);  // [B, rows, V]
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = static_cast<int64_t>(fed[b].size()), m = std::min(n, rows);
+    if (m > 0)
+      check_finite_logits(logits[b].narrow(0, 0, m), model, is_unread(b) ? nullptr : fed[b].data() + n - m,
+                          from[b] + n - m);
+  }
   return logits;
 }
 
@@ -179,14 +184,14 @@ std::vector<Result> autoregressive_decode_batch(const std::vector<Request>& requ
     phase.charge(&PhaseTimes::setup);
     std::vector<int64_t> start(B);
     for (int64_t b = 0; b < B; ++b) start[b] = static_cast<int64_t>(context[b].size() - fed[b].size());
-    const at::Tensor logits = forward_batch(target, cache, fed, start);  // [B, T, V]
+    const at::Tensor logits = forward_batch(target, cache, fed, start, 1);  // [B, 1, V]
     // A step that prefills a newcomer counts as prefill, a pure decode step as verify: the phase
     // a speculative round spends in the target, so baseline and candidate breakdowns line up.
     phase.charge(prefill ? &PhaseTimes::prefill : &PhaseTimes::verify);
     for (int64_t b = 0; b < B; ++b) {
       BatchSequence* s = slots[b];
       if (!s) continue;
-      const at::Tensor row = logits[b][static_cast<int64_t>(fed[b].size()) - 1];  // [V]
+      const at::Tensor row = logits[b][0];  // [V]: its last fed token's
       if (grammar[b]) {  // the mask first, before every processor (an arg-max it admits: none needed)
         const Stopwatch sw;
         grammar[b]->mask(row.unsqueeze(0), context[b], {}, {}, requests[s->request].trace ? nullptr : argmax);

@@ -61,8 +61,11 @@ class BatchSlots {
 };
 
 // One ragged target forward: slot b feeds fed[b] from cache slot start[b] (empty: nothing, its
-// cache untouched). Returns [B, T, V] logits, T the longest feed; the fed rows of every slot
-// are checked finite (check_finite_logits). trees: empty (chains), or per slot the parents of
+// cache untouched). Returns the logits of each slot's last `rows` fed tokens, [B, rows, V]
+// (ForwardOptions::logits_last: row j of slot b is its fed token max(0, n - rows) + j, n =
+// fed[b].size(); so its last token's is row min(n, rows) - 1); the callers read no earlier
+// row (a prompt fed with them gives one row), so the output head skips the prompt's. They are checked finite
+// (check_finite_logits). trees: empty (chains), or per slot the parents of
 // its fed tokens (ForwardOptions::parents over fed[b]; empty: a chain), one tree per sequence.
 // hidden: when given, the forward also returns the final normed hidden states there, [B, T, d]
 // (ForwardOptions::final_hidden: what trained drafters read). unread: empty, or per slot an
@@ -72,7 +75,7 @@ class BatchSlots {
 // on the model's device (a tree grown there, DraftProposal::drawn_parents): they replace
 // trees[b]'s last k, and the forward takes the trees as ForwardOptions::device_parents.
 at::Tensor forward_batch(model::CausalLM& model, model::KVCache& cache, const std::vector<Tokens>& fed,
-                         const std::vector<int64_t>& start, const std::vector<std::vector<int32_t>>& trees = {},
+                         const std::vector<int64_t>& start, int64_t rows, const std::vector<std::vector<int32_t>>& trees = {},
                          at::Tensor* hidden = nullptr, const std::vector<at::Tensor>& unread = {},
                          const std::vector<at::Tensor>& unread_parents = {});
 

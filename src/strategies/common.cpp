@@ -128,8 +128,8 @@ void name_non_finite(const at::Tensor& logits, const model::ModelConfig& cfg, co
     if (std::isfinite(p[i])) continue;
     const int64_t row = i / n_vocab;
     fail(cfg.arch, " model (", cfg.n_layers, " layers, vocabulary ", n_vocab, ") produced non-finite logits: ", p[i],
-         " for vocabulary entry ", i % n_vocab, " at position ", start_pos + row, " (token index ", row,
-         " of this forward, token id ", row < static_cast<int64_t>(ids.size()) ? ids[row] : -1,
+         " for vocabulary entry ", i % n_vocab, " at position ", start_pos + row,
+         " (token id ", row < static_cast<int64_t>(ids.size()) ? ids[row] : -1,
          "); the weights or the model config (e.g. norm epsilon) are corrupt");
   }
 }

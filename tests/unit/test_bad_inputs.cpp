@@ -493,7 +493,7 @@ std::vector<Case> cases() {
       {"gguf_rope_theta_inf", g("{in}/rope_inf.gguf"), "llama.rope.freq_base = inf must be finite and > 0"},
       {"gguf_head_count_zero", g("{in}/heads_zero.gguf"), "attention.head_count"},
       {"gguf_embedding_length_mismatch", g("{in}/embd_mismatch.gguf"), "token_embd.weight has 8 columns but llama.embedding_length = 16"},
-      {"gguf_nan_weights_logits", g("{in}/nan_weights.gguf"), "non-finite logits: nan for vocabulary entry 0 at position 0"},
+      {"gguf_nan_weights_logits", g("{in}/nan_weights.gguf"), "non-finite logits: nan for vocabulary entry 0 at position 4 (token id "},
       {"gguf_inf_weights_logits", g("{in}/inf_weights.gguf"), "non-finite logits"},
       {"gguf_nan_weights_sampling", g("{in}/nan_weights.gguf", {"--strategy", "sampling"}), "non-finite logits"},
       {"gguf_nan_weights_beam", g("{in}/nan_weights.gguf", {"--strategy", "beam"}), "non-finite logits"},

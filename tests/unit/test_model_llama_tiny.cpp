@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/checks.h"
 #include "model/llama.h"
 #include "model/loader.h"
 #include "model/tiny.h"
@@ -203,6 +204,46 @@ TEST(LlamaTiny, RaggedBatchEqualsEachSequenceAlone) {
 TEST(LlamaTiny, RaggedFedCountsEqualEachSequenceAloneBitForBit) {
   auto model = make_tiny_llama(tiny_llama_config(), 6);
   testing_ragged::expect_ragged_equals_alone(*model);
+}
+
+// ForwardOptions::logits_last: the output head over each sequence's last k fed tokens only
+// ([B, k, V], row j = fed token max(0, n - k) + j, zero rows past the last) equals those rows of
+// the full forward bit for bit, ragged (0, 1, 3 and 5 of 5 tokens fed) and dense, k below, at
+// and above the longest feed; last_logit_rows (checks.h) makes the same layout from the full
+// logits. A wrong row (off by one either way) or a lost sequence fails it. Bad k is named.
+TEST(LlamaTiny, LogitsOfTheLastFedTokensEqualTheFullForwards) {
+  auto model = make_tiny_llama(tiny_llama_config(), 5);
+  const int64_t B = 4, T = 5, V = model->config().n_vocab;
+  const at::Tensor tokens = at::randint(1, V, {B, T}, at::kLong);
+  for (const std::vector<int64_t>& n_fed : {std::vector<int64_t>{5, 0, 3, 1}, std::vector<int64_t>{}}) {
+    ForwardOptions full_opt;
+    full_opt.n_fed = n_fed;
+    KVCache full_cache = model->make_cache(B, 16);
+    const at::Tensor full = model->forward(tokens, {0, 0, 0, 0}, full_cache, full_opt).logits;  // [B, T, V]
+    for (int64_t k : {1, 2, 5, 7}) {
+      ForwardOptions opt = full_opt;
+      opt.logits_last = k;
+      KVCache cache = model->make_cache(B, 16);
+      const at::Tensor part = model->forward(tokens, {0, 0, 0, 0}, cache, opt).logits;
+      ASSERT_EQ(part.sizes(), (at::IntArrayRef{B, k, V})) << "k " << k;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t n = n_fed.empty() ? T : n_fed[b], m = std::min(n, k);
+        if (m > 0) EXPECT_TRUE(at::equal(part[b].narrow(0, 0, m), full[b].narrow(0, n - m, m))) << b << ", k " << k;
+        if (m < k) EXPECT_TRUE(at::equal(part[b].narrow(0, m, k - m), at::zeros({k - m, V}))) << b << ", k " << k;
+      }
+      EXPECT_TRUE(at::equal(part, last_logit_rows(full, n_fed, k))) << "k " << k;
+      EXPECT_TRUE(at::equal(cache.k(0), full_cache.k(0))) << "the cache is the full forward's, k " << k;
+    }
+  }
+  ForwardOptions bad;
+  bad.logits_last = -1;
+  KVCache cache = model->make_cache(1, 8);
+  try {
+    model->forward(tokens.narrow(0, 0, 1), {0}, cache, bad);
+    ADD_FAILURE() << "no error for logits_last = -1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logits_last = -1 must be >= 0"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LlamaTiny, RaggedFedCountsBadInputsThrowNamedErrors) {

@@ -161,10 +161,10 @@ void forward_slots(model::KVCache& cache, const std::vector<DraftSlot>& slots, c
     std::vector<Tokens> group(B);
     for (int64_t c = b; c < B; ++c)
       if (!fed[c].empty() && slots[c].model == slots[b].model) group[c] = fed[c], done[c] = true;
-    const at::Tensor logits = forward_batch(*slots[b].model, cache, group, start);  // [B, T, V]
+    const at::Tensor logits = forward_batch(*slots[b].model, cache, group, start, 1);  // [B, 1, V]
     for (int64_t c = b; c < B; ++c)
       if (!group[c].empty()) {
-        row[c] = logits[c][static_cast<int64_t>(group[c].size()) - 1];
+        row[c] = logits[c][0];  // its last fed token's
         ++out[c].n_forwards;
       }
   }
