@@ -64,9 +64,9 @@ class BatchSlots {
 // cache untouched). Returns the logits of each slot's last `rows` fed tokens, [B, rows, V]
 // (ForwardOptions::logits_last: row j of slot b is its fed token max(0, n - rows) + j, n =
 // fed[b].size(); so its last token's is row min(n, rows) - 1); the callers read no earlier
-// row (a prompt fed with them gives one row), so the output head skips the prompt's. They are checked finite
-// (check_finite_logits). trees: empty (chains), or per slot the parents of
-// its fed tokens (ForwardOptions::parents over fed[b]; empty: a chain), one tree per sequence.
+// row (a prompt fed with them gives one row), so the output head skips the prompt's. They are
+// checked finite (check_finite_logits). trees: empty (chains), or per slot the parents of its
+// fed tokens (ForwardOptions::parents over fed[b]; empty: a chain), one tree per sequence.
 // hidden: when given, the forward also returns the final normed hidden states there, [B, T, d]
 // (ForwardOptions::final_hidden: what trained drafters read). unread: empty, or per slot an
 // undefined tensor or the last k tokens of fed[b] as [k] int64 on the model's device (a draft
