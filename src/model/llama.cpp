@@ -470,7 +470,9 @@ ForwardResult LlamaModel::forward(const at::Tensor& tokens, const std::vector<in
         rows.push_back(s.row0[b] + t);
         slots.push_back(b * k + t - std::max<int64_t>(0, s.n_fed[b] - k));
       }
-    const at::Tensor head = output_(xn.index_select(0, at::tensor(rows, at::kLong)));  // [M, V]
+    // A decode step or a verification (every fed row read) takes xn as it is: no gather.
+    const bool all = static_cast<int64_t>(rows.size()) == N;
+    const at::Tensor head = output_(all ? xn : xn.index_select(0, at::tensor(rows, at::kLong)));  // [M, V]
     const bool dense = static_cast<int64_t>(slots.size()) == s.B * k;  // every sequence fed >= k
     res.logits = (dense ? head : at::zeros({s.B * k, head.size(1)}, head.options())
                                      .index_copy_(0, at::tensor(slots, at::kLong), head))
