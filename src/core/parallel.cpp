@@ -1,13 +1,16 @@
 // The thread pool behind parallel_for (see parallel.h for why it exists).
 //
 // Protocol. One job at a time. The caller writes the job's fields (function, context, range,
-// chunk size), then publishes `state_`, a 64-bit word holding the job's generation, its
-// number of chunks and the next unclaimed chunk. Every thread (workers and the caller) claims
-// a chunk with one compare-and-swap on that word: success proves that the job it read the
-// fields of is still live, because a job's fields are only rewritten after all of its chunks
-// have been claimed and finished. Each finished chunk increments `done_`; the caller returns
-// when done_ equals the chunk count, so it waits for chunks in progress, never for a thread
-// that has not started.
+// chunk size), then publishes `state_`, a 64-bit word holding the job's generation, its number
+// of chunks and how many have been claimed from each end of the range. Every thread claims a
+// chunk with one compare-and-swap on that word: success proves that the job it read the fields
+// of is still live, because a job's fields are only rewritten after all of its chunks have been
+// claimed and finished. The caller claims from the front and the workers from the back, so with
+// two threads each streams one contiguous part of the weights, as a static split would, and the
+// two parts meet wherever the threads' speeds put the boundary. (Claiming in turn from one end
+// left SmolLM2's decode at 2 threads ~20 % slower on a Zen 5 EPYC: docs/busy_machine.md.) Each
+// finished chunk increments `done_`; the caller returns when done_ equals the chunk count, so it
+// waits for chunks in progress, never for a thread that has not started.
 #include "core/parallel.h"
 
 #include <fcntl.h>
@@ -53,16 +56,20 @@ namespace {
 
 using detail::ChunkFn;
 
-// state_ = [generation : 28 | n_chunks : 18 | next chunk : 18]
-constexpr int kIdxBits = 18;
+// state_ = [generation : 28 | n_chunks : 12 | claimed from the front : 12 | from the back : 12].
+// The chunk count rides in the word, not in a field beside it: a thread that read a finished
+// job's word and the next job's count could otherwise claim a chunk before that job is
+// published.
+constexpr int kIdxBits = 12;
 constexpr uint64_t kIdxMask = (uint64_t{1} << kIdxBits) - 1;
 constexpr int64_t kMaxChunks = static_cast<int64_t>(kIdxMask);
 constexpr int kMaxThreads = 1024;  // even with oversubscription allowed
 
-uint64_t pack(uint64_t gen, uint64_t n_chunks) { return (gen << (2 * kIdxBits)) | (n_chunks << kIdxBits); }
-uint64_t gen_of(uint64_t s) { return s >> (2 * kIdxBits); }
-uint64_t chunks_of(uint64_t s) { return (s >> kIdxBits) & kIdxMask; }
-uint64_t next_of(uint64_t s) { return s & kIdxMask; }
+uint64_t pack(uint64_t gen, uint64_t n_chunks) { return (gen << (3 * kIdxBits)) | (n_chunks << (2 * kIdxBits)); }
+uint64_t gen_of(uint64_t s) { return s >> (3 * kIdxBits); }
+uint64_t chunks_of(uint64_t s) { return (s >> (2 * kIdxBits)) & kIdxMask; }
+uint64_t front_of(uint64_t s) { return (s >> kIdxBits) & kIdxMask; }
+uint64_t back_of(uint64_t s) { return s & kIdxMask; }
 
 // A number of microseconds from the environment (read once, at start-up): `fallback` when the
 // variable is unset, and also, with a warning naming it, when it is not a whole number in
@@ -173,7 +180,7 @@ class Pool {
       wake_cv_.notify_all();
     }
     t_in_region = true;
-    t_tally.mine += work();
+    t_tally.mine += work(/*from_back=*/false);
     t_tally.chunks += n_chunks;
     t_in_region = false;
     const auto finished = [&] { return done_.load(std::memory_order_seq_cst) == n_chunks; };
@@ -192,25 +199,29 @@ class Pool {
   }
 
  private:
-  // Claims and runs chunks of the current job until none is left; returns how many it ran.
-  int64_t work() {
+  // Claims and runs chunks of the current job, from its front (the caller) or its back (the
+  // workers), until none is left; returns how many it ran.
+  int64_t work(bool from_back) {
     for (int64_t ran = 0;;) {
       uint64_t s = state_.load(std::memory_order_acquire);
-      if (next_of(s) >= chunks_of(s)) return ran;
+      const int64_t n_chunks = static_cast<int64_t>(chunks_of(s));
+      const int64_t front = static_cast<int64_t>(front_of(s)), back = static_cast<int64_t>(back_of(s));
+      if (front + back >= n_chunks) return ran;
       const ChunkFn fn = fn_.load(std::memory_order_relaxed);
       const void* ctx = ctx_.load(std::memory_order_relaxed);
       const int64_t n = n_.load(std::memory_order_relaxed), chunk = chunk_.load(std::memory_order_relaxed);
-      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      const uint64_t claimed = s + (from_back ? uint64_t{1} : uint64_t{1} << kIdxBits);
+      if (!state_.compare_exchange_weak(s, claimed, std::memory_order_acq_rel, std::memory_order_acquire))
         continue;  // another thread took it, or a new job started: read again
       ++ran;
-      const int64_t begin = static_cast<int64_t>(next_of(s)) * chunk;
+      const int64_t begin = (from_back ? n_chunks - 1 - back : front) * chunk;
       try {
         fn(ctx, begin, std::min(n, begin + chunk));
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!error_) error_ = std::current_exception();
       }
-      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == static_cast<int64_t>(chunks_of(s)) &&
+      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == n_chunks &&
           caller_sleeping_.load(std::memory_order_seq_cst)) {
         { std::lock_guard<std::mutex> lock(mu_); }
         done_cv_.notify_all();
@@ -233,7 +244,7 @@ class Pool {
       }
       if (stop_.load()) return;
       seen = gen_of(state_.load(std::memory_order_acquire));
-      work();
+      work(/*from_back=*/true);
     }
   }
 
