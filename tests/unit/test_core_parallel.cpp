@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -97,7 +98,7 @@ TEST(Parallel, WithTwoThreadsTheCallerRunsAPrefixAndTheWorkerTheRest) {
     for (auto& b : by_caller) b = -1;
     sp::parallel_for(n, 1, [&](int64_t b, int64_t e) {
       volatile double x = 0;
-      for (int i = 0; i < 2000; ++i) x = x + i;  // long enough that the worker joins in
+      for (int i = 0; i < 20000; ++i) x = x + i;  // ~10 ms a job: the worker joins in, even on a busy machine
       for (int64_t i = b; i < e; ++i) by_caller[static_cast<size_t>(i)] = std::this_thread::get_id() == caller;
     });
     int64_t prefix = 0;
@@ -322,7 +323,10 @@ TEST(Parallel, AStepRunAloneKeepsItsLoopsOnTheCallingThread) {
     });
     return ids;
   };
-  int kind_tag = 0;
+  // Choosers live as long as their thread and are found by (who, kind): a tag of its own per run,
+  // so that a second run in one process (--gtest_repeat) starts from a fresh chooser.
+  static std::deque<int> tags;
+  int& kind_tag = tags.emplace_back(0);
   for (int i = 0; i < 3; ++i) sp::Step first(&kind_tag, 1);  // the pool, 3 times: their times recorded
   {
     sp::Step second(&kind_tag, 1);  // alone: the first step of the first trial of the other mode
