@@ -372,8 +372,27 @@ void shards_table(std::ostringstream& os, const RunInfo& info) {
      << "Merged from " << info.env["shards"].size() << " shards. Every speedup compares a candidate with the "
      << "baseline run on the same node (interleaved right before it, or on the same prompt), never across "
      << "nodes. The machine line above is the merging node's; each shard's env.json is kept in env.json's "
-     << "`shards`.\n\n"
-     << "| shard | node | Slurm job | CPU | threads | started | ended | contended | ran |\n"
+     << "`shards`.\n\n";
+  // Shards from different machines (by CPU model and kernels): a figure averaged over prompts
+  // pools the machines' speeds, so it leans toward the prompts the faster machine ran.
+  std::set<std::string> machines;
+  for (const auto& sh : info.env["shards"]) {
+    const json env = sh.value("env", json::object());
+    const json kernel_kinds = env.value("kernels", json::object());
+    std::string kernels;
+    for (const auto& [name, kind] : kernel_kinds.items())
+      kernels += (kernels.empty() ? " (" : ", ") + name + " " + (kind.is_string() ? kind.get<std::string>() : kind.dump());
+    machines.insert(env.value("cpu_model", "?") + (kernels.empty() ? "" : kernels + ")"));
+  }
+  if (machines.size() > 1) {
+    os << "⚠ **The shards ran on " << machines.size() << " different machines**:";
+    for (const auto& m : machines) os << ' ' << m << ';';
+    os << " each prompt's speedup is measured on one of them, but a figure averaged over prompts (tok/s, "
+          "Spec-Bench's per-category and overall speedups) weighs every prompt by its machine's speed, so it "
+          "leans toward the prompts the faster machine ran. Compare the shards' own reports, or runs whose "
+          "prompts split the same way.\n\n";
+  }
+  os << "| shard | node | Slurm job | CPU | threads | started | ended | contended | ran |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& sh : info.env["shards"]) {
     const json env = sh.value("env", json::object());

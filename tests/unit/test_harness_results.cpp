@@ -288,6 +288,28 @@ TEST(HarnessResults, SpecBenchTableOrderAndContext) {
   EXPECT_EQ(single.find("Questions per category"), std::string::npos) << single;
 }
 
+// A merged run whose shards ran on different machines says so: its averages over prompts pool
+// the machines' speeds. Shards of one machine get no such line.
+TEST(HarnessResults, ReportWarnsWhenShardsRanOnDifferentMachines) {
+  const auto shard = [](const char* dir, const char* cpu, const char* fp32, const char* prompt) {
+    return nlohmann::json{{"dir", dir}, {"node", "n"}, {"prompts", {prompt}},
+                          {"env", {{"cpu_model", cpu}, {"kernels", {{"fp32", fp32}, {"int8", "vnni"}}}}}};
+  };
+  const std::vector<CellMetrics> cells = {make_cell("spec", "2", 1.25)};
+  RunInfo mixed{"exp", "", "r", "tiny-llama", "", nlohmann::json::object(), 1};
+  mixed.env["shards"] = {shard("a", "CPU A", "avx512", "p1"), shard("b", "CPU A", "avx2", "p2"),
+                         shard("c", "CPU A", "avx512", "p3")};
+  const std::string md = report_markdown(mixed, cells, {});
+  for (const char* s : {"**The shards ran on 2 different machines**", "CPU A (fp32 avx2, int8 vnni);",
+                        "CPU A (fp32 avx512, int8 vnni);", "weighs every prompt by its machine's speed"})
+    EXPECT_NE(md.find(s), std::string::npos) << "missing '" << s << "' in\n" << md;
+  RunInfo one = mixed;
+  one.env["shards"] = {shard("a", "CPU A", "avx512", "p1"), shard("c", "CPU A", "avx512", "p3")};
+  const std::string same = report_markdown(one, cells, {});
+  EXPECT_NE(same.find("which node ran what"), std::string::npos) << same;
+  EXPECT_EQ(same.find("different machines"), std::string::npos) << same;
+}
+
 TEST(HarnessResults, ReportAndCsvFlagContendedCells) {
   std::vector<CellMetrics> cells = {make_cell("spec", "2", 1.25), make_cell("spec", "4", 1.5),
                                     make_cell("spec", "6", 1.6)};
