@@ -377,12 +377,10 @@ void shards_table(std::ostringstream& os, const RunInfo& info) {
   // pools the machines' speeds, so it leans toward the prompts the faster machine ran.
   std::set<std::string> machines;
   for (const auto& sh : info.env["shards"]) {
-    const json env = sh.value("env", json::object());
-    const json kernel_kinds = env.value("kernels", json::object());
-    std::string kernels;
-    for (const auto& [name, kind] : kernel_kinds.items())
-      kernels += (kernels.empty() ? " (" : ", ") + name + " " + (kind.is_string() ? kind.get<std::string>() : kind.dump());
-    machines.insert(env.value("cpu_model", "?") + (kernels.empty() ? "" : kernels + ")"));
+    const json env = sh.value("env", json::object()), k = env.value("kernels", json::object());
+    const bool known = k.is_object() && !k.empty();  // as the machine line above reads them
+    machines.insert(env.value("cpu_model", "?") +
+                    (known ? " (fp32 " + k.value("fp32", "?") + ", int8 " + k.value("int8", "?") + ")" : ""));
   }
   if (machines.size() > 1) {
     os << "⚠ **The shards ran on " << machines.size() << " different machines**:";
