@@ -90,7 +90,7 @@ mkdir -p "$BUILD"
 # -O0: this build is compiled and linked, never run, and at -O0 it compiles in about half the
 # time (docs/ci.md). Its precompiled headers are made at -O0 as well, so they stay valid.
 if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" \
-    -DSPECDEC_TEST_OPT=-O0 \
+    -DSPECDEC_TEST_OPT=-O0 -DSPECDEC_TOOL_OPT=-O0 \
     -DTorch_DIR="$TORCH/share/cmake/Torch" \
     -DSPECDEC_CUDA=ON -DSPECDEC_PCH=ON -DSPECDEC_PYTHON=OFF \
     -DCMAKE_CUDA_COMPILER="$CUDA_ROOT/bin/nvcc" -DCUDAToolkit_ROOT="$CUDA_ROOT" \

@@ -28,10 +28,10 @@
 #include "kernels/verify_math.h"
 #include "tests/support/kernel_stats.h"
 
+namespace test_kernels_verify_stats {  // this file's own names (its tests compile in a batch with others)
+
 namespace sk = specdec::kernels;
 namespace math = specdec::kernels::math;
-
-namespace {
 
 namespace ts = specdec::test_support;
 using ts::chi_square;
@@ -152,8 +152,6 @@ void verify_with_wrong_residual(const sk::VerifyArgs& a) {
   }
 }
 
-}  // namespace
-
 TEST(KernelsVerifyStats, ChiSquarePValueMatchesTables) {
   // Critical values from standard chi-square tables.
   EXPECT_NEAR(ts::chi_square_sf(1, 3.841), 0.05, 1e-4);    // df 1, 5 %
@@ -201,3 +199,5 @@ TEST(KernelsVerifyStats, PlantedWrongResidualIsCaught) {
   // And the correct kernel passes on exactly this problem and seed.
   EXPECT_TRUE(judge(pr, simulate(pr, sk::VerifyMode::sampling, verify_with_cpu, 80)).passed);
 }
+
+}  // namespace test_kernels_verify_stats
