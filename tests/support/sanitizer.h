@@ -4,6 +4,9 @@
 // whose time is its sample count may draw fewer under the sanitizers with `sanitizer_scaled`, but
 // only where it asserts that a law holds (or that two implementations agree draw by draw): a test
 // that must catch a planted bug keeps its count everywhere, since catching it needs the power.
+// A test whose subject is a test's own reference (tests/reference: its exact laws, its planted
+// bugs) may skip under the sanitizers (GTEST_SKIP when kSanitized) where another test walks the
+// library code it reaches beside the same reference.
 #pragma once
 
 #include <cstdint>
