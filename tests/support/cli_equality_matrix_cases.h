@@ -7,9 +7,11 @@
 //                                                           prompt (heavy, ~3 minutes)
 // Both files go to one test program (tests_harness), where a suite may be defined once: their
 // TEST lines stay in each file, under their own suite names, and call what is here.
-// One run: `specdec generate` (build/specdec_with_examples) at temperature 0 with a drafter, a
-// processor set and a verify mode prints exactly the tokens of greedy decoding with the same
-// processors, and stats.verify_modes is {greedy} whenever something was drafted. The draft model
+// One run: `specdec generate` at temperature 0 with a drafter, a processor set and a verify mode
+// prints exactly the tokens of greedy decoding with the same processors, and stats.verify_modes is
+// {greedy} whenever something was drafted. The runs go through cli::dispatch in the test program
+// (tests/support/cli_in_process.h: the CLI's main() less its process start, ~0.35-1 s a run, more
+// than a tiny model's whole generation); the tiny file checks that the binary prints the same. The draft model
 // is the target's own file requantised to Q4_1 (--draft-dtype q4_1, a lossy copy) and eagle and
 // medusa get untrained heads, so that drafts are also rejected and rollback runs.
 #include <gtest/gtest.h>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "speculative/proposer.h"
+#include "tests/support/cli_in_process.h"
 #include "tests/support/command.h"
 #include "tests/support/paths.h"
 
@@ -51,20 +54,24 @@ inline const std::vector<std::pair<std::string, std::vector<std::string>>> kProc
     {"min-p", {"--set", "min_p=0.1"}},
 };
 
+// Where a run's command line goes: cli::dispatch in this program, or the binary a user's shell
+// starts, build/specdec_with_examples (the CLI with the worked examples registered,
+// examples/main.cpp: the drafters this matrix walks are the test program's registry, which has them
+// too, tests/support/examples_main.cpp).
+enum class Via { kInProcess, kBinary };
+
 // `specdec generate ... --json --set temperature=0 EXTRA` on the target: the JSON object of the
 // last output line (exit code 0 expected).
 inline nlohmann::json cli_generate(const CliMatrixTarget& t, const std::string& prompt,
-                                   const std::vector<std::string>& extra) {
+                                   const std::vector<std::string>& extra, Via via = Via::kInProcess) {
   std::vector<std::string> args = {"generate", "--model", t.model, "--prompt", prompt, "--max-new-tokens",
                                    t.max_new_tokens, "--json"};
   args.insert(args.end(), t.options.begin(), t.options.end());
   args.insert(args.end(), {"--set", "temperature=0"});
   args.insert(args.end(), extra.begin(), extra.end());
-  // The CLI with the worked examples registered (examples/main.cpp): the drafters this matrix
-  // walks are the test program's registry, which has them too (tests/support/examples_main.cpp).
   std::string cmd = quote(binary_dir() + "/specdec_with_examples");
   for (const auto& a : args) cmd += " " + quote(a);
-  const Output o = shell(cmd);
+  const Output o = via == Via::kBinary ? shell(cmd) : run_in_process(args);
   EXPECT_EQ(o.code, 0) << cmd << "\n" << o.text;
   const auto brace = o.text.rfind("\n{");
   return nlohmann::json::parse(o.text.substr(brace == std::string::npos ? 0 : brace + 1), nullptr, false);

@@ -47,9 +47,12 @@
 #include "strategies/common.h"
 #include "strategies/registry.h"
 #include "tokenizer/byte_level.h"
+#include "tests/support/cli_in_process.h"
 #include "tests/support/paths.h"
 
 using specdec::testing_support::binary_dir;
+using specdec::testing_support::Output;
+using specdec::testing_support::quote;
 using specdec::testing_support::source_dir;
 
 namespace fs = std::filesystem;
@@ -77,20 +80,9 @@ void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
   write_file(p, std::string(bytes.begin(), bytes.end()));
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-struct Output {
-  int code = -1;
-  std::string text;  // stdout + stderr
-};
-
 Output run_cli(const std::vector<std::string>& args) {
-  std::string cmd = "cd " + shell_quote(work_dir().string()) + " && " + shell_quote(kBin);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  std::string cmd = "cd " + quote(work_dir().string()) + " && " + quote(kBin);
+  for (const auto& a : args) cmd += " " + quote(a);
   cmd += " 2>&1";
   Output o;
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -102,38 +94,10 @@ Output run_cli(const std::vector<std::string>& args) {
   return o;
 }
 
-// The same command line through cli::dispatch in this process, with the work folder as the
-// working directory and stdout and stderr (the file descriptors: printf and std::cout alike)
-// captured together, as run_cli's 2>&1 does.
+// The same command line through cli::dispatch in this process (tests/support/cli_in_process.h),
+// with the work folder as the working directory.
 Output run_in_process(const std::vector<std::string>& args) {
-  const fs::path cwd = fs::current_path();
-  fs::current_path(work_dir());
-  std::cout.flush();
-  std::fflush(nullptr);
-  FILE* capture = std::tmpfile();
-  const int out = ::dup(1), err = ::dup(2);
-  ::dup2(::fileno(capture), 1);
-  ::dup2(::fileno(capture), 2);
-  Output o;
-  try {
-    o.code = specdec::cli::dispatch(args);
-  } catch (...) {
-    o.code = -1;  // dispatch lets nothing but non-std exceptions through: a crash of the binary
-  }
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  ::dup2(out, 1);
-  ::dup2(err, 2);
-  ::close(out);
-  ::close(err);
-  std::rewind(capture);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, capture)) > 0) o.text.append(buf, n);
-  std::fclose(capture);
-  fs::current_path(cwd);
-  return o;
+  return specdec::testing_support::run_in_process(args, work_dir());
 }
 
 // Every path under the sandbox except the results root, and the repository's results/ folders.

@@ -11,11 +11,12 @@
 // To stay in seconds, each (drafter, processor set) pair runs once, on one of three prompts in
 // one verify mode, rotated so that every drafter meets every set, every prompt and both modes
 // (2 x tokenwise, 2 x block), and every set meets both modes: 40 speculative runs and 12 greedy
-// ones, where the SmolLM2 file runs every prompt (132 processes). Under the sanitizers
-// (tests/support/sanitizer.h; a process start there costs ~2.5 s, most of it LibTorch's) each
-// drafter runs once, its set and verify mode rotated so that every set still meets both modes:
-// the ASan + UBSan stage walks each drafter's path for memory errors, and the main build runs
-// the whole rotation. Measured 2026-12-01: ~19 s on 2 cores; all 40 runs rejected some drafts;
+// ones, where the SmolLM2 file runs every prompt (132 runs). The runs go through cli::dispatch in
+// this program, the CLI's main() less its process start (tests/support/cli_in_process.h), and
+// TheBinaryPrintsWhatTheInProcessRunsRead runs one pair through build/specdec_with_examples too.
+// The sanitizer build runs the whole rotation as well (it ran one set a drafter while each run was
+// a process start, ~1-2.5 s there). Measured 2026-12-06 on a 2-core Zen 5 EPYC: the rotation
+// 0.3 s in the test program (19 s when each run was a process); all 40 runs rejected some drafts;
 // with the penalty applied to a tree's rows as if they were a chain (the bug the SmolLM2 file's
 // first prompt once caught) the tree drafter's repetition-penalty run leaves greedy's text at the
 // 7th token, and with block verification not reduced to greedy at T = 0 the first block run fails.
@@ -34,7 +35,6 @@
 #include "speculative/proposer.h"
 #include "tests/support/cli_equality_matrix_cases.h"
 #include "tests/support/command.h"
-#include "tests/support/sanitizer.h"
 #include "tests/support/tiny_gguf.h"
 
 namespace {
@@ -98,9 +98,6 @@ TEST(CliEqualityMatrixTiny, EveryDrafterAndProcessorSetEqualsGreedyInBothVerifyM
   int64_t runs = 0, rejected = 0;
   for (size_t di = 0; di < drafters.size(); ++di)
     for (size_t si = 0; si < kProcessorSets.size(); ++si) {
-      // Under the sanitizers, drafters 2s and 2s + 1 run on set s (mod the sets) only: the verify
-      // mode below then gives each set both modes.
-      if (specdec::test_support::kSanitized && si != (di / 2) % kProcessorSets.size()) continue;
       const auto& d = drafters[di];
       const auto& set = kProcessorSets[si];
       const size_t pi = (di + si) % kMatrixPrompts.size();
@@ -119,17 +116,14 @@ TEST(CliEqualityMatrixTiny, EveryDrafterAndProcessorSetEqualsGreedyInBothVerifyM
       prompts_of_drafter[d.name].insert(pi);
       ++runs;
     }
-  const size_t sets_per_drafter = specdec::test_support::kSanitized ? 1 : kProcessorSets.size();
-  EXPECT_EQ(runs, static_cast<int64_t>(sets_per_drafter * drafters.size()));
+  EXPECT_EQ(runs, static_cast<int64_t>(kProcessorSets.size() * drafters.size()));
   EXPECT_GT(rejected, runs / 2) << "most runs should reject some drafts (rollback tested)";
   std::printf("%lld of %lld runs rejected some drafts\n", static_cast<long long>(rejected),
               static_cast<long long>(runs));
-  // The rotation covers what the SmolLM2 file's full product does (under the sanitizers: every
-  // drafter runs, every set in both modes).
+  // The rotation covers what the SmolLM2 file's full product does.
   for (const auto& d : drafters) {
-    EXPECT_EQ(modes_of_drafter[d.name].size(), specdec::test_support::kSanitized ? 1u : 2u) << d.name;
-    if (!specdec::test_support::kSanitized)
-      EXPECT_EQ(prompts_of_drafter[d.name].size(), std::min(kMatrixPrompts.size(), kProcessorSets.size())) << d.name;
+    EXPECT_EQ(modes_of_drafter[d.name].size(), 2u) << d.name;
+    EXPECT_EQ(prompts_of_drafter[d.name].size(), std::min(kMatrixPrompts.size(), kProcessorSets.size())) << d.name;
   }
   for (const auto& [set_name, set] : kProcessorSets) EXPECT_EQ(modes_of_set[set_name].size(), 2u) << set_name;
 }
@@ -161,6 +155,26 @@ TEST(CliEqualityMatrixTiny, MixedDraftersEqualGreedyWithEveryProcessorSet) {
     ASSERT_TRUE(per.contains("ngram") && per.contains("model")) << set.first << ": " << spec["stats"].dump();
     EXPECT_GT(per["ngram"]["rounds"].get<int64_t>(), 0) << set.first;
     EXPECT_GT(per["model"]["rounds"].get<int64_t>(), 0) << set.first;
+  }
+}
+
+// The matrix's runs go through cli::dispatch in this program; a user's go through the binary. One
+// speculative run with a draft model, a processor set and block verification, and its greedy run,
+// through both: the same tokens and the same counts (the binary's exit code is checked inside).
+TEST(CliEqualityMatrixTiny, TheBinaryPrintsWhatTheInProcessRunsRead) {
+  const auto& set = kProcessorSets[2];  // penalty + top-k
+  const std::string& prompt = kMatrixPrompts[0];
+  std::vector<std::string> spec = set.second;
+  spec.insert(spec.end(), {"--strategy", "speculative", "--set", "drafter=model", "--set", "verify=block",
+                           "--draft", tiny_model(), "--draft-dtype", "q4_1"});
+  for (const auto& args : {set.second, spec}) {
+    const nlohmann::json in = cli_generate(target(), prompt, args, Via::kInProcess);
+    const nlohmann::json bin = cli_generate(target(), prompt, args, Via::kBinary);
+    ASSERT_TRUE(in.contains("tokens") && bin.contains("tokens")) << in.dump() << "\n" << bin.dump();
+    EXPECT_EQ(in["tokens"], bin["tokens"]);
+    EXPECT_EQ(in["text"], bin["text"]);
+    for (const char* k : {"n_generated", "n_drafted", "n_accepted", "n_rounds", "verify_modes"})
+      EXPECT_EQ(in["stats"][k], bin["stats"][k]) << k;
   }
 }
 

@@ -10,8 +10,9 @@
 //  - a run killed with SIGKILL mid-training continues from its checkpoint when rerun: the
 //    features are read back, not made again, and the steps go on from the saved one;
 //  - --train-on trains on the first stored sequences only, from a copy of a run's features;
-//  - bad options and config keys are named errors (exit 1).
-// Measured 2026-12-01: ~13 s on 2 cores (most of it the 14 refused runs' process starts). An
+//  - bad options and config keys are named errors (exit 1; 13 of the 14 through cli::dispatch in
+//    this program, tests/support/cli_in_process.h).
+// Measured 2026-12-06 on a 2-core Zen 5 EPYC: ~7 s (~13 s when every refusal was a process). An
 // EAGLE loss trained one position off (predicting f_j, not f_{j+1}) fails the first test twice
 // (held-out top-1 0.04, nothing accepted); stored features never read back fail the second and
 // third.
