@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <vector>
+#include "tests/support/command.h"
 #include "tests/support/paths.h"
 
 using specdec::testing_support::binary_dir;
@@ -31,12 +32,6 @@ fs::path sandbox() {
   return root;
 }
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 struct Output {
   int code = -1;
   std::string out;  // stdout
@@ -46,9 +41,9 @@ struct Output {
 Output run(const std::vector<std::string>& args) {
   fs::create_directories(sandbox() / "work");
   const std::string err = (sandbox() / "stderr.txt").string();
-  std::string cmd = "cd " + quote((sandbox() / "work").string()) + " && " + quote(kBin);
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote(err);
+  using specdec::testing_support::quote;
+  const std::string cmd = "cd " + quote((sandbox() / "work").string()) + " && " +
+                          specdec::testing_support::command_line(kBin, args) + " 2>" + quote(err);
   Output o;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];

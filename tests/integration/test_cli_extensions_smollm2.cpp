@@ -41,14 +41,9 @@ const std::string kModel = source_dir() + "/models/smollm2-135m-instruct.gguf";
 const std::string kPrompt = "Repeat exactly: \"a b c == a b c == a b c == 1111111111\"";
 
 using specdec::testing_support::Output;
-using specdec::testing_support::quote;
 using specdec::testing_support::shell;
 
-Output run(const std::vector<std::string>& args) {
-  std::string cmd = quote(kBin);
-  for (const auto& a : args) cmd += " " + quote(a);
-  return shell(cmd);
-}
+Output run(const std::vector<std::string>& args) { return shell(specdec::testing_support::command_line(kBin, args)); }
 
 // `specdec generate ... --json` on SmolLM2: the JSON object of the last output line.
 nlohmann::json generate(std::vector<std::string> extra) {

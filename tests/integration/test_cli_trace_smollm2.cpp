@@ -41,11 +41,7 @@ using specdec::testing_support::Output;
 using specdec::testing_support::quote;
 using specdec::testing_support::shell;
 
-Output run(const std::vector<std::string>& args) {
-  std::string cmd = quote(kBin);
-  for (const auto& a : args) cmd += " " + quote(a);
-  return shell(cmd);
-}
+Output run(const std::vector<std::string>& args) { return shell(specdec::testing_support::command_line(kBin, args)); }
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

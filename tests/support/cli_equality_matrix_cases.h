@@ -69,8 +69,7 @@ inline nlohmann::json cli_generate(const CliMatrixTarget& t, const std::string& 
   args.insert(args.end(), t.options.begin(), t.options.end());
   args.insert(args.end(), {"--set", "temperature=0"});
   args.insert(args.end(), extra.begin(), extra.end());
-  std::string cmd = quote(binary_dir() + "/specdec_with_examples");
-  for (const auto& a : args) cmd += " " + quote(a);
+  const std::string cmd = command_line(binary_dir() + "/specdec_with_examples", args);
   const Output o = via == Via::kBinary ? shell(cmd) : run_in_process(args);
   EXPECT_EQ(o.code, 0) << cmd << "\n" << o.text;
   const auto brace = o.text.rfind("\n{");

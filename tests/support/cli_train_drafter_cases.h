@@ -45,9 +45,7 @@ struct TrainCliTarget {
 };
 
 inline std::string train_cli_command(const std::vector<std::string>& args) {
-  std::string cmd = quote(binary_dir() + "/specdec");
-  for (const auto& a : args) cmd += " " + quote(a);
-  return cmd;
+  return command_line(binary_dir() + "/specdec", args);
 }
 inline Output train_cli_run(const std::vector<std::string>& args) { return shell(train_cli_command(args)); }
 

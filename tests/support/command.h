@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace specdec::testing_support {
 
@@ -23,6 +24,13 @@ inline std::string quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// `binary ARGS...` as one shell command line, every word quoted.
+inline std::string command_line(const std::string& binary, const std::vector<std::string>& args) {
+  std::string cmd = quote(binary);
+  for (const auto& a : args) cmd += " " + quote(a);
+  return cmd;
 }
 
 // Runs `cmd` through /bin/sh; code is its exit status (-1 when it did not exit normally).

@@ -81,9 +81,7 @@ void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
 }
 
 Output run_cli(const std::vector<std::string>& args) {
-  std::string cmd = "cd " + quote(work_dir().string()) + " && " + quote(kBin);
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>&1";
+  const std::string cmd = "cd " + quote(work_dir().string()) + " && " + specdec::testing_support::command_line(kBin, args) + " 2>&1";
   Output o;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
