@@ -241,7 +241,7 @@ void DraftHead::to(const at::Device& device) {
 at::Tensor DraftHead::linear(const std::string& w, const std::string& b, const at::Tensor& x) const {
   const auto it = packed_.find(w);
   if (it != packed_.end()) return it->second(x.contiguous());
-  return at::linear(x, p(w), b.empty() ? at::Tensor() : p(b));
+  return linear_aten(x, p(w), b.empty() ? at::Tensor() : p(b));
 }
 
 EagleOut DraftHead::eagle_forward(const at::Tensor& feat, const at::Tensor& emb, const at::Tensor& positions,

@@ -26,6 +26,12 @@ at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
+at::Tensor linear_aten(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (x.is_cpu() && x.dim() == 2 && x.size(0) == 1 && w.dim() == 2)
+    return (b.defined() ? at::addmv(b, w, x[0]) : at::mv(w, x[0])).unsqueeze(0);
+  return at::linear(x, w, b);
+}
+
 namespace {
 
 // y = x W^T (+ b): x [N, in] fp32 -> [N, out]. bf16 weights take x rounded to bf16 and give
@@ -33,7 +39,7 @@ namespace {
 // fp32 add_, RoPE's products with fp32 tables) or takes them .to(kFloat) where it needs fp32
 // storage; each launch saved is time on a GPU (a step is ~50 launches per layer).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  if (w.scalar_type() == at::kFloat) return b.defined() ? at::linear(x, w).add_(b) : at::linear(x, w);
+  if (w.scalar_type() == at::kFloat) return b.defined() ? linear_aten(x, w).add_(b) : linear_aten(x, w);
   const at::Tensor y = at::linear(x.to(w.scalar_type()), w);
   return b.defined() ? y.to(at::kFloat).add_(b) : y;
 }
