@@ -4,16 +4,16 @@
 //                                                           set) pair once, rotated over prompts
 //                                                           and verify modes (seconds)
 //   tests/integration/test_cli_equality_matrix_smollm2.cpp  SmolLM2-135M: every pair on every
-//                                                           prompt (heavy, ~3 minutes)
+//                                                           prompt (heavy, ~1 minute)
 // Both files go to one test program (tests_harness), where a suite may be defined once: their
 // TEST lines stay in each file, under their own suite names, and call what is here.
 // One run: `specdec generate` at temperature 0 with a drafter, a processor set and a verify mode
 // prints exactly the tokens of greedy decoding with the same processors, and stats.verify_modes is
 // {greedy} whenever something was drafted. The runs go through cli::dispatch in the test program
 // (tests/support/cli_in_process.h: the CLI's main() less its process start, ~0.35-1 s a run, more
-// than a tiny model's whole generation); the tiny file checks that the binary prints the same. The draft model
-// is the target's own file requantised to Q4_1 (--draft-dtype q4_1, a lossy copy) and eagle and
-// medusa get untrained heads, so that drafts are also rejected and rollback runs.
+// than a tiny model's whole generation); the tiny file checks that the binary prints the same.
+// The draft model is the target's own file requantised to Q4_1 (--draft-dtype q4_1, a lossy copy)
+// and eagle and medusa get untrained heads, so that drafts are also rejected and rollback runs.
 #include <gtest/gtest.h>
 
 #include <cstdio>

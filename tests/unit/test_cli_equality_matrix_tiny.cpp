@@ -1,5 +1,5 @@
 // The equality matrix through the CLI on a tiny model, in seconds: the fast tier's twin of
-// tests/integration/test_cli_equality_matrix_smollm2.cpp (heavy, ~3 minutes on SmolLM2-135M);
+// tests/integration/test_cli_equality_matrix_smollm2.cpp (heavy, ~1 minute on SmolLM2-135M);
 // one run's checks are written once for both in tests/support/cli_equality_matrix_cases.h.
 // The same logic: build/specdec generate at temperature 0 with every registered drafter, each of
 // the four processor sets (none; repetition penalty; penalty + top-k; min-p) and both verify
@@ -171,10 +171,10 @@ TEST(CliEqualityMatrixTiny, TheBinaryPrintsWhatTheInProcessRunsRead) {
     const nlohmann::json in = cli_generate(target(), prompt, args, Via::kInProcess);
     const nlohmann::json bin = cli_generate(target(), prompt, args, Via::kBinary);
     ASSERT_TRUE(in.contains("tokens") && bin.contains("tokens")) << in.dump() << "\n" << bin.dump();
-    EXPECT_EQ(in["tokens"], bin["tokens"]);
-    EXPECT_EQ(in["text"], bin["text"]);
+    EXPECT_EQ(in.at("tokens"), bin.at("tokens"));
+    EXPECT_EQ(in.at("text"), bin.at("text"));
     for (const char* k : {"n_generated", "n_drafted", "n_accepted", "n_rounds", "verify_modes"})
-      EXPECT_EQ(in["stats"][k], bin["stats"][k]) << k;
+      EXPECT_EQ(in.at("stats").at(k), bin.at("stats").at(k)) << k;
   }
 }
 
