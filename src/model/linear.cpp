@@ -145,14 +145,21 @@ at::Tensor dnnl_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 #endif
 }
 
+}  // namespace
+
+at::Tensor one_row_mv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  const at::Tensor v = x.reshape({x.size(1)});
+  return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).unsqueeze(0);
+}
+
+namespace {
+
 // x: [N, in], w: [out, in] (a slice of the rows of W), b: [out] or undefined -> [N, out],
 // through one library kernel.
 at::Tensor library_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, LinearPath path) {
   switch (path) {
-    case LinearPath::kMv: {
-      const at::Tensor v = x.reshape({x.size(1)});
-      return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).unsqueeze(0);
-    }
+    case LinearPath::kMv:
+      return one_row_mv(x, w, b);
     case LinearPath::kDnnl:
       return dnnl_linear(x, w.contiguous(), b);
     case LinearPath::kGemm:

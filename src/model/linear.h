@@ -31,6 +31,12 @@ namespace specdec::model {
 //           panels_kernel()).
 enum class LinearPath { kAuto, kMv, kDnnl, kGemm, kBf16, kSkinny };
 
+// y = x W^T (+ b) for one row through at::mv / at::addmv (OpenBLAS gemv on the CPU): x [1, in],
+// w [out, in], b [out] or undefined -> [1, out]. gemv reads W once; sgemm packs all of W first,
+// several times the product for one row. LinearPath::kMv, and the ATen engine's one-row
+// products on the CPU (linear_aten, llama_aten.h).
+at::Tensor one_row_mv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
 // True when this CPU can run LinearPath::kSkinny: always, since its portable implementation.
 bool linear_has_skinny();
 

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "model/checks.h"
 #include "model/device.h"
+#include "model/linear.h"
 #include "model/loader.h"
 #include "model/step_graph.h"
 
@@ -27,8 +28,7 @@ at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at
 }
 
 at::Tensor linear_aten(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (x.is_cpu() && x.dim() == 2 && x.size(0) == 1 && w.dim() == 2)
-    return (b.defined() ? at::addmv(b, w, x[0]) : at::mv(w, x[0])).unsqueeze(0);
+  if (x.is_cpu() && x.dim() == 2 && x.size(0) == 1 && w.dim() == 2) return one_row_mv(x, w, b);
   return at::linear(x, w, b);
 }
 

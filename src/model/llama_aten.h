@@ -39,9 +39,9 @@ at::Tensor rms_norm_aten(const at::Tensor& x, const at::Tensor& w, double eps);
 // HF rotate_half RoPE on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
 at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // y = x W^T (+ b): x [N, in], w [out, in] -> [N, out], at::linear; one row on the CPU goes
-// through at::mv (gemv) instead: OpenBLAS's sgemm packs all of W on every call, which for one
-// row costs several times the product (SmolLM2's 1536 x 576 on a Zen 5 core: 217 against 38 us;
-// its 49152 x 576 head 12.3 against 3.4 ms). A GPU keeps at::linear. Either may differ in the
+// through at::mv (gemv, one_row_mv in linear.h) instead: OpenBLAS's sgemm packs all of W on every
+// call, which for one row costs several times the product (SmolLM2's 1536 x 576 on a Zen 5 core:
+// 239 against 44 us; its 49152 x 576 head 12.7 against 4.3 ms). A GPU keeps at::linear. Either may differ in the
 // last bits from the other, as library kernels picked by shape do.
 at::Tensor linear_aten(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 

@@ -188,16 +188,17 @@ TEST(CliHarness, BadInputExitsOneNamingFileKeyAndValue) {
   // a process start ~0.35-1 s.
   int i = 0;
   for (const auto& [yaml, frags] : cases) {
+    const bool through_binary = i == 0;
     const fs::path f = d / ("e" + std::to_string(i++) + ".yaml");
     write(f, yaml);
     for (const std::vector<std::string>& cmd : {std::vector<std::string>{"validate"},
                                                 std::vector<std::string>{"run", "--quiet", "--out", (d / "out").string()}}) {
       std::vector<std::string> args = cmd;
       args.push_back(f.string());
-      std::string line;
-      for (const auto& a : args) line += a + " ";
-      const auto o = i == 1 ? run(line) : specdec::testing_support::run_in_process(args);
-      EXPECT_EQ(o.code, 1) << line << yaml << o.text;
+      const std::string line = specdec::testing_support::command_line(kBin, args);
+      const auto o = through_binary ? specdec::testing_support::shell(line)
+                                    : specdec::testing_support::run_in_process(args);
+      EXPECT_EQ(o.code, 1) << line << "\n" << yaml << o.text;
       EXPECT_NE(o.text.find(f.string()), std::string::npos) << o.text;
       for (const auto& s : frags) EXPECT_NE(o.text.find(s), std::string::npos) << s << " not in " << o.text;
     }
