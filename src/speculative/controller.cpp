@@ -410,59 +410,83 @@ void GammaController::settle(int64_t g) {
 }
 
 namespace {
-// A seat's expected tokens and target rows at length g (as ms_per_token: a round without a
-// proposal verifies the lead alone).
-double seat_tokens(const BatchSeat& s, int64_t g) {
-  if (g == 0) return double(s.lead) + 1.0;
-  return double(s.lead) + s.m * (1.0 - std::pow(s.a, double(g + 1))) / (1.0 - s.a) + (1.0 - s.m);
+// A seat's parts of the step's goodput at each length it may take, g = 0..cap: expected tokens
+// (a round without a proposal verifies the lead alone), target rows, draft ms, and the share of
+// a deferred draft's catch-up charged to this step. Computed once, so that the searches below
+// only add them up.
+struct SeatTerms {
+  std::vector<double> tokens, rows, draft, prefill;
+};
+SeatTerms seat_terms(const BatchSeat& s) {
+  SeatTerms t;
+  for (int64_t g = 0; g <= std::max<int64_t>(s.cap, 0); ++g) {
+    const double e = g == 0 ? double(s.lead) + 1.0
+                            : double(s.lead) + s.m * (1.0 - std::pow(s.a, double(g + 1))) / (1.0 - s.a) + (1.0 - s.m);
+    t.tokens.push_back(e);
+    t.rows.push_back(double(s.lead) + 1.0 + s.m * (s.rows.empty() ? double(g) : s.rows.at(static_cast<size_t>(g))));
+    t.draft.push_back(double(g) * s.t_draft);
+    t.prefill.push_back(g > 0 && s.prefill_ms > 0
+                            ? s.prefill_ms * (s.remaining > 0 ? std::min(1.0, e / double(s.remaining)) : 1.0)
+                            : 0.0);
+  }
+  return t;
 }
-double seat_rows(const BatchSeat& s, int64_t g) {
-  return double(s.lead) + 1.0 + s.m * (s.rows.empty() ? double(g) : s.rows.at(static_cast<size_t>(g)));
-}
+// The step's sums at one choice of lengths: tokens per ms of the drafts (shared: the longest),
+// the target's forward over all rows, and the catch-ups.
+struct StepSums {
+  double tokens = 0, rows = 0, draft = 0, prefill = 0;
+  double rate(const StepCosts& c) const { return tokens / (draft + c.verify_at(std::llround(rows)) + prefill); }
+  // The sums with one seat lengthened from g to g + 1 (a draft term only grows with g).
+  StepSums lengthened(const SeatTerms& t, int64_t g) const {
+    const auto k = static_cast<size_t>(g);
+    return {tokens - t.tokens[k] + t.tokens[k + 1], rows - t.rows[k] + t.rows[k + 1],
+            std::max(draft, t.draft[k + 1]), prefill - t.prefill[k] + t.prefill[k + 1]};
+  }
+};
 }  // namespace
 
 std::vector<int64_t> batch_lengths(const std::vector<BatchSeat>& seats, const StepCosts& costs) {
-  const auto goodput = [&](const std::vector<int64_t>& g) {
-    double tokens = 0, rows = 0, draft = 0, prefill = 0;
+  std::vector<SeatTerms> terms;
+  for (const BatchSeat& s : seats) terms.push_back(seat_terms(s));
+  const auto sums_at = [&](const std::vector<int64_t>& g) {
+    StepSums x;
     for (size_t i = 0; i < seats.size(); ++i) {
-      const BatchSeat& s = seats[i];
-      const double e = seat_tokens(s, g[i]);
-      tokens += e;
-      rows += seat_rows(s, g[i]);
-      draft = std::max(draft, double(g[i]) * s.t_draft);
-      if (g[i] > 0 && s.prefill_ms > 0)
-        prefill += s.prefill_ms * (s.remaining > 0 ? std::min(1.0, e / double(s.remaining)) : 1.0);
+      const auto k = static_cast<size_t>(g[i]);
+      x.tokens += terms[i].tokens[k], x.rows += terms[i].rows[k], x.prefill += terms[i].prefill[k];
+      x.draft = std::max(x.draft, terms[i].draft[k]);
     }
-    return tokens / (draft + costs.verify_at(std::llround(rows)) + prefill);
+    return x;
   };
   std::vector<int64_t> best(seats.size(), 0), g(seats.size(), 0);
-  double best_rate = goodput(best);
-  const auto consider = [&](const std::vector<int64_t>& x) {
-    const double rate = goodput(x);
+  double best_rate = sums_at(best).rate(costs);
+  const auto consider = [&](const std::vector<int64_t>& x, double rate) {
     if (rate > best_rate * (1 + 1e-9)) best = x, best_rate = rate;
   };
   int64_t top = 0;
   for (const BatchSeat& s : seats) top = std::max(top, s.cap);
   for (int64_t k = 1; k <= top; ++k) {  // every seat at min(k, its cap)
     for (size_t i = 0; i < seats.size(); ++i) g[i] = std::min(k, seats[i].cap);
-    consider(g);
+    consider(g, sums_at(g).rate(costs));
   }
   // One draft token at a time to the seat where the step gains most (or loses least), up to every
   // cap; the best point on that path counts too (a knee in the curve makes the gain not monotone).
+  // Each candidate changes one seat's terms in the running sums: O(seats) a step, not O(seats^2).
   std::fill(g.begin(), g.end(), 0);
+  StepSums now = sums_at(g);
   while (true) {
     size_t pick = seats.size();
     double pick_rate = -1;
+    StepSums picked;
     for (size_t i = 0; i < seats.size(); ++i) {
       if (g[i] >= seats[i].cap) continue;
-      ++g[i];
-      const double rate = goodput(g);
-      --g[i];
-      if (rate > pick_rate) pick = i, pick_rate = rate;
+      const StepSums x = now.lengthened(terms[i], g[i]);
+      const double rate = x.rate(costs);
+      if (rate > pick_rate) pick = i, pick_rate = rate, picked = x;
     }
     if (pick == seats.size()) break;
     ++g[pick];
-    consider(g);
+    now = picked;
+    consider(g, pick_rate);
   }
   return best;
 }
