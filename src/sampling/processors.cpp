@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -169,8 +171,64 @@ void apply_top_k(at::Tensor& scores /* [N, V] */, int64_t top_k) {
 }
 
 // HF TopPLogitsWarper: sort ascending, drop the prefix whose cumulative probability is
-// <= 1 - top_p, always keep the most likely token.
+// <= 1 - top_p, always keep the most likely token. Equivalently, from the top: a token stays
+// while the mass at and below it, total - (the mass ranked above it), is > (1 - top_p) total.
+//
+// On the host that is how it runs, without sorting the vocabulary. Only a token heavier than
+// (1 - top_p) total / V can stay (the mass at and below a lighter one is at most V times its
+// own), and the candidates are ranked (the higher score first, the lower id among equal scores,
+// as argmax and the exact-law reference rank them) only as far as the nucleus reaches: 64 at a
+// time, then 8x more, each step an nth_element over the rest. Sorting SmolLM2's 49152 scores
+// took 3.5 ms a row, more than its decode step (docs/design.md, "Sampling"). The masses are sums
+// in double of exp(score - max) in float: a float softmax's own sum over 49152 tokens is off by
+// ~1.5e-5, as much as a token's probability in a flat row. A device sorts (no host read, so
+// graphs can capture it).
+void top_p_on_host(at::Tensor& scores /* [N, V] float32, contiguous */, double top_p) {
+  const at::Tensor e = (scores - std::get<0>(scores.max(1, /*keepdim=*/true))).exp();
+  const int64_t V = scores.size(1);
+  // A candidate's rank as one integer, smaller first: the score's bits made to order as the
+  // score does, inverted (the higher score first), then the id.
+  const auto rank_key = [](float score, int32_t id) {
+    if (score == 0.0f) score = 0.0f;  // -0 ranks as +0
+    uint32_t bits;
+    std::memcpy(&bits, &score, sizeof bits);
+    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    return (uint64_t(~bits) << 32) | uint32_t(id);
+  };
+  std::vector<uint64_t> order;
+  for (int64_t r = 0; r < scores.size(0); ++r) {
+    float* row = scores.data_ptr<float>() + r * V;
+    const float* w = e.data_ptr<float>() + r * V;
+    double part[4] = {0, 0, 0, 0};  // four sums in turn: one would wait on each add
+    int64_t v = 0;
+    for (; v + 4 <= V; v += 4)
+      for (int j = 0; j < 4; ++j) part[j] += w[v + j];
+    for (; v < V; ++v) part[0] += w[v];
+    const double total = (part[0] + part[1]) + (part[2] + part[3]);
+    const double floor = (1.0 - top_p) * total;
+    const auto light = static_cast<float>(floor / double(V) * (1 - 1e-6));  // rounded down: no candidate missed
+    order.clear();
+    for (int32_t u = 0; u < V; ++u)
+      if (w[u] > light) order.push_back(rank_key(row[u], u));
+    const auto n = static_cast<int64_t>(order.size());
+    if (n == 0) continue;  // no finite score: nothing to rank
+    int64_t kept = 0;  // ranks [0, kept) stay
+    double above = 0;
+    for (int64_t k = std::min<int64_t>(n, 64);; k = std::min(n, 8 * k)) {
+      std::nth_element(order.begin() + kept, order.begin() + k - 1, order.end());
+      std::sort(order.begin() + kept, order.begin() + k);
+      for (; kept < k && total - above > floor; ++kept) above += w[order[kept] & 0xffffffffu];  // the top one always
+      if (kept < k || k == n) break;
+    }
+    const auto last = static_cast<int32_t>(order[kept - 1] & 0xffffffffu);  // the last token kept:
+    const float last_score = row[last];                                      // every one ranked after it goes
+    for (int32_t u = 0; u < V; ++u)
+      if (row[u] < last_score || (row[u] == last_score && u > last)) row[u] = kNegInf;
+  }
+}
+
 void apply_top_p(at::Tensor& scores /* [N, V] */, double top_p) {
+  if (scores.device().is_cpu()) return top_p_on_host(scores, top_p);
   auto [sorted, order] = scores.sort(/*dim=*/1, /*descending=*/false);
   at::Tensor cum = sorted.softmax(1).cumsum(1);
   at::Tensor remove_sorted = cum <= (1.0 - top_p);

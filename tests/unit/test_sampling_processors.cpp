@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "sampling/processors.h"
+#include "tests/reference/reference_processors.h"
 #include "tests/support/paths.h"
 
 using specdec::testing_support::source_dir;
@@ -57,6 +58,53 @@ TEST(Processors, TopKKeepsTiesAndTopPKeepsArgmax) {
   cfg.top_p = 0.01;
   p = probabilities(row({0.0f, 5.0f, 1.0f}), cfg, {});
   EXPECT_FLOAT_EQ(p[0][1].item<float>(), 1.0f);
+}
+
+// Top-p at a boundary that float arithmetic hits exactly: four equal scores are 0.25 each, and
+// at top_p 0.75 the mass at and below the fourth is 0.25 = 1 - top_p, which HF drops (<=); of
+// equal scores the higher id goes first (the exact-law reference's order), -0 equal to +0.
+TEST(Processors, TopPAtAnExactBoundaryDropsTheHigherIdsOfATie) {
+  for (const std::vector<float>& scores : {std::vector<float>{1, 1, 1, 1}, std::vector<float>{-0.0f, 0, 0, 0}})
+    for (const auto& [top_p, kept] : std::vector<std::pair<double, int>>{{0.75, 3}, {0.5, 2}, {0.25, 1}, {0.8, 4}}) {
+      ProcessorConfig cfg;
+      cfg.top_p = top_p;
+      const at::Tensor p = probabilities(row(scores), cfg, {});
+      for (int v = 0; v < 4; ++v)
+        EXPECT_FLOAT_EQ(p[0][v].item<float>(), v < kept ? 1.0f / kept : 0.0f)
+            << "scores " << scores[0] << " top_p " << top_p << " token " << v;
+    }
+}
+
+// On the host, top-p ranks the vocabulary only as far as the nucleus reaches (64 tokens, then 4x
+// more). SmolLM2's 49152 tokens with scores from peaked to flat, rounded to 1/8 so that many are
+// equal (ties across each step's edge), at three top_p: the kept set equals the exact-law
+// reference's (which sorts everything, in double), and nuclei of every size occur.
+TEST(Processors, TopPOnALargeVocabularyKeepsTheReferencesNucleus) {
+  namespace ref = specdec::reference;
+  const int64_t V = 49152;
+  std::mt19937 gen(11);
+  int small = 0, medium = 0, large = 0;
+  for (const double spread : {6.0, 2.0, 0.5})
+    for (const double top_p : {0.5, 0.9, 0.99}) {
+      std::normal_distribution<float> normal(0.0f, static_cast<float>(spread));
+      std::vector<float> scores(V);
+      for (float& x : scores) x = std::round(normal(gen) * 8.0f) / 8.0f;
+      ProcessorConfig cfg;
+      cfg.top_p = top_p;
+      const at::Tensor got = process_logits(row(scores), cfg, {});
+      ref::Row want(scores.begin(), scores.end());
+      ref::apply_top_p(want, top_p);
+      int64_t kept = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const bool survives = std::isfinite(got[0][v].item<float>());
+        ASSERT_EQ(survives, std::isfinite(want[v])) << "spread " << spread << " top_p " << top_p << " token " << v;
+        kept += survives;
+      }
+      (kept <= 64 ? small : kept <= 256 ? medium : large) += 1;
+    }
+  EXPECT_GT(small, 0);
+  EXPECT_GT(medium + large, 0);
+  EXPECT_GT(large, 2);
 }
 
 TEST(Processors, RepetitionPenaltyPerRowSeesPreviousDraftTokens) {
