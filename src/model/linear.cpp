@@ -107,6 +107,10 @@ LinearPolicy linear_policy() { return g_policy; }
 LinearPath Linear::choose_path(int64_t n_rows) const {
   if (panels_.defined()) return LinearPath::kSkinny;
   if (dtype_ == at::kBFloat16) return LinearPath::kBf16;
+  return library_path(n_rows);
+}
+
+LinearPath library_path(int64_t n_rows) {
   if (n_rows == 1) return LinearPath::kMv;
   if (n_rows <= 8) return LinearPath::kDnnl;
   return LinearPath::kGemm;
@@ -145,14 +149,10 @@ at::Tensor dnnl_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 #endif
 }
 
-}  // namespace
-
 at::Tensor one_row_mv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   const at::Tensor v = x.reshape({x.size(1)});
   return (b.defined() ? at::addmv(b, w, v) : at::mv(w, v)).unsqueeze(0);
 }
-
-namespace {
 
 // x: [N, in], w: [out, in] (a slice of the rows of W), b: [out] or undefined -> [N, out],
 // through one library kernel.
@@ -175,6 +175,10 @@ at::Tensor library_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 }
 
 }  // namespace
+
+at::Tensor library_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return library_linear(x.contiguous(), w, b, library_path(x.size(0)));
+}
 
 at::Tensor Linear::forward_path(const at::Tensor& x_in, LinearPath path) const {
   SD_CHECK(in_ > 0, "Linear: called on an empty (default-constructed) layer");

@@ -31,11 +31,14 @@ namespace specdec::model {
 //           panels_kernel()).
 enum class LinearPath { kAuto, kMv, kDnnl, kGemm, kBf16, kSkinny };
 
-// y = x W^T (+ b) for one row through at::mv / at::addmv (OpenBLAS gemv on the CPU): x [1, in],
-// w [out, in], b [out] or undefined -> [1, out]. gemv reads W once; sgemm packs all of W first,
-// several times the product for one row. LinearPath::kMv, and the ATen engine's one-row
-// products on the CPU (linear_aten, llama_aten.h).
-at::Tensor one_row_mv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// y = x W^T (+ b) with fp32 x [N, in], w [out, in], b [out] or undefined, through the library
+// kernel that suits N (library_path): at::mv (OpenBLAS gemv) for 1 row and oneDNN's dnnl_sgemm
+// for 2-8 both stream W once, where OpenBLAS's sgemm packs all of W first, several times the
+// product for a few rows; at::addmm after. LinearPolicy::kLibrary's layers, and the ATen
+// engine's products on the CPU (linear_aten, llama_aten.h). dnnl_sgemm writes raw memory: no
+// autograd through 2-8 rows.
+LinearPath library_path(int64_t n_rows);
+at::Tensor library_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // True when this CPU can run LinearPath::kSkinny: always, since its portable implementation.
 bool linear_has_skinny();

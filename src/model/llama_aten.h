@@ -38,11 +38,13 @@ namespace specdec::model {
 at::Tensor rms_norm_aten(const at::Tensor& x, const at::Tensor& w, double eps);
 // HF rotate_half RoPE on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
 at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-// y = x W^T (+ b): x [N, in], w [out, in] -> [N, out], at::linear; one row on the CPU goes
-// through at::mv (gemv, one_row_mv in linear.h) instead: OpenBLAS's sgemm packs all of W on every
-// call, which for one row costs several times the product (SmolLM2's 1536 x 576 on a Zen 5 core:
-// 239 against 44 us; its 49152 x 576 head 12.7 against 4.3 ms). A GPU keeps at::linear. Either may differ in the
-// last bits from the other, as library kernels picked by shape do.
+// y = x W^T (+ b): x [N, in], w [out, in] -> [N, out], at::linear; up to 8 fp32 rows on the CPU
+// go through library_product (linear.h) instead, gemv for one row and oneDNN's sgemm for 2-8
+// (with autograd, one row only): OpenBLAS's sgemm packs all of W on every call, which for a few
+// rows costs several times the product (SmolLM2's 1536 x 576 on a Zen 5 core, one row: 239
+// against 44 us; 5 rows through the pool's two threads, bench_model_linear: 153 against 45 us).
+// A GPU keeps at::linear. Either may differ in the last bits from the other, as library kernels
+// picked by shape do.
 at::Tensor linear_aten(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 std::shared_ptr<CausalLM> make_llama_aten(const ModelConfig& cfg, LlamaTensors tensors,
