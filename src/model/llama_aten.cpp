@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/grad_mode.h>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "model/checks.h"
