@@ -418,8 +418,9 @@ struct SeatTerms {
   std::vector<double> tokens, rows, draft, prefill;
 };
 SeatTerms seat_terms(const BatchSeat& s) {
+  SD_CHECK(s.cap >= 0, "batch_lengths: a seat's cap must be >= 0, got ", s.cap);
   SeatTerms t;
-  for (int64_t g = 0; g <= std::max<int64_t>(s.cap, 0); ++g) {
+  for (int64_t g = 0; g <= s.cap; ++g) {
     const double e = g == 0 ? double(s.lead) + 1.0
                             : double(s.lead) + s.m * (1.0 - std::pow(s.a, double(g + 1))) / (1.0 - s.a) + (1.0 - s.m);
     t.tokens.push_back(e);

@@ -348,6 +348,11 @@ TEST(BatchLengths, EqualsTheGoodputSummedAfreshForEveryCandidate) {
   // The cases reach every kind of answer: some draft, and many give seats different lengths.
   EXPECT_GT(drafted, 200);
   EXPECT_GT(mixed, 150);
+  BatchSeat negative;  // a cap below 0 is a caller's bug, named
+  negative.cap = -1;
+  StepCosts flat;
+  flat.verify_ms = {{1, 10.0}, {64, 11.0}};
+  EXPECT_THROW(batch_lengths({negative}, flat), Error);
 }
 
 // What a request may still emit, from the lengths of the finished ones: after 10 tokens, four
