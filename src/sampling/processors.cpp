@@ -179,7 +179,7 @@ void apply_top_k(at::Tensor& scores /* [N, V] */, int64_t top_k) {
 // own), and the candidates are ranked (the higher score first, the lower id among equal scores,
 // as argmax and the exact-law reference rank them) only as far as the nucleus reaches: 64 at a
 // time, then 8x more, each step an nth_element over the rest. Sorting SmolLM2's 49152 scores
-// took 3.5 ms a row, more than its decode step (docs/design.md, "Sampling"). The masses are sums
+// took 3.5 ms a row, more than its decode step (docs/design.md, "Host work"). The masses are sums
 // in double of exp(score - max) in float: a float softmax's own sum over 49152 tokens is off by
 // ~1.5e-5, as much as a token's probability in a flat row. A device sorts (no host read, so
 // graphs can capture it).
