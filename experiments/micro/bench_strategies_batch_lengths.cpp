@@ -1,7 +1,7 @@
 // The batch step's draft lengths (batch_lengths, speculative/controller.h): the host work that
 // adaptive_gamma=cost adds to every step of a batched speculative decode, before any forward.
 // B seats with mixed acceptance (a in [0.3, 0.95], seeded), each allowed up to `cap` draft
-// tokens, a draft model's 0.5 ms a draft token, and a verify curve that is flat to 64 rows and
+// tokens, a draft model's 0.5 ms a draft token, and a verify curve that is flat to 256 rows and
 // then rises (a memory-bound CPU step turning compute-bound), so the search walks the whole
 // path of lengths before it settles.
 //
