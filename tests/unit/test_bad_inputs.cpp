@@ -81,15 +81,8 @@ void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
 }
 
 Output run_cli(const std::vector<std::string>& args) {
-  const std::string cmd = "cd " + quote(work_dir().string()) + " && " + specdec::testing_support::command_line(kBin, args) + " 2>&1";
-  Output o;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int st = ::pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  return o;
+  return specdec::testing_support::shell("cd " + quote(work_dir().string()) + " && " +
+                                         specdec::testing_support::command_line(kBin, args));
 }
 
 // The same command line through cli::dispatch in this process (tests/support/cli_in_process.h),
