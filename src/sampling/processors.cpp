@@ -185,6 +185,7 @@ void apply_top_k(at::Tensor& scores /* [N, V] */, int64_t top_k) {
 // graphs can capture it).
 void top_p_on_host(at::Tensor& scores /* [N, V] float32, contiguous */, double top_p) {
   const at::Tensor e = (scores - std::get<0>(scores.max(1, /*keepdim=*/true))).exp();
+  const at::Tensor totals = e.sum(1, /*keepdim=*/false, at::kDouble);
   const int64_t V = scores.size(1);
   // A candidate's rank as one integer, smaller first: the score's bits made to order as the
   // score does, inverted (the higher score first), then the id.
@@ -199,12 +200,7 @@ void top_p_on_host(at::Tensor& scores /* [N, V] float32, contiguous */, double t
   for (int64_t r = 0; r < scores.size(0); ++r) {
     float* row = scores.data_ptr<float>() + r * V;
     const float* w = e.data_ptr<float>() + r * V;
-    double part[4] = {0, 0, 0, 0};  // four sums in turn: one would wait on each add
-    int64_t v = 0;
-    for (; v + 4 <= V; v += 4)
-      for (int j = 0; j < 4; ++j) part[j] += w[v + j];
-    for (; v < V; ++v) part[0] += w[v];
-    const double total = (part[0] + part[1]) + (part[2] + part[3]);
+    const double total = totals.data_ptr<double>()[r];
     const double floor = (1.0 - top_p) * total;
     const auto light = static_cast<float>(floor / double(V) * (1 - 1e-6));  // rounded down: no candidate missed
     order.clear();
