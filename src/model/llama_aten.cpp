@@ -30,11 +30,11 @@ at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at
 }
 
 at::Tensor linear_aten(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (!x.is_cpu() || x.dim() != 2 || w.dim() != 2 || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat)
+    return at::linear(x, w, b);
   const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
-  const bool few = x.dim() == 2 && (x.size(0) == 1 || (x.size(0) <= 8 && !grad));
-  if (x.is_cpu() && few && w.dim() == 2 && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat)
-    return library_product(x, w, b);
-  return at::linear(x, w, b);
+  if (grad && library_path(x.size(0)) == LinearPath::kDnnl) return at::linear(x, w, b);  // raw memory: no autograd
+  return library_product(x, w, b);
 }
 
 namespace {

@@ -38,10 +38,10 @@ namespace specdec::model {
 at::Tensor rms_norm_aten(const at::Tensor& x, const at::Tensor& w, double eps);
 // HF rotate_half RoPE on the two halves of each head: x [N, heads, hd], cos/sin [N, 1, hd/2].
 at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-// y = x W^T (+ b): x [N, in], w [out, in] -> [N, out], at::linear; up to 8 fp32 rows on the CPU
-// go through library_product (linear.h) instead, gemv for one row and oneDNN's sgemm for 2-8
-// (with autograd, one row only): OpenBLAS's sgemm packs all of W on every call, which for a few
-// rows costs several times the product (SmolLM2's 1536 x 576 on a Zen 5 core, one row: 239
+// y = x W^T (+ b): x [N, in], w [out, in] -> [N, out], at::linear; fp32 on the CPU through
+// library_product (linear.h) instead, the library layout's choice by row count (gemv for one row,
+// oneDNN's sgemm for 2-8 but under autograd, sgemm after): OpenBLAS's sgemm packs all of W on every
+// call, which for a few rows costs several times the product (SmolLM2's 1536 x 576 on a Zen 5 core, one row: 239
 // against 44 us; 5 rows through the pool's two threads, bench_model_linear: 153 against 45 us).
 // A GPU keeps at::linear. Either may differ in the last bits from the other, as library kernels
 // picked by shape do.
